@@ -1,0 +1,397 @@
+//! The front end shared by `#[message_passing]` and `tigac`: syn's AST of a
+//! kernel module, checked and captured into kernel IR.
+//!
+//! Everything outside the kernel language (docs/kernel-language.md) is
+//! refused here with the span of the offending construct, so the macro can
+//! point `compile_error!` at it and `tigac` can print `file:line:col`.
+
+mod expr;
+mod types;
+
+use std::collections::HashMap;
+
+use proc_macro2::TokenStream;
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+
+use crate::ir::{self, FieldDecl, FieldId, Kernel, Properties, Reducer, ReducerKind, Region, Role, WidthDecl};
+use types::{DeclType, Widths};
+
+/// A user error: a message and where it points.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{line}:{col}: {message}")]
+pub struct FrontError {
+    pub message: String,
+    pub line: u32,
+    pub col: u32,
+    /// The span itself, for `compile_error!` (only meaningful inside a proc-macro).
+    pub span: proc_macro2::Span,
+}
+
+impl FrontError {
+    pub fn new(span: proc_macro2::Span, message: impl Into<String>) -> FrontError {
+        let lc = span.start();
+        FrontError { message: message.into(), line: lc.line as u32, col: lc.column as u32, span }
+    }
+    pub fn at(node: &impl Spanned, message: impl Into<String>) -> FrontError {
+        FrontError::new(node.span(), message)
+    }
+}
+
+pub type FrontResult<T> = Result<T, FrontError>;
+
+pub(crate) fn span_of(node: &impl Spanned) -> ir::Span {
+    let lc = node.span().start();
+    ir::Span { line: lc.line as u32, col: lc.column as u32 }
+}
+
+/// Is this attribute `#[message_passing(..)]` (or a path ending in it)?
+pub fn is_message_passing_attr(attr: &syn::Attribute) -> bool {
+    attr.path().segments.last().is_some_and(|s| s.ident == "message_passing")
+}
+
+/// Capture every `#[message_passing]` module of a kernel file.
+pub fn parse_kernel_file(source: &str) -> FrontResult<Vec<Kernel>> {
+    let file = syn::parse_file(source).map_err(|e| FrontError::new(e.span(), e.to_string()))?;
+    let mut kernels = Vec::new();
+    for item in &file.items {
+        if let syn::Item::Mod(m) = item {
+            if let Some(attr) = m.attrs.iter().find(|a| is_message_passing_attr(a)) {
+                let args = match &attr.meta {
+                    syn::Meta::List(l) => l.tokens.clone(),
+                    syn::Meta::Path(_) => TokenStream::new(),
+                    syn::Meta::NameValue(nv) => {
+                        return Err(FrontError::at(nv, "write `#[message_passing(reduce = ...)]`"));
+                    }
+                };
+                kernels.push(capture_module(args, m)?);
+            }
+        }
+    }
+    Ok(kernels)
+}
+
+struct Reduce {
+    kind: ReducerKind,
+    declared: Properties,
+    span: ir::Span,
+}
+
+fn parse_reduce(args: TokenStream, module: &syn::ItemMod) -> FrontResult<Reduce> {
+    let parser = Punctuated::<syn::MetaNameValue, syn::Token![,]>::parse_terminated;
+    let metas = syn::parse::Parser::parse2(parser, args.clone()).map_err(|e| FrontError::new(e.span(), e.to_string()))?;
+    let mut reduce = None;
+    for m in &metas {
+        if !m.path.is_ident("reduce") {
+            return Err(FrontError::at(&m.path, "unknown argument: `#[message_passing]` takes `reduce = ...`"));
+        }
+        let (name, flags, node): (String, Vec<syn::Expr>, &syn::Expr) = match &m.value {
+            syn::Expr::Path(p) if p.path.get_ident().is_some() => {
+                (p.path.get_ident().map(|i| i.to_string()).unwrap_or_default(), vec![], &m.value)
+            }
+            syn::Expr::Call(c) => match &*c.func {
+                syn::Expr::Path(p) if p.path.get_ident().is_some() => (
+                    p.path.get_ident().map(|i| i.to_string()).unwrap_or_default(),
+                    c.args.iter().cloned().collect(),
+                    &m.value,
+                ),
+                other => return Err(FrontError::at(other, "expected a reducer name")),
+            },
+            other => return Err(FrontError::at(other, "expected a reducer: sum, mean, max, min, prod, softmax or monoid(..)")),
+        };
+        let kind = match name.as_str() {
+            "sum" => ReducerKind::Sum,
+            "mean" => ReducerKind::Mean,
+            "max" => ReducerKind::Max,
+            "min" => ReducerKind::Min,
+            "prod" => ReducerKind::Prod,
+            "softmax" => ReducerKind::Softmax,
+            "monoid" => ReducerKind::Monoid,
+            other => {
+                return Err(FrontError::at(
+                    node,
+                    format!("unknown reducer `{other}`: expected sum, mean, max, min, prod, softmax or monoid(associative, ..)"),
+                ))
+            }
+        };
+        let mut declared = Properties::default();
+        if !flags.is_empty() && kind != ReducerKind::Monoid {
+            return Err(FrontError::at(node, format!("reducer `{name}` takes no properties; only `monoid(..)` declares them")));
+        }
+        for f in &flags {
+            let flag = match f {
+                syn::Expr::Path(p) => p.path.get_ident().map(|i| i.to_string()),
+                _ => None,
+            };
+            match flag.as_deref() {
+                Some("associative") => declared.associative = true,
+                Some("commutative") => declared.commutative = true,
+                Some("idempotent") => declared.idempotent = true,
+                _ => {
+                    return Err(FrontError::at(f, "unknown property: expected associative, commutative or idempotent"));
+                }
+            }
+        }
+        reduce = Some(Reduce { kind, declared, span: span_of(node) });
+    }
+    reduce.ok_or_else(|| {
+        FrontError::at(&module.ident, "missing reducer: write `#[message_passing(reduce = sum)]` (or mean, max, min, prod, softmax, monoid(..))")
+    })
+}
+
+/// The parts of a kernel module, sorted by what they are.
+#[derive(Default)]
+struct Items<'a> {
+    structs: HashMap<String, &'a syn::ItemStruct>,
+    fns: HashMap<String, &'a syn::ItemFn>,
+}
+
+const STRUCT_NAMES: [&str; 5] = ["Src", "Dst", "Edge", "Params", "Out"];
+const FN_NAMES: [&str; 5] = ["edge", "node", "identity", "combine", "finalize"];
+
+fn collect_items(module: &syn::ItemMod) -> FrontResult<Items<'_>> {
+    let Some((_, items)) = &module.content else {
+        return Err(FrontError::at(module, "a kernel module must have a body: `mod Name { ... }`"));
+    };
+    let mut out = Items::default();
+    for item in items {
+        match item {
+            syn::Item::Use(_) => {}
+            syn::Item::Struct(s) => {
+                let name = s.ident.to_string();
+                if !STRUCT_NAMES.contains(&name.as_str()) {
+                    return Err(FrontError::at(
+                        &s.ident,
+                        format!("unknown struct `{name}` in a kernel: expected Src, Dst, Edge, Params or Out"),
+                    ));
+                }
+                out.structs.insert(name, s);
+            }
+            syn::Item::Fn(f) => {
+                let name = f.sig.ident.to_string();
+                if !FN_NAMES.contains(&name.as_str()) {
+                    return Err(FrontError::at(
+                        &f.sig.ident,
+                        format!("unknown function `{name}` in a kernel: expected edge, node, identity, combine or finalize"),
+                    ));
+                }
+                out.fns.insert(name, f);
+            }
+            other => return Err(FrontError::at(other, "unsupported item in a kernel module: only structs, functions and `use`")),
+        }
+    }
+    Ok(out)
+}
+
+fn collect_fields(items: &Items<'_>, widths: &mut Widths) -> FrontResult<(Vec<FieldDecl>, Vec<DeclType>)> {
+    let mut fields = Vec::new();
+    let mut decls = Vec::new();
+    for (sname, role) in [("Src", Role::Src), ("Dst", Role::Dst), ("Edge", Role::Edge), ("Params", Role::Param)] {
+        let Some(s) = items.structs.get(sname) else { continue };
+        let syn::Fields::Named(named) = &s.fields else {
+            return Err(FrontError::at(&s.fields, format!("`{sname}` must have named fields")));
+        };
+        for f in &named.named {
+            let Some(ident) = &f.ident else { continue };
+            let decl = types::parse_decl_type(&f.ty)?;
+            let ty = match decl {
+                DeclType::Scalar(_) => ir::Type::Scalar,
+                DeclType::Vector(_) => ir::Type::Vector(widths.fresh()),
+                DeclType::Matrix(_) if role == Role::Param => ir::Type::Matrix(widths.fresh(), widths.fresh()),
+                DeclType::Matrix(_) => {
+                    return Err(FrontError::at(&f.ty, "matrices are only allowed as parameters (struct Params)"));
+                }
+                DeclType::Tuple(_) => {
+                    return Err(FrontError::at(&f.ty, "a field is f32, f64, Vector<f32|f64> or (params) Matrix<f32|f64>"));
+                }
+            };
+            fields.push(FieldDecl {
+                name: ident.to_string(),
+                role,
+                ty,
+                declared: decl.dtype().unwrap_or(ir::DType::F32),
+                span: span_of(ident),
+            });
+            decls.push(decl);
+        }
+    }
+    Ok((fields, decls))
+}
+
+/// Run the front end on one module: `args` are the attribute's tokens.
+pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<Kernel> {
+    let reduce = parse_reduce(args, module)?;
+    let items = collect_items(module)?;
+    let mut widths = Widths::default();
+    let (fields, _) = collect_fields(&items, &mut widths)?;
+    let mut cx = expr::Lowerer::new(&fields, widths);
+
+    let Some(edge_fn) = items.fns.get("edge") else {
+        return Err(FrontError::at(&module.ident, "a kernel needs `fn edge(..)` returning the message"));
+    };
+    let edge = cx.lower_fn(edge_fn, expr::FnKind::Edge, &[])?;
+
+    // The reducer.
+    let monoid_fns = ["identity", "combine", "finalize"];
+    if reduce.kind != ReducerKind::Monoid {
+        for n in monoid_fns {
+            if let Some(f) = items.fns.get(n) {
+                return Err(FrontError::at(
+                    &f.sig.ident,
+                    format!("`fn {n}` belongs to a user monoid: declare `reduce = monoid(associative, ..)`"),
+                ));
+            }
+        }
+    }
+    let msg_types = edge.output_types();
+    let mut reducer = Reducer {
+        kind: reduce.kind,
+        span: reduce.span,
+        declared: reduce.declared,
+        proved: None,
+        class: None,
+        identity: None,
+        combine: None,
+        finalize: None,
+    };
+    match reduce.kind {
+        ReducerKind::Softmax => {
+            if msg_types.len() != 2 || msg_types[0] != ir::Type::Scalar || !msg_types[1].is_numeric() {
+                return Err(FrontError::new(
+                    edge_fn.sig.output.span(),
+                    "`reduce = softmax` needs `edge` to return (score, value): a scalar score and a scalar or vector value",
+                ));
+            }
+        }
+        ReducerKind::Monoid => {
+            if !reduce.declared.associative {
+                return Err(FrontError::new(
+                    module.attrs.iter().find(|a| is_message_passing_attr(a)).map(|a| a.span()).unwrap_or(module.ident.span()),
+                    "the monoid is not declared associative: tiga splits and folds rows in any grouping, so `combine` must be associative; declare `reduce = monoid(associative, ..)` if it is",
+                ));
+            }
+            let (Some(id_fn), Some(comb_fn)) = (items.fns.get("identity"), items.fns.get("combine")) else {
+                return Err(FrontError::at(&module.ident, "a monoid needs `fn identity() -> S` and `fn combine(a: S, b: S) -> S`"));
+            };
+            let identity = cx.lower_fn(id_fn, expr::FnKind::Identity, &[])?;
+            let state = identity.output_types();
+            if !cx.types_compatible(&state, &msg_types) {
+                return Err(FrontError::at(
+                    &edge_fn.sig.output,
+                    format!(
+                        "the edge's message ({}) must have the monoid state's type ({})",
+                        cx.types_text(&msg_types),
+                        cx.types_text(&state)
+                    ),
+                ));
+            }
+            let combine = cx.lower_fn(comb_fn, expr::FnKind::Combine, &state)?;
+            if !cx.types_compatible(&combine.output_types(), &state) {
+                return Err(FrontError::at(&comb_fn.sig.output, "`combine` must return the state's type (the type `identity` returns)"));
+            }
+            let finalize = match items.fns.get("finalize") {
+                Some(f) => Some(cx.lower_fn(f, expr::FnKind::Finalize, &state)?),
+                None => None,
+            };
+            reducer.identity = Some(identity);
+            reducer.combine = Some(combine);
+            reducer.finalize = finalize;
+        }
+        _ => {
+            for t in &msg_types {
+                if !t.is_numeric() || matches!(t, ir::Type::Matrix(..)) {
+                    return Err(FrontError::at(&edge_fn.sig.output, "a message is scalars and vectors (a tuple of them for several)"));
+                }
+            }
+        }
+    }
+
+    // Aggregate types as `node` sees them.
+    let agg: Vec<ir::Type> = match reduce.kind {
+        ReducerKind::Softmax => vec![msg_types[1]],
+        ReducerKind::Monoid => match &reducer.finalize {
+            Some(f) => f.output_types(),
+            None => reducer.identity.as_ref().map(|r| r.output_types()).unwrap_or_default(),
+        },
+        _ => msg_types.clone(),
+    };
+    let out_struct = items.structs.get("Out");
+    let node = match items.fns.get("node") {
+        Some(f) => Some(cx.lower_fn(f, expr::FnKind::Node { out_struct: out_struct.copied() }, &agg)?),
+        None => {
+            if let Some(s) = out_struct {
+                return Err(FrontError::at(&s.ident, "`struct Out` needs a `fn node(..) -> Out` that fills it"));
+            }
+            None
+        }
+    };
+    let out_types = node.as_ref().map(|n| n.output_types()).unwrap_or_else(|| agg.clone());
+    let out_names: Vec<String> = match (out_struct, &node) {
+        (Some(s), Some(_)) => match &s.fields {
+            syn::Fields::Named(n) => n.named.iter().filter_map(|f| f.ident.as_ref().map(|i| i.to_string())).collect(),
+            _ => return Err(FrontError::at(&s.fields, "`Out` must have named fields")),
+        },
+        _ if out_types.len() == 1 => vec!["out".to_string()],
+        _ => (0..out_types.len()).map(|i| format!("out{i}")).collect(),
+    };
+    for t in &out_types {
+        if !t.is_numeric() || matches!(t, ir::Type::Matrix(..)) {
+            let at = items.fns.get("node").map(|f| f.sig.output.span()).unwrap_or(edge_fn.sig.output.span());
+            return Err(FrontError::new(at, "kernel outputs are scalars or vectors"));
+        }
+    }
+
+    // Solve widths and rewrite every type to canonical width ids.
+    let (mut fields, widths) = cx.finish();
+    let canon = widths.canonical_map();
+    let fix = |t: ir::Type| types::canon_type(t, &canon);
+    for f in &mut fields {
+        f.ty = fix(f.ty);
+    }
+    let mut width_decls: Vec<Option<WidthDecl>> = vec![None; canon.count as usize];
+    for (i, f) in fields.iter().enumerate() {
+        let dims: Vec<(ir::WidthId, usize)> = match (f.ty, f.role) {
+            (ir::Type::Vector(w), ir::Role::Param) => vec![(w, 0)],
+            (ir::Type::Vector(w), _) => vec![(w, 1)],
+            (ir::Type::Matrix(r, c), _) => vec![(r, 0), (c, 1)],
+            _ => vec![],
+        };
+        for (w, d) in dims {
+            let slot = &mut width_decls[w.0 as usize];
+            if slot.is_none() {
+                let name = if w.0 == 0 { "F".to_string() } else { format!("F{}", w.0) };
+                *slot = Some(WidthDecl { name, bound_by: (FieldId(i as u32), d) });
+            }
+        }
+    }
+    let widths: Vec<WidthDecl> = width_decls.into_iter().flatten().collect();
+    let mut edge = edge;
+    let mut node = node;
+    let fix_region = |r: &mut Region| types::canon_region(r, &canon);
+    fix_region(&mut edge);
+    if let Some(n) = &mut node {
+        fix_region(n);
+    }
+    for r in [&mut reducer.identity, &mut reducer.combine, &mut reducer.finalize].into_iter().flatten() {
+        fix_region(r);
+    }
+    let outputs = out_names
+        .into_iter()
+        .zip(out_types)
+        .map(|(name, ty)| ir::OutputDecl { name, ty: fix(ty) })
+        .collect();
+    let kernel = Kernel {
+        name: module.ident.to_string(),
+        span: span_of(&module.ident),
+        fields,
+        widths,
+        outputs,
+        edge,
+        reducer,
+        node,
+        segment: None,
+    };
+    ir::verify(&kernel).map_err(|e| FrontError::at(&module.ident, format!("internal error: captured IR does not verify: {e}")))?;
+    Ok(kernel)
+}
+

@@ -1,0 +1,424 @@
+//! The kernel IR: one typed expression DAG per region, held in an arena.
+//!
+//! A [`Kernel`] is what the front end captures from `#[message_passing]`:
+//! declared fields (by role), solved width symbols, an `edge` region (the
+//! message), a [`Reducer`] and an optional `node` region. Passes rewrite it in
+//! place; `lower-csr-to-gather-segment` adds a [`Segment`] (accumulator state,
+//! its init, its per-edge step and its finish), and `fuse-edge-node-regions`
+//! inlines `edge` into the step and `node` into the finish, after which the
+//! loop scheduler builds the loop IR from the fused segment alone.
+//!
+//! Values are referenced by [`ValueId`], an index into a region's `nodes`;
+//! operands always precede their users, so a region is topologically ordered
+//! by construction and evaluation is one forward sweep.
+
+mod print;
+mod verify;
+
+pub use verify::{verify, VerifyError};
+
+use serde::{Deserialize, Serialize};
+
+/// Where a construct came from in the user's source: 1-based line, 0-based
+/// column (proc-macro2's convention), so `tigac` can print a caret.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Span {
+    pub line: u32,
+    pub col: u32,
+}
+
+/// The precision a variant runs in. Kernels are precision-generic: the
+/// declared type documents intent, a call picks one dtype for all fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DType {
+    F32,
+    F64,
+}
+
+impl DType {
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        }
+    }
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F64 => 8,
+        }
+    }
+}
+
+/// A width symbol, solved at call time from the fields passed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct WidthId(pub u32);
+
+/// How a width symbol is bound at call time: by the trailing dimension of a
+/// field, or by one dimension of a matrix parameter.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WidthDecl {
+    /// A readable name, `F` for the first, then `F1`, `F2`, ...
+    pub name: String,
+    /// The field that binds it (first one found) and which of its dimensions.
+    pub bound_by: (FieldId, usize),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Type {
+    Bool,
+    Scalar,
+    Vector(WidthId),
+    Matrix(WidthId, WidthId),
+}
+
+impl Type {
+    pub fn is_numeric(self) -> bool {
+        !matches!(self, Type::Bool)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Role {
+    Src,
+    Dst,
+    Edge,
+    Param,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Src => "src",
+            Role::Dst => "dst",
+            Role::Edge => "edge",
+            Role::Param => "param",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FieldId(pub u32);
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FieldDecl {
+    pub name: String,
+    pub role: Role,
+    /// `Scalar`, `Vector` or (params only) `Matrix`.
+    pub ty: Type,
+    pub declared: DType,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutputDecl {
+    pub name: String,
+    pub ty: Type,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ValueId(pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UnOp {
+    Neg,
+    Abs,
+    Exp,
+    Ln,
+    Sqrt,
+    Tanh,
+    Sigmoid,
+    Relu,
+    Not,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Min,
+    Max,
+    /// `leaky_relu(x, slope)`: x if x > 0 else slope * x.
+    LeakyRelu,
+    And,
+    Or,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CmpOp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+/// One operation. Elementwise operations broadcast a scalar against a vector.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    Const(f64),
+    /// Read a field: a source field at the edge's source j, a destination field
+    /// at the row i, an edge field at the edge, a parameter as a whole.
+    Field(FieldId),
+    /// The k-th input of the region (node: aggregate components; combine: the
+    /// components of `a` then `b`; finalize: the state components).
+    Input(u32),
+    /// The k-th accumulator component (segment step and finish only).
+    State(u32),
+    /// The k-th message component, read from a materialized message buffer
+    /// (segment step before fusion only).
+    Message(u32),
+    /// The number of edges of the current row (segment finish only).
+    Degree,
+    Unary(UnOp, ValueId),
+    Binary(BinOp, ValueId, ValueId),
+    Powi(ValueId, i32),
+    Cmp(CmpOp, ValueId, ValueId),
+    Select(ValueId, ValueId, ValueId),
+    /// Sum over the feature axis.
+    Sum(ValueId),
+    Dot(ValueId, ValueId),
+    /// Matrix (param) times vector.
+    MatVec(ValueId, ValueId),
+}
+
+impl Op {
+    /// Operands in order; used by every walk over the DAG.
+    pub fn operands(&self) -> Vec<ValueId> {
+        match *self {
+            Op::Const(_) | Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree => {
+                vec![]
+            }
+            Op::Unary(_, a) | Op::Powi(a, _) | Op::Sum(a) => vec![a],
+            Op::Binary(_, a, b) | Op::Cmp(_, a, b) | Op::Dot(a, b) | Op::MatVec(a, b) => vec![a, b],
+            Op::Select(c, a, b) => vec![c, a, b],
+        }
+    }
+
+    /// The same operation with operands renamed through `f`.
+    pub fn map_operands(&self, mut f: impl FnMut(ValueId) -> ValueId) -> Op {
+        match *self {
+            Op::Const(_) | Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree => {
+                self.clone()
+            }
+            Op::Unary(u, a) => Op::Unary(u, f(a)),
+            Op::Powi(a, n) => Op::Powi(f(a), n),
+            Op::Sum(a) => Op::Sum(f(a)),
+            Op::Binary(o, a, b) => Op::Binary(o, f(a), f(b)),
+            Op::Cmp(o, a, b) => Op::Cmp(o, f(a), f(b)),
+            Op::Dot(a, b) => Op::Dot(f(a), f(b)),
+            Op::MatVec(a, b) => Op::MatVec(f(a), f(b)),
+            Op::Select(c, a, b) => Op::Select(f(c), f(a), f(b)),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub op: Op,
+    pub ty: Type,
+    pub span: Span,
+}
+
+/// An expression DAG: `nodes` in topological order, `outputs` the values the
+/// region yields (a tuple when there are several).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Region {
+    pub inputs: Vec<Type>,
+    pub nodes: Vec<Node>,
+    pub outputs: Vec<ValueId>,
+}
+
+impl Region {
+    pub fn new(inputs: Vec<Type>) -> Region {
+        Region { inputs, nodes: Vec::new(), outputs: Vec::new() }
+    }
+
+    pub fn push(&mut self, op: Op, ty: Type, span: Span) -> ValueId {
+        let id = ValueId(self.nodes.len() as u32);
+        self.nodes.push(Node { op, ty, span });
+        id
+    }
+
+    pub fn node(&self, v: ValueId) -> &Node {
+        &self.nodes[v.0 as usize]
+    }
+
+    pub fn ty(&self, v: ValueId) -> Type {
+        self.nodes[v.0 as usize].ty
+    }
+
+    pub fn output_types(&self) -> Vec<Type> {
+        self.outputs.iter().map(|&v| self.ty(v)).collect()
+    }
+
+    /// Copy `other` into `self`, replacing its `Input(k)` nodes by `inputs[k]`,
+    /// and return the images of `other`'s outputs. This is how regions are
+    /// composed (fusion, monoid inlining) without a message buffer.
+    pub fn inline(&mut self, other: &Region, inputs: &[ValueId]) -> Vec<ValueId> {
+        self.inline_with(other, |op| match op {
+            Op::Input(k) => inputs.get(*k as usize).copied(),
+            _ => None,
+        })
+    }
+
+    /// Like [`Region::inline`], with a caller-chosen substitution for leaf
+    /// operations (inputs, states, messages).
+    pub fn inline_with(&mut self, other: &Region, mut subst: impl FnMut(&Op) -> Option<ValueId>) -> Vec<ValueId> {
+        let mut map: Vec<ValueId> = Vec::with_capacity(other.nodes.len());
+        for n in &other.nodes {
+            let v = match subst(&n.op) {
+                Some(v) => v,
+                None => {
+                    let op = n.op.map_operands(|a| map[a.0 as usize]);
+                    self.push(op, n.ty, n.span)
+                }
+            };
+            map.push(v);
+        }
+        other.outputs.iter().map(|o| map[o.0 as usize]).collect()
+    }
+}
+
+/// The reducer's kind, as written by the user.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReducerKind {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+    Softmax,
+    Monoid,
+}
+
+impl ReducerKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReducerKind::Sum => "sum",
+            ReducerKind::Mean => "mean",
+            ReducerKind::Max => "max",
+            ReducerKind::Min => "min",
+            ReducerKind::Prod => "prod",
+            ReducerKind::Softmax => "softmax",
+            ReducerKind::Monoid => "monoid",
+        }
+    }
+}
+
+/// The class `analyze-reducer-algebra` assigns; later passes (partial
+/// aggregation across pages and halos, adjoint rules) key off it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReducerClass {
+    Additive,
+    Multiplicative,
+    Idempotent,
+    Softmax,
+    General,
+}
+
+impl ReducerClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReducerClass::Additive => "additive",
+            ReducerClass::Multiplicative => "multiplicative",
+            ReducerClass::Idempotent => "idempotent",
+            ReducerClass::Softmax => "softmax",
+            ReducerClass::General => "general",
+        }
+    }
+}
+
+/// Algebraic properties: declared by the user (monoids) or proved by
+/// `analyze-reducer-algebra`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Properties {
+    pub associative: bool,
+    pub commutative: bool,
+    pub idempotent: bool,
+    pub invertible: bool,
+    pub linear: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reducer {
+    pub kind: ReducerKind,
+    pub span: Span,
+    /// What the user declared (monoids) and, after analysis, what was proved.
+    pub declared: Properties,
+    pub proved: Option<Properties>,
+    pub class: Option<ReducerClass>,
+    /// Monoid regions: `identity` has no inputs; `combine` takes the state
+    /// components of `a` then of `b`; `finalize` takes the state.
+    pub identity: Option<Region>,
+    pub combine: Option<Region>,
+    pub finalize: Option<Region>,
+}
+
+/// The gather/segment form of the reduction over a destination row, built by
+/// `lower-csr-to-gather-segment`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    pub state: Vec<Type>,
+    /// Outputs: the initial state (the reducer's identity).
+    pub init: Region,
+    /// Reads `State(k)`, `Message(k)` (before fusion) or fields (after);
+    /// outputs the new state.
+    pub step: Region,
+    /// Reads `State(k)` and `Degree`; outputs the aggregate (before fusion)
+    /// or the kernel outputs (after).
+    pub finish: Region,
+    /// Set by `fuse-edge-node-regions`: `edge` lives inside `step` and `node`
+    /// inside `finish`, and no message buffer exists.
+    pub fused: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Kernel {
+    pub name: String,
+    pub span: Span,
+    pub fields: Vec<FieldDecl>,
+    pub widths: Vec<WidthDecl>,
+    pub outputs: Vec<OutputDecl>,
+    /// No inputs; outputs are the message components.
+    pub edge: Region,
+    pub reducer: Reducer,
+    /// Inputs are the aggregate components; outputs are the kernel outputs.
+    /// `None` means identity.
+    pub node: Option<Region>,
+    pub segment: Option<Segment>,
+}
+
+impl Kernel {
+    pub fn field(&self, id: FieldId) -> &FieldDecl {
+        &self.fields[id.0 as usize]
+    }
+
+    pub fn field_by_name(&self, role: Role, name: &str) -> Option<FieldId> {
+        self.fields
+            .iter()
+            .position(|f| f.role == role && f.name == name)
+            .map(|i| FieldId(i as u32))
+    }
+
+    /// The aggregate's component types: what `node` receives.
+    pub fn aggregate_types(&self) -> Vec<Type> {
+        let msg = self.edge.output_types();
+        match self.reducer.kind {
+            ReducerKind::Softmax => msg.get(1).copied().into_iter().collect(),
+            ReducerKind::Monoid => match (&self.reducer.finalize, &self.reducer.identity) {
+                (Some(f), _) => f.output_types(),
+                (None, Some(id)) => id.output_types(),
+                (None, None) => msg,
+            },
+            _ => msg,
+        }
+    }
+
+    pub fn width_name(&self, w: WidthId) -> &str {
+        self.widths.get(w.0 as usize).map(|d| d.name.as_str()).unwrap_or("?")
+    }
+}

@@ -1,0 +1,29 @@
+//! tiga's runtime: what a compiled kernel runs *on*.
+//!
+//! It holds graphs (CSR by destination, with the user's edge order kept
+//! beside it; transposes for backward passes; stencils; graphs read from edge
+//! lists and Matrix Market files), dense fields (`Tensor`, `TensorView`) and
+//! their `.npy` files, and the parallel row executor that splits destination
+//! rows across rayon workers by edge count.
+//!
+//! It knows nothing of Cranelift, PTX or the kernel IR: back ends produce
+//! code, and the facade (`tiga`) hands that code the arrays defined here. This
+//! keeps the runtime testable on its own and lets every back end share one
+//! notion of a graph and a field.
+//!
+//! Invariants are checked once, at construction: a `Graph` or `Tensor` that
+//! exists is valid, so kernels index them without further checks. Every user
+//! mistake (a bad file, a wrong length, an id out of range) is an error value
+//! whose message names the problem, never a panic.
+
+pub mod exec;
+pub mod graph;
+pub mod io;
+pub mod npy;
+pub mod tensor;
+
+pub use exec::{balanced_row_chunks, for_each_row_chunk};
+pub use graph::{Graph, GraphError, MAX_NODES};
+pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_matrix_market};
+pub use npy::{encode_npy, parse_npy, read_npy, write_npy, NpyError};
+pub use tensor::{Buffer, DType, Data, DataMut, Tensor, TensorError, TensorView};

@@ -1,0 +1,572 @@
+//! `.npy` files: how fields move between tiga and numpy/PyTorch peers.
+//!
+//! Only what fields need is accepted: little-endian `<f4`/`<f8`, C order,
+//! 1-D (`[n]`) or 2-D (`[n, F]`). Anything else is refused with the dtype or
+//! shape found and what is accepted, rather than converted silently, because a
+//! big-endian or Fortran-ordered field read as if it were ours gives wrong
+//! numbers without any error.
+//!
+//! The format (numpy's `format.py`): the magic `\x93NUMPY`, a major and minor
+//! version byte, the header length (u16 little-endian in 1.0, u32 in 2.0 and
+//! 3.0), then a Python dict literal such as
+//! `{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }`
+//! padded with spaces and a newline, then the raw elements. The dict parser
+//! here reads exactly that literal subset and returns an error (never panics)
+//! on anything else. Writing uses version 1.0, padded to 64 bytes as numpy
+//! does, falling back to 2.0 only if a header could not fit in 1.0.
+
+use std::io::Write;
+use std::path::Path;
+
+use thiserror::Error;
+
+use crate::tensor::{element_count, DType, Data, Tensor, TensorView};
+
+const MAGIC: &[u8] = b"\x93NUMPY";
+
+/// The name used in errors for in-memory input.
+const MEMORY: &str = "<memory>";
+
+/// Why a `.npy` file could not be read or written.
+#[derive(Debug, Error)]
+pub enum NpyError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a .npy file (it does not start with \\x93NUMPY)")]
+    BadMagic { path: String },
+    #[error("{path}: .npy format version {major}.{minor} is not supported (accepted: 1.0, 2.0, 3.0)")]
+    UnsupportedVersion { path: String, major: u8, minor: u8 },
+    #[error("{path}: malformed .npy header: {message}")]
+    BadHeader { path: String, message: String },
+    #[error("{path}: dtype '{found}' is not supported; accepted: '<f4' (little-endian float32) or '<f8' (little-endian float64)")]
+    UnsupportedDtype { path: String, found: String },
+    #[error("{path}: fortran_order is True; only C-order (row-major) arrays are accepted")]
+    FortranOrder { path: String },
+    #[error("{path}: shape {shape:?} has {rank} dimensions; only 1-D and 2-D arrays are accepted")]
+    UnsupportedRank { path: String, shape: Vec<usize>, rank: usize },
+    #[error("{path}: shape {shape:?} is too large to hold in memory")]
+    TooLarge { path: String, shape: Vec<usize> },
+    #[error("{path}: data section is truncated: expected {expected} bytes, found {actual}")]
+    Truncated { path: String, expected: usize, actual: usize },
+    #[error("{path}: {extra} unexpected bytes after the {expected} bytes of data")]
+    TrailingBytes { path: String, expected: usize, extra: usize },
+    #[error("{path}: cannot write a {rank}-D tensor (shape {shape:?}); only 1-D and 2-D are written")]
+    WriteRank { path: String, shape: Vec<usize>, rank: usize },
+}
+
+/// Reads a 1-D or 2-D `<f4`/`<f8` C-order array.
+pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor, NpyError> {
+    let path = path.as_ref();
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| NpyError::Io { path: name.clone(), source })?;
+    parse_npy_named(&bytes, &name)
+}
+
+/// Parses `.npy` bytes held in memory; errors name the input `<memory>`.
+pub fn parse_npy(bytes: &[u8]) -> Result<Tensor, NpyError> {
+    parse_npy_named(bytes, MEMORY)
+}
+
+fn parse_npy_named(bytes: &[u8], name: &str) -> Result<Tensor, NpyError> {
+    let bad = |message: String| NpyError::BadHeader { path: name.to_string(), message };
+    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+        return Err(NpyError::BadMagic { path: name.to_string() });
+    }
+    let rest = &bytes[MAGIC.len()..];
+    let (major, minor) = match rest {
+        [a, b, ..] => (*a, *b),
+        _ => return Err(bad("file ends inside the version bytes".into())),
+    };
+    let rest = &rest[2..];
+    let (header_len, rest) = match (major, minor) {
+        (1, 0) => match rest {
+            [a, b, tail @ ..] => (u16::from_le_bytes([*a, *b]) as usize, tail),
+            _ => return Err(bad("file ends inside the header length".into())),
+        },
+        (2, 0) | (3, 0) => match rest {
+            [a, b, c, d, tail @ ..] => (u32::from_le_bytes([*a, *b, *c, *d]) as usize, tail),
+            _ => return Err(bad("file ends inside the header length".into())),
+        },
+        _ => return Err(NpyError::UnsupportedVersion { path: name.to_string(), major, minor }),
+    };
+    if rest.len() < header_len {
+        return Err(bad(format!("header length is {header_len} bytes, but only {} remain", rest.len())));
+    }
+    let (header, data) = rest.split_at(header_len);
+    // Version 1.0 and 2.0 headers are latin-1, 3.0 is UTF-8; every valid
+    // header is ASCII, so requiring UTF-8 refuses nothing numpy writes.
+    let header = std::str::from_utf8(header).map_err(|_| bad("header is not valid text".into()))?;
+    let dict = parse_header(header).map_err(bad)?;
+
+    let dtype = match dict.descr.as_str() {
+        "<f4" => DType::F32,
+        "<f8" => DType::F64,
+        other => return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: other.to_string() }),
+    };
+    if dict.fortran_order {
+        return Err(NpyError::FortranOrder { path: name.to_string() });
+    }
+    let rank = dict.shape.len();
+    if rank != 1 && rank != 2 {
+        return Err(NpyError::UnsupportedRank { path: name.to_string(), shape: dict.shape, rank });
+    }
+    let expected = element_count(&dict.shape)
+        .ok()
+        .and_then(|n| n.checked_mul(dtype.size()))
+        .ok_or_else(|| NpyError::TooLarge { path: name.to_string(), shape: dict.shape.clone() })?;
+    if data.len() < expected {
+        return Err(NpyError::Truncated { path: name.to_string(), expected, actual: data.len() });
+    }
+    if data.len() > expected {
+        return Err(NpyError::TrailingBytes { path: name.to_string(), expected, extra: data.len() - expected });
+    }
+    let tensor = match dtype {
+        DType::F32 => Tensor::from_f32(
+            dict.shape,
+            data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        ),
+        DType::F64 => Tensor::from_f64(
+            dict.shape,
+            data.chunks_exact(8)
+                .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect(),
+        ),
+    };
+    // The length was checked against the shape above, so this cannot fail;
+    // map it anyway rather than unwrap.
+    tensor.map_err(|e| bad(e.to_string()))
+}
+
+/// The three keys of a `.npy` header.
+#[derive(Debug, PartialEq)]
+struct Header {
+    descr: String,
+    fortran_order: bool,
+    shape: Vec<usize>,
+}
+
+/// A value of the Python literal subset used by `.npy` headers.
+#[derive(Debug, PartialEq)]
+enum Value {
+    Str(String),
+    Bool(bool),
+    Tuple(Vec<usize>),
+}
+
+fn parse_header(text: &str) -> Result<Header, String> {
+    let mut p = Parser { s: text.as_bytes(), i: 0 };
+    p.skip_ws();
+    p.expect(b'{')?;
+    let mut descr = None;
+    let mut fortran_order = None;
+    let mut shape = None;
+    loop {
+        p.skip_ws();
+        if p.eat(b'}') {
+            break;
+        }
+        let key = p.string()?;
+        p.skip_ws();
+        p.expect(b':')?;
+        p.skip_ws();
+        let value = p.value()?;
+        let slot_ok = match (key.as_str(), value) {
+            ("descr", Value::Str(s)) => descr.replace(s).is_none(),
+            ("fortran_order", Value::Bool(b)) => fortran_order.replace(b).is_none(),
+            ("shape", Value::Tuple(t)) => shape.replace(t).is_none(),
+            ("descr" | "fortran_order" | "shape", v) => {
+                return Err(format!("key '{key}' has an unexpected value {v:?}"));
+            }
+            _ => return Err(format!("unexpected key '{key}'")),
+        };
+        if !slot_ok {
+            return Err(format!("key '{key}' appears twice"));
+        }
+        p.skip_ws();
+        if p.eat(b',') {
+            continue;
+        }
+        p.skip_ws();
+        p.expect(b'}')?;
+        break;
+    }
+    p.skip_ws();
+    if p.i != p.s.len() {
+        return Err(format!("unexpected text after the header dict at byte {}", p.i));
+    }
+    Ok(Header {
+        descr: descr.ok_or("missing key 'descr'")?,
+        fortran_order: fortran_order.ok_or("missing key 'fortran_order'")?,
+        shape: shape.ok_or("missing key 'shape'")?,
+    })
+}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+
+    fn skip_ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, c: u8) -> bool {
+        if self.peek() == Some(c) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect(&mut self, c: u8) -> Result<(), String> {
+        if self.eat(c) {
+            Ok(())
+        } else {
+            Err(match self.peek() {
+                Some(found) => format!("expected '{}' at byte {}, found '{}'", c as char, self.i, found.escape_ascii()),
+                None => format!("expected '{}' at byte {}, found the end of the header", c as char, self.i),
+            })
+        }
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        let quote = match self.peek() {
+            Some(q @ (b'\'' | b'"')) => q,
+            _ => return Err(format!("expected a quoted string at byte {}", self.i)),
+        };
+        self.i += 1;
+        let start = self.i;
+        while let Some(c) = self.peek() {
+            if c == quote {
+                let s = String::from_utf8_lossy(&self.s[start..self.i]).into_owned();
+                self.i += 1;
+                return Ok(s);
+            }
+            if c == b'\\' {
+                return Err(format!("escape sequences are not supported (byte {})", self.i));
+            }
+            self.i += 1;
+        }
+        Err(format!("unterminated string starting at byte {}", start - 1))
+    }
+
+    fn word(&mut self) -> &[u8] {
+        let start = self.i;
+        while matches!(self.peek(), Some(c) if c.is_ascii_alphanumeric() || c == b'_') {
+            self.i += 1;
+        }
+        &self.s[start..self.i]
+    }
+
+    fn value(&mut self) -> Result<Value, String> {
+        match self.peek() {
+            Some(b'\'' | b'"') => Ok(Value::Str(self.string()?)),
+            Some(b'(') => {
+                self.i += 1;
+                let mut dims = Vec::new();
+                loop {
+                    self.skip_ws();
+                    if self.eat(b')') {
+                        break;
+                    }
+                    let at = self.i;
+                    let digits = self.word();
+                    // numpy on some platforms wrote `3L` for Python 2 longs.
+                    let digits = digits.strip_suffix(b"L").unwrap_or(digits);
+                    let n = std::str::from_utf8(digits)
+                        .ok()
+                        .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+                        .and_then(|d| d.parse::<usize>().ok())
+                        .ok_or_else(|| format!("expected a dimension (a non-negative integer) at byte {at}"))?;
+                    dims.push(n);
+                    self.skip_ws();
+                    if self.eat(b',') {
+                        continue;
+                    }
+                    self.expect(b')')?;
+                    break;
+                }
+                Ok(Value::Tuple(dims))
+            }
+            _ => {
+                let at = self.i;
+                match self.word() {
+                    b"True" => Ok(Value::Bool(true)),
+                    b"False" => Ok(Value::Bool(false)),
+                    _ => Err(format!("expected a string, True, False or a tuple at byte {at}")),
+                }
+            }
+        }
+    }
+}
+
+/// The `.npy` bytes of a 1-D or 2-D tensor (version 1.0, `<f4`/`<f8`).
+pub fn encode_npy(tensor: &TensorView<'_>) -> Result<Vec<u8>, NpyError> {
+    encode_npy_named(tensor, MEMORY)
+}
+
+fn encode_npy_named(tensor: &TensorView<'_>, name: &str) -> Result<Vec<u8>, NpyError> {
+    let shape = tensor.shape();
+    if shape.len() != 1 && shape.len() != 2 {
+        return Err(NpyError::WriteRank { path: name.to_string(), shape: shape.to_vec(), rank: shape.len() });
+    }
+    let descr = match tensor.data() {
+        Data::F32(_) => "<f4",
+        Data::F64(_) => "<f8",
+    };
+    let dims = match shape {
+        [n] => format!("({n},)"),
+        _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+    };
+    let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {dims}, }}");
+    // Pad with spaces so that magic + version + length + header is a multiple
+    // of 64 (numpy aligns the data this way), ending in a newline.
+    let encode = |len_bytes: usize| {
+        let prefix = MAGIC.len() + 2 + len_bytes;
+        let unpadded = prefix + dict.len() + 1;
+        let pad = (64 - unpadded % 64) % 64;
+        let mut header = dict.clone();
+        header.extend(std::iter::repeat_n(' ', pad));
+        header.push('\n');
+        header
+    };
+    let mut out = Vec::with_capacity(128 + tensor.len() * tensor.dtype().size());
+    out.extend_from_slice(MAGIC);
+    let header = encode(2);
+    if let Ok(len) = u16::try_from(header.len()) {
+        out.extend_from_slice(&[1, 0]);
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(header.as_bytes());
+    } else {
+        let header = encode(4);
+        let len = u32::try_from(header.len()).map_err(|_| NpyError::BadHeader {
+            path: name.to_string(),
+            message: "header too long to write".into(),
+        })?;
+        out.extend_from_slice(&[2, 0]);
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(header.as_bytes());
+    }
+    match tensor.data() {
+        Data::F32(d) => d.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::F64(d) => d.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+    }
+    Ok(out)
+}
+
+/// Writes `.npy` atomically: the bytes go to a temporary file in the same
+/// directory, which is synced and then renamed over `path`, so a crash or a
+/// full disk leaves either the old file or the new one, never a torn one.
+pub fn write_npy(path: impl AsRef<Path>, tensor: &TensorView<'_>) -> Result<(), NpyError> {
+    let path = path.as_ref();
+    let name = path.display().to_string();
+    let io = |source| NpyError::Io { path: name.clone(), source };
+    let bytes = encode_npy_named(tensor, &name)?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
+    tmp.write_all(&bytes).map_err(io)?;
+    tmp.as_file().sync_all().map_err(io)?;
+    tmp.persist(path).map_err(|e| io(e.error))?;
+    // Make the rename itself durable where the platform allows; some file
+    // systems refuse to sync a directory, which does not undo the write.
+    #[cfg(unix)]
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `.npy` file with the given version and header text, padded the way
+    /// numpy pads it, followed by `data`.
+    fn file(major: u8, header: &str, data: &[u8]) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&[major, 0]);
+        if major == 1 {
+            out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        } else {
+            out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        }
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(data);
+        out
+    }
+
+    fn f32_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    fn err(bytes: &[u8]) -> String {
+        match parse_npy(bytes) {
+            Ok(t) => panic!("expected an error, got {t:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn encodes_like_numpy() {
+        // np.save of np.array([1, 2, 3], dtype='<f4'): a 118-byte header
+        // (0x76 = 'v'), so the data starts at byte 128.
+        let t = Tensor::from_f32([3], vec![1.0, 2.0, 3.0]).expect("valid");
+        let bytes = encode_npy(&t.view()).expect("1-D");
+        let dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }";
+        let mut expected = b"\x93NUMPY\x01\x00v\x00".to_vec();
+        expected.extend_from_slice(dict.as_bytes());
+        expected.extend(std::iter::repeat_n(b' ', 118 - dict.len() - 1));
+        expected.push(b'\n');
+        expected.extend_from_slice(&f32_bytes(&[1.0, 2.0, 3.0]));
+        assert_eq!(bytes.len(), 128 + 12);
+        assert_eq!(bytes, expected);
+        // 1.0f32 little-endian is 00 00 80 3f.
+        assert_eq!(&bytes[128..132], &[0x00, 0x00, 0x80, 0x3f]);
+    }
+
+    #[test]
+    fn round_trips() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = Tensor::from_f32([4], vec![0.5, -1.25, 3.0e-8, f32::MAX]).expect("valid");
+        let b = Tensor::from_f64([2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, -6.5e100]).expect("valid");
+        let c = Tensor::from_f32([0, 5], vec![]).expect("valid");
+        let d = Tensor::from_f64([3, 1], vec![0.1, 0.2, 0.3]).expect("valid");
+        for (i, t) in [a, b, c, d].iter().enumerate() {
+            let path = dir.path().join(format!("t{i}.npy"));
+            write_npy(&path, &t.view()).expect("write");
+            let back = read_npy(&path).expect("read");
+            assert_eq!(&back, t);
+        }
+        // Overwriting replaces the whole file, and no temporary is left behind.
+        let path = dir.path().join("t0.npy");
+        let small = Tensor::from_f64([1], vec![7.0]).expect("valid");
+        write_npy(&path, &small.view()).expect("write");
+        assert_eq!(read_npy(&path).expect("read").as_f64(), Some(&[7.0][..]));
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 4);
+    }
+
+    #[test]
+    fn reads_versions_2_and_3_and_python2_longs() {
+        let data = f32_bytes(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        for major in [2, 3] {
+            let h = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }   \n";
+            let t = parse_npy(&file(major, h, &data)).expect("valid");
+            assert_eq!(t.shape(), &[2, 3]);
+            assert_eq!(t.as_f32(), Some(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0][..]));
+        }
+        let h = "{\"shape\": (2L, 3L), \"fortran_order\": False, \"descr\": \"<f4\"}\n";
+        let t = parse_npy(&file(1, h, &data)).expect("valid");
+        assert_eq!(t.shape(), &[2, 3]);
+    }
+
+    #[test]
+    fn refuses_what_fields_cannot_be() {
+        let h = |descr: &str, fortran: &str, shape: &str| {
+            format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape}, }}\n")
+        };
+        let data = f32_bytes(&[0.0; 8]);
+        assert_eq!(
+            err(&file(1, &h("<i4", "False", "(8,)"), &data)),
+            "<memory>: dtype '<i4' is not supported; accepted: '<f4' (little-endian float32) or '<f8' (little-endian float64)"
+        );
+        assert!(err(&file(1, &h(">f4", "False", "(8,)"), &data)).contains("dtype '>f4' is not supported"));
+        assert_eq!(
+            err(&file(1, &h("<f4", "True", "(2, 4)"), &data)),
+            "<memory>: fortran_order is True; only C-order (row-major) arrays are accepted"
+        );
+        assert_eq!(
+            err(&file(1, &h("<f4", "False", "(2, 2, 2)"), &data)),
+            "<memory>: shape [2, 2, 2] has 3 dimensions; only 1-D and 2-D arrays are accepted"
+        );
+        assert_eq!(
+            err(&file(1, &h("<f4", "False", "()"), &data[..4])),
+            "<memory>: shape [] has 0 dimensions; only 1-D and 2-D arrays are accepted"
+        );
+        assert_eq!(
+            err(&file(1, &h("<f4", "False", "(3,)"), &data[..8])),
+            "<memory>: data section is truncated: expected 12 bytes, found 8"
+        );
+        assert_eq!(
+            err(&file(1, &h("<f8", "False", "(3,)"), &data)),
+            "<memory>: 8 unexpected bytes after the 24 bytes of data"
+        );
+        assert_eq!(
+            err(&file(1, &h("<f4", "False", "(4294967296, 4294967296)"), &data)),
+            "<memory>: shape [4294967296, 4294967296] is too large to hold in memory"
+        );
+        assert_eq!(err(b"\x93NUMPY\x04\x00"), "<memory>: .npy format version 4.0 is not supported (accepted: 1.0, 2.0, 3.0)");
+        assert_eq!(err(b"PK\x03\x04"), "<memory>: not a .npy file (it does not start with \\x93NUMPY)");
+        let t = Tensor::from_f32([2, 2, 1], vec![0.0; 4]).expect("valid");
+        assert_eq!(
+            encode_npy(&t.view()).map(|_| ()).err().map(|e| e.to_string()),
+            Some("<memory>: cannot write a 3-D tensor (shape [2, 2, 1]); only 1-D and 2-D are written".into())
+        );
+        let missing = tempfile::tempdir().expect("tempdir").path().join("nope.npy");
+        assert!(read_npy(&missing).map(|_| ()).err().map(|e| e.to_string()).is_some_and(|m| m.contains("nope.npy")));
+    }
+
+    #[test]
+    fn garbage_headers_are_errors() {
+        let cases = [
+            ("", "expected '{' at byte 0, found the end of the header"),
+            ("{", "expected a quoted string at byte 1"),
+            ("{'descr': '<f4'", "expected '}' at byte 15, found the end of the header"),
+            ("{'descr': <f4}", "expected a string, True, False or a tuple at byte 10"),
+            ("{'descr': '<f4, }", "unterminated string starting at byte 10"),
+            ("{'descr': '<f4', 'extra': 'x'}", "unexpected key 'extra'"),
+            ("{'descr': '<f4', 'descr': '<f4'}", "key 'descr' appears twice"),
+            ("{'descr': '<f4', 'fortran_order': False}", "missing key 'shape'"),
+            ("{'shape': (-1,)}", "expected a dimension (a non-negative integer) at byte 11"),
+            ("{'shape': (99999999999999999999999,)}", "expected a dimension (a non-negative integer) at byte 11"),
+            ("{'shape': (3,, )}", "expected a dimension (a non-negative integer) at byte 13"),
+            ("{'shape': 'x', 'fortran_order': False}", "key 'shape' has an unexpected value Str(\"x\")"),
+            ("{'descr': '<f4', 'fortran_order': False, 'shape': (1,)} x", "unexpected text after the header dict at byte 56"),
+        ];
+        for (header, message) in cases {
+            assert_eq!(err(&file(1, header, &[])), format!("<memory>: malformed .npy header: {message}"), "{header}");
+        }
+        let mut long = file(1, "{}", &[]);
+        long[8] = 200;
+        assert_eq!(err(&long), "<memory>: malformed .npy header: header length is 200 bytes, but only 2 remain");
+        assert_eq!(err(b"\x93NUMPY\x01"), "<memory>: malformed .npy header: file ends inside the version bytes");
+        assert_eq!(err(b"\x93NUMPY\x02\x00\x01"), "<memory>: malformed .npy header: file ends inside the header length");
+        assert!(err(&file(1, "{'descr': '\u{fffd}\\x'}", &[])).contains("escape sequences are not supported"));
+        assert!(err(&[0x93, b'N', b'U', b'M', b'P', b'Y', 1, 0, 2, 0, 0xff, 0xfe]).contains("header is not valid text"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            let _ = parse_npy(&bytes);
+        }
+
+        #[test]
+        fn random_headers_never_panic(header in "[{}()',: a-z<>0-9TrueFalsL\"]{0,80}", data in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
+            let _ = parse_npy(&file(1, &header, &data));
+        }
+
+        #[test]
+        fn encode_parse_round_trip(rows in 0usize..6, cols in 1usize..6, seed in proptest::num::f64::NORMAL) {
+            let data: Vec<f64> = (0..rows * cols).map(|i| seed * i as f64).collect();
+            let t = Tensor::from_f64([rows, cols], data).expect("valid");
+            let bytes = encode_npy(&t.view()).expect("2-D");
+            proptest::prop_assert_eq!((bytes.len() - rows * cols * 8) % 64, 0);
+            proptest::prop_assert_eq!(parse_npy(&bytes).expect("valid"), t);
+        }
+    }
+}
