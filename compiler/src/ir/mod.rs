@@ -12,7 +12,7 @@
 //! operands always precede their users, so a region is topologically ordered
 //! by construction and evaluation is one forward sweep.
 
-mod print;
+pub mod print;
 mod verify;
 
 pub use verify::{verify, VerifyError};

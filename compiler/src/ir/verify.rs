@@ -130,6 +130,12 @@ fn check_region(c: &Ctx<'_>, r: &Region) -> Result<(), VerifyError> {
     Ok(())
 }
 
+/// Values fit slots of these types, a scalar filling a whole vector.
+fn broadcastable(values: &[Type], slots: &[Type]) -> bool {
+    values.len() == slots.len()
+        && values.iter().zip(slots).all(|(v, s)| v == s || (*v == Type::Scalar && matches!(s, Type::Vector(_))))
+}
+
 /// Check the whole kernel: every region's types and ordering, and that the
 /// regions fit together (message, aggregate and output types).
 pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
@@ -185,14 +191,14 @@ pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
         let ns = seg.state.len();
         let nm = k.edge.outputs.len();
         check_region(&Ctx { region: "init", allow_fields: false, ..base }, &seg.init)?;
-        if seg.init.output_types() != seg.state {
+        if !broadcastable(&seg.init.output_types(), &seg.state) {
             return Err(top("init", "init does not yield the state's types".into()));
         }
         check_region(
             &Ctx { region: "step", allow_state: true, allow_message: !seg.fused, num_state: ns, num_message: nm, ..base },
             &seg.step,
         )?;
-        if seg.step.output_types() != seg.state {
+        if !broadcastable(&seg.step.output_types(), &seg.state) {
             return Err(top("step", "step does not yield the state's types".into()));
         }
         check_region(

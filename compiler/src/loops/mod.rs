@@ -1,1 +1,109 @@
-//! wip
+//! The loop IR: what the back ends compile.
+//!
+//! A [`LoopKernel`] is one destination-major loop nest over CSR rows, written
+//! as three statement lists that the back end wraps in a fixed skeleton:
+//!
+//! ```text
+//! for i in rows:                      (a chunk of rows; chunks run in parallel)
+//!     deg = off[i+1] - off[i]
+//!     <init>                          (accumulator state := identity)
+//!     for p in off[i]..off[i+1]:
+//!         j = col[p]; e = edge_id[p]  (edge_id is the identity when absent)
+//!         <body>                      (gather from j, combine into the state)
+//!     <finish>                        (finalize, node, store row i's outputs)
+//! ```
+//!
+//! Statements are scalar: vector operations appear as feature loops
+//! ([`Stmt::Loop`]) over a width symbol, which the back end knows as a
+//! constant per variant. Variables ([`Var`]) are mutable scalars or booleans;
+//! accumulator vectors and vectors needed across loops live in per-row
+//! scratch arrays ([`Addr::Scratch`]).
+
+pub mod eval;
+mod print;
+mod schedule;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ir::{BinOp, CmpOp, FieldDecl, FieldId, OutputDecl, UnOp, WidthDecl, WidthId};
+
+pub use schedule::{schedule, ScheduleError};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Var(pub u32);
+
+/// A feature-loop counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LoopVar(pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VarKind {
+    /// A number in the variant's dtype (f32 or f64).
+    Num,
+    Bool,
+}
+
+/// A memory location. Which element of a field is read follows from its role:
+/// a source field at row `j`, a destination field at row `i`, an edge field
+/// at edge `e`, a parameter as a whole. `lanes` index the feature axis: none
+/// for scalars, one for vectors, two (row, column) for matrices.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Addr {
+    Field { field: FieldId, lanes: Vec<LoopVar> },
+    Scratch { buf: u32, lane: LoopVar },
+    /// Output `out` of row `i`; `lane` for vector outputs.
+    Output { out: u32, lane: Option<LoopVar> },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Inst {
+    Const(f64),
+    Load(Addr),
+    Copy(Var),
+    /// The current row's degree, as a number.
+    Degree,
+    Unary(UnOp, Var),
+    Binary(BinOp, Var, Var),
+    Powi(Var, i32),
+    Cmp(CmpOp, Var, Var),
+    Select(Var, Var, Var),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Stmt {
+    /// `var = inst` (variables are mutable; a back end maps them to SSA).
+    Set(Var, Inst),
+    Store(Addr, Var),
+    /// `for lane in 0..width { body }`.
+    Loop { lane: LoopVar, width: WidthId, body: Vec<Stmt> },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoopKernel {
+    pub name: String,
+    pub fields: Vec<FieldDecl>,
+    pub widths: Vec<WidthDecl>,
+    pub outputs: Vec<OutputDecl>,
+    pub vars: Vec<VarKind>,
+    pub num_loop_vars: u32,
+    /// Per-row scratch arrays, each one width long.
+    pub scratch: Vec<WidthId>,
+    pub init: Vec<Stmt>,
+    pub body: Vec<Stmt>,
+    pub finish: Vec<Stmt>,
+}
+
+impl LoopKernel {
+    /// Which field roles the body reads: the back end skips loading `col`
+    /// and `edge_id` when nothing needs them.
+    pub fn reads_role(&self, role: crate::ir::Role) -> bool {
+        fn walk(s: &[Stmt], k: &LoopKernel, role: crate::ir::Role) -> bool {
+            s.iter().any(|st| match st {
+                Stmt::Set(_, Inst::Load(Addr::Field { field, .. })) => k.fields[field.0 as usize].role == role,
+                Stmt::Loop { body, .. } => walk(body, k, role),
+                _ => false,
+            })
+        }
+        walk(&self.init, self, role) || walk(&self.body, self, role) || walk(&self.finish, self, role)
+    }
+}

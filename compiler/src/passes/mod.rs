@@ -1,1 +1,160 @@
-//! wip
+//! The pass pipeline: small named functions over the kernel IR, each
+//! recording remarks, with the verifier run after each.
+//!
+//! ```text
+//! capture-message-passing-udf   check what the front end captured
+//! fold-constants                evaluate constant subtrees
+//! eliminate-dead-code           drop values nothing uses
+//! analyze-reducer-algebra       classify the reducer, prove or refuse properties
+//! lower-csr-to-gather-segment   accumulator state + init/step/finish over CSR rows
+//! fuse-edge-node-regions        edge into the step, node into the finish
+//! fold-constants, eliminate-dead-code   again, on the fused regions
+//! ```
+
+mod analyze_reducer;
+mod capture;
+mod dce;
+mod fold;
+mod fuse;
+mod lower_csr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ir::{self, Kernel, Span};
+
+pub use analyze_reducer::analyze_reducer_algebra;
+pub use capture::capture_message_passing_udf;
+pub use dce::eliminate_dead_code;
+pub use fold::fold_constants;
+pub use fuse::fuse_edge_node_regions;
+pub use lower_csr::lower_csr_to_gather_segment;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RemarkKind {
+    /// The pass changed the kernel.
+    Applied,
+    /// The pass could not do something, and says why.
+    Missed,
+    /// A fact the pass established.
+    Analysis,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Remark {
+    pub pass: String,
+    pub kind: RemarkKind,
+    pub span: Option<Span>,
+    pub message: String,
+}
+
+/// Remarks of one pass run, and the IR text after it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PassRecord {
+    pub name: String,
+    pub remarks: Vec<Remark>,
+    pub ir_after: String,
+}
+
+/// A user-facing failure of a pass (e.g. a reducer whose declared property is
+/// refuted), or a verifier failure after a pass (a compiler bug).
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error("{span_text}{message}")]
+    Refused { message: String, span: Option<Span>, span_text: String },
+    #[error("after pass `{pass}`: {source}")]
+    Verify {
+        pass: String,
+        #[source]
+        source: ir::VerifyError,
+    },
+}
+
+impl PassError {
+    pub fn refused(message: impl Into<String>, span: Option<Span>) -> PassError {
+        let span_text = span.map(|s| format!("{}:{}: ", s.line, s.col)).unwrap_or_default();
+        PassError::Refused { message: message.into(), span, span_text }
+    }
+}
+
+/// What a pass reports while running.
+pub struct Remarks<'a> {
+    pass: &'a str,
+    out: Vec<Remark>,
+}
+
+impl Remarks<'_> {
+    pub fn applied(&mut self, span: Option<Span>, message: impl Into<String>) {
+        self.push(RemarkKind::Applied, span, message);
+    }
+    pub fn missed(&mut self, span: Option<Span>, message: impl Into<String>) {
+        self.push(RemarkKind::Missed, span, message);
+    }
+    pub fn analysis(&mut self, span: Option<Span>, message: impl Into<String>) {
+        self.push(RemarkKind::Analysis, span, message);
+    }
+    fn push(&mut self, kind: RemarkKind, span: Option<Span>, message: impl Into<String>) {
+        self.out.push(Remark { pass: self.pass.to_string(), kind, span, message: message.into() });
+    }
+}
+
+type PassFn = fn(&mut Kernel, &mut Remarks<'_>) -> Result<(), PassError>;
+
+/// The pipeline as one readable list.
+pub const PIPELINE: [(&str, PassFn); 8] = [
+    ("capture-message-passing-udf", capture_message_passing_udf),
+    ("fold-constants", fold_constants),
+    ("eliminate-dead-code", eliminate_dead_code),
+    ("analyze-reducer-algebra", analyze_reducer_algebra),
+    ("lower-csr-to-gather-segment", lower_csr_to_gather_segment),
+    ("fuse-edge-node-regions", fuse_edge_node_regions),
+    ("fold-constants", fold_constants),
+    ("eliminate-dead-code", eliminate_dead_code),
+];
+
+/// The result of running the pipeline.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Compiled {
+    /// The kernel as captured (what the reference interpreter runs).
+    pub captured: Kernel,
+    /// The kernel after every pass (fused segment).
+    pub lowered: Kernel,
+    pub passes: Vec<PassRecord>,
+}
+
+/// Run every pass in order, verifying after each.
+pub fn run_pipeline(captured: Kernel) -> Result<Compiled, PassError> {
+    let mut k = captured.clone();
+    let mut passes = Vec::new();
+    for (name, pass) in PIPELINE {
+        let mut r = Remarks { pass: name, out: Vec::new() };
+        pass(&mut k, &mut r)?;
+        ir::verify(&k).map_err(|source| PassError::Verify { pass: name.to_string(), source })?;
+        passes.push(PassRecord { name: name.to_string(), remarks: r.out, ir_after: k.to_string() });
+    }
+    Ok(Compiled { captured, lowered: k, passes })
+}
+
+/// Apply `f` to every region of the kernel that is live at this stage.
+pub(crate) fn for_each_region(k: &mut Kernel, mut f: impl FnMut(&str, &mut ir::Region)) {
+    let fused = k.segment.as_ref().is_some_and(|s| s.fused);
+    if !fused {
+        f("edge", &mut k.edge);
+        if let Some(n) = &mut k.node {
+            f("node", n);
+        }
+        for (name, r) in [
+            ("identity", &mut k.reducer.identity),
+            ("combine", &mut k.reducer.combine),
+            ("finalize", &mut k.reducer.finalize),
+        ] {
+            if let Some(r) = r {
+                f(name, r);
+            }
+        }
+    }
+    if let Some(seg) = &mut k.segment {
+        f("init", &mut seg.init);
+        f("step", &mut seg.step);
+        f("finish", &mut seg.finish);
+    }
+}

@@ -1,0 +1,357 @@
+//! The Cranelift back end: a JIT compiling one loop kernel variant into one
+//! native function for the host CPU.
+//!
+//! # Variants and the cache
+//!
+//! A [`VariantKey`] fixes what the loop IR leaves open: the dtype (f32 or
+//! f64; every field, output and arithmetic operation uses it), the value of
+//! each width symbol (feature loops get constant trip counts, so Cranelift
+//! sees `icmp_imm` bounds) and whether edge fields are reached through an
+//! `edge_ids` indirection. [`Jit`] caches compiled [`Variant`]s by key. The
+//! code targets the ISA of the running process (`cranelift_native`, see
+//! [`host_isa_name`]), so a cache and its keys are only meaningful within
+//! one process.
+//!
+//! # ABI
+//!
+//! The compiled function is
+//! `unsafe extern "C" fn(args: *const RawArgs, row_begin: u64, row_end: u64)`
+//! and runs the skeleton of [`crate::loops`] for the destination rows
+//! `row_begin..row_end`:
+//!
+//! ```text
+//! for i in row_begin..row_end:
+//!     deg = offsets[i+1] - offsets[i]
+//!     <init>
+//!     for p in offsets[i]..offsets[i+1]:
+//!         j = cols[p]; e = if edge_ids { edge_ids[p] } else { p }
+//!         <body>
+//!     <finish>
+//! ```
+//!
+//! [`RawArgs`] holds five pointers (see its fields). Arrays of numbers are
+//! dense, row-major, in the variant's dtype, aligned to it:
+//!
+//! | what                        | shape              | element read       |
+//! |-----------------------------|--------------------|--------------------|
+//! | source field, scalar/vector | `[num_src]`, `[num_src, F]` | `j*F + k`  |
+//! | destination field           | `[num_dst]`, `[num_dst, F]` | `i*F + k`  |
+//! | edge field                  | `[num_edges]`, `[num_edges, F]` | `e*F + k` |
+//! | parameter, scalar           | `[1]`              | `0`                |
+//! | parameter, vector           | `[F]`              | `k`                |
+//! | parameter, matrix           | `[R, C]`           | `r*C + c`          |
+//! | output                      | `[num_dst]`, `[num_dst, F]` | `i*F + k`  |
+//!
+//! Calls on disjoint row ranges write disjoint output rows and may run in
+//! parallel. Per-row scratch buffers live in the function's stack frame
+//! (at most [`MAX_SCRATCH_BYTES`] in total).
+//!
+//! # Translation
+//!
+//! One [`translate::Translator`] owns the `FunctionBuilder`: loop IR
+//! variables become Cranelift `Variable`s (the dtype's float type, or `i8`
+//! for booleans), every loop (rows, edges, features) is a header block with
+//! the counter as block parameter (`brif i < end, body, exit`), and every
+//! address is 64-bit integer arithmetic on the base pointers loaded once in
+//! the entry block. `exp`, `ln` and `tanh` call Rust functions registered as
+//! JIT symbols ([`math`]); everything else is inline.
+
+mod math;
+mod translate;
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use cranelift_codegen::ir::{types, AbiParam, UserFuncName};
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_codegen::CodegenError;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, Linkage, Module, ModuleError};
+
+use crate::ir::DType;
+use crate::loops::LoopKernel;
+
+/// The argument block of a compiled variant (see the module doc for the
+/// layout of each array).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RawArgs {
+    /// CSR row offsets, `num_dst + 1` of them.
+    pub offsets: *const u64,
+    /// Source id per CSR position.
+    pub cols: *const u32,
+    /// CSR position → user edge index. Ignored (may be null) when the
+    /// variant was compiled with `edge_ids = false` (the identity).
+    pub edge_ids: *const u64,
+    /// One pointer per kernel field, in declaration order.
+    pub fields: *const *const u8,
+    /// One pointer per kernel output, in declaration order.
+    pub outputs: *const *mut u8,
+}
+
+/// Everything that selects one compiled function for a loop kernel.
+///
+/// Keys are only meaningful within one process: the code is compiled for
+/// the host ISA ([`host_isa_name`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct VariantKey {
+    /// The kernel's name and a content hash, provided by the caller: two
+    /// different loop kernels must never share this string.
+    pub kernel: String,
+    pub dtype: DType,
+    /// The value of each width symbol, indexed by `WidthId`.
+    pub widths: Vec<usize>,
+    /// Whether edge fields are read through `RawArgs::edge_ids`.
+    pub edge_ids: bool,
+}
+
+/// The cap on the per-row scratch of one variant (stack memory).
+pub const MAX_SCRATCH_BYTES: u64 = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackError {
+    #[error("variant of `{kernel}` gives {got} widths, the kernel declares {expected}")]
+    Widths { kernel: String, expected: usize, got: usize },
+    #[error(
+        "kernel `{kernel}` needs {bytes} bytes of per-row scratch; the Cranelift back end keeps \
+         scratch on the stack and caps it at 1 MiB ({MAX_SCRATCH_BYTES} bytes)"
+    )]
+    ScratchTooLarge { kernel: String, bytes: u64 },
+    #[error("malformed loop kernel `{kernel}`: {message}")]
+    Malformed { kernel: String, message: String },
+    #[error("the host ISA is not supported by Cranelift: {0}")]
+    Isa(String),
+    #[error("cranelift codegen error in `{kernel}`: {message}")]
+    Codegen { kernel: String, message: String },
+    #[error("cranelift module error in `{kernel}`: {message}")]
+    Module { kernel: String, message: String },
+}
+
+type EntryFn = unsafe extern "C" fn(*const RawArgs, u64, u64);
+
+/// Owns a `JITModule` and frees its code memory when dropped.
+struct ModuleGuard(Option<JITModule>);
+
+impl Drop for ModuleGuard {
+    fn drop(&mut self) {
+        if let Some(m) = self.0.take() {
+            // SAFETY: the only pointer into this module's code is the entry
+            // function held beside this guard (in `Variant`, or nowhere when
+            // compilation failed), and it is dropped together with it.
+            unsafe { m.free_memory() };
+        }
+    }
+}
+
+/// One compiled variant. The code is freed when the variant is dropped.
+pub struct Variant {
+    pub key: VariantKey,
+    /// Wall time of translation, compilation and linking.
+    pub compile_ms: f64,
+    /// The function as built, before Cranelift's optimizations.
+    pub clif: String,
+    /// Cranelift's VCode listing of the final machine code (the
+    /// disassembly-like text; no capstone).
+    pub asm: Option<String>,
+    func: EntryFn,
+    // Field order matters only for clarity: `func` points into `_module`.
+    _module: ModuleGuard,
+}
+
+// SAFETY: after `finalize_definitions` the module's code and data are never
+// written again; the variant only hands out calls to that immutable code, and
+// the module is touched again only by `Drop`, which needs `&mut self`.
+unsafe impl Send for Variant {}
+// SAFETY: as above; `&Variant` allows nothing but calling the immutable code.
+unsafe impl Sync for Variant {}
+
+impl std::fmt::Debug for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Variant").field("key", &self.key).field("compile_ms", &self.compile_ms).finish_non_exhaustive()
+    }
+}
+
+impl Variant {
+    /// Run the kernel for destination rows `rows`.
+    ///
+    /// # Safety
+    ///
+    /// `args` must describe arrays laid out as in the module doc, in this
+    /// variant's dtype and widths: `offsets` has at least `rows.end + 1`
+    /// entries and is non-decreasing on them; every `cols[p]` (and
+    /// `edge_ids[p]` when the variant uses them) for `p` in those rows'
+    /// ranges indexes inside its source (edge) fields; the output rows in
+    /// `rows` are writable and not accessed concurrently by anyone else.
+    pub unsafe fn run(&self, args: &RawArgs, rows: Range<u64>) {
+        // SAFETY: forwarded to the caller (see above).
+        unsafe { (self.func)(args, rows.start, rows.end) }
+    }
+
+    /// The entry point; valid only while `self` is alive.
+    pub fn entry(&self) -> unsafe extern "C" fn(*const RawArgs, u64, u64) {
+        self.func
+    }
+}
+
+/// Cache statistics of a [`Jit`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    /// Every compiled variant with its compile time in milliseconds.
+    pub variants: Vec<(VariantKey, f64)>,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    map: HashMap<VariantKey, Arc<Variant>>,
+    hits: u64,
+    misses: u64,
+}
+
+/// A per-process cache of compiled variants.
+#[derive(Default)]
+pub struct Jit {
+    inner: Mutex<CacheInner>,
+}
+
+impl std::fmt::Debug for Jit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Jit").field("stats", &self.stats()).finish()
+    }
+}
+
+impl Jit {
+    pub fn new() -> Jit {
+        Jit::default()
+    }
+
+    /// The compiled variant for `key`, compiling `k` on a miss; the flag
+    /// says whether it was a cache hit. `key` must identify `k` (its
+    /// `kernel` string carries the content hash): the cache does not look
+    /// at `k` on a hit.
+    pub fn variant(&self, k: &LoopKernel, key: &VariantKey) -> Result<(Arc<Variant>, bool), BackError> {
+        {
+            let mut g = self.lock();
+            if let Some(v) = g.map.get(key).cloned() {
+                g.hits += 1;
+                return Ok((v, true));
+            }
+        }
+        // Compile outside the lock, so hits on other keys are not blocked.
+        let v = Arc::new(compile(k, key)?);
+        let mut g = self.lock();
+        g.misses += 1;
+        // Another thread may have compiled the same key meanwhile: keep
+        // the first, so every caller shares one variant.
+        let v = g.map.entry(key.clone()).or_insert(v).clone();
+        Ok((v, false))
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let g = self.lock();
+        let mut variants: Vec<(VariantKey, f64)> = g.map.iter().map(|(k, v)| (k.clone(), v.compile_ms)).collect();
+        variants.sort_by(|a, b| a.0.kernel.cmp(&b.0.kernel).then(a.1.total_cmp(&b.1)));
+        CacheStats { hits: g.hits, misses: g.misses, variants }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
+        // A panic while holding the lock cannot leave the map inconsistent
+        // (each update is one insert), so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The host ISA, built once per process.
+fn host_isa() -> Result<OwnedTargetIsa, BackError> {
+    static ISA: OnceLock<Result<OwnedTargetIsa, String>> = OnceLock::new();
+    ISA.get_or_init(|| {
+        let mut flags = settings::builder();
+        for (name, value) in [("opt_level", "speed"), ("use_colocated_libcalls", "false"), ("is_pic", "false")] {
+            flags.set(name, value).map_err(|e| format!("setting {name}={value}: {e}"))?;
+        }
+        let builder = cranelift_native::builder().map_err(|e| e.to_string())?;
+        builder.finish(settings::Flags::new(flags)).map_err(|e| e.to_string())
+    })
+    .clone()
+    .map_err(BackError::Isa)
+}
+
+/// The name of the ISA variants are compiled for, e.g. `x86_64 (x64)`.
+pub fn host_isa_name() -> Result<String, BackError> {
+    let isa = host_isa()?;
+    Ok(format!("{} ({})", isa.triple(), isa.name()))
+}
+
+/// Compile one variant of `k` (no caching; see [`Jit`]).
+pub fn compile(k: &LoopKernel, key: &VariantKey) -> Result<Variant, BackError> {
+    let start = Instant::now();
+    let kernel = || k.name.clone();
+    if key.widths.len() != k.widths.len() {
+        return Err(BackError::Widths { kernel: kernel(), expected: k.widths.len(), got: key.widths.len() });
+    }
+    let scratch = translate::scratch_sizes(k, key).map_err(|message| BackError::Malformed { kernel: kernel(), message })?;
+    let bytes = scratch.iter().try_fold(0u64, |a, &b| a.checked_add(b)).unwrap_or(u64::MAX);
+    if bytes > MAX_SCRATCH_BYTES {
+        return Err(BackError::ScratchTooLarge { kernel: kernel(), bytes });
+    }
+    let isa = host_isa()?;
+    if isa.pointer_type() != types::I64 {
+        return Err(BackError::Isa(format!("{}: only 64-bit targets are supported", isa.triple())));
+    }
+    let module_err = |e: ModuleError| BackError::Module { kernel: kernel(), message: e.to_string() };
+
+    let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
+    math::register(&mut jb);
+    let mut guard = ModuleGuard(Some(JITModule::new(jb)));
+    let Some(module) = guard.0.as_mut() else {
+        return Err(BackError::Module { kernel: kernel(), message: "module vanished".into() });
+    };
+
+    let mut sig = module.make_signature();
+    sig.params.extend([AbiParam::new(types::I64); 3]);
+    let fid = module.declare_function("tiga_kernel", Linkage::Local, &sig).map_err(module_err)?;
+    let mut ctx = module.make_context();
+    ctx.set_disasm(true);
+    ctx.func.signature = sig;
+    ctx.func.name = UserFuncName::user(0, fid.as_u32());
+
+    let math = math::declare(module, &mut ctx.func, k, key.dtype).map_err(module_err)?;
+    let mut fbc = FunctionBuilderContext::new();
+    let builder = FunctionBuilder::new(&mut ctx.func, &mut fbc);
+    translate::Translator::new(builder, k, key, &scratch, math)
+        .run(module.target_config())
+        .map_err(|message| BackError::Malformed { kernel: kernel(), message })?;
+    let clif = ctx.func.display().to_string();
+
+    if let Err(e) = module.define_function(fid, &mut ctx) {
+        let message = match e {
+            ModuleError::Compilation(CodegenError::Verifier(errors)) => {
+                cranelift_codegen::print_errors::pretty_verifier_error(&ctx.func, None, errors)
+            }
+            ModuleError::Compilation(e) => e.to_string(),
+            e => return Err(module_err(e)),
+        };
+        return Err(BackError::Codegen { kernel: kernel(), message });
+    }
+    let asm = ctx.compiled_code().and_then(|c| c.vcode.clone());
+    module.clear_context(&mut ctx);
+    module.finalize_definitions().map_err(module_err)?;
+    let code = module.get_finalized_function(fid);
+    // SAFETY: `code` is the finalized entry of a function declared with the
+    // signature (i64, i64, i64) in the host's default (C) calling
+    // convention, which `EntryFn` spells in Rust; pointers are 64-bit.
+    let func = unsafe { std::mem::transmute::<*const u8, EntryFn>(code) };
+    Ok(Variant {
+        key: key.clone(),
+        compile_ms: start.elapsed().as_secs_f64() * 1e3,
+        clif,
+        asm,
+        func,
+        _module: guard,
+    })
+}

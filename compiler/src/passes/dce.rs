@@ -1,0 +1,57 @@
+//! `eliminate-dead-code`: values that no output depends on are dropped and the
+//! region is renumbered (operands still precede uses).
+
+use super::{for_each_region, PassError, Remarks};
+use crate::ir::{Kernel, Region, ValueId};
+
+/// Returns how many nodes were removed.
+pub fn dce_region(reg: &mut Region) -> usize {
+    let n = reg.nodes.len();
+    let mut live = vec![false; n];
+    for o in &reg.outputs {
+        live[o.0 as usize] = true;
+    }
+    for i in (0..n).rev() {
+        if live[i] {
+            for a in reg.nodes[i].op.operands() {
+                live[a.0 as usize] = true;
+            }
+        }
+    }
+    let removed = live.iter().filter(|l| !**l).count();
+    if removed == 0 {
+        return 0;
+    }
+    let mut map = vec![ValueId(u32::MAX); n];
+    let mut nodes = Vec::with_capacity(n - removed);
+    for (i, node) in reg.nodes.iter().enumerate() {
+        if live[i] {
+            map[i] = ValueId(nodes.len() as u32);
+            let mut nn = node.clone();
+            nn.op = node.op.map_operands(|a| map[a.0 as usize]);
+            nodes.push(nn);
+        }
+    }
+    reg.nodes = nodes;
+    for o in &mut reg.outputs {
+        *o = map[o.0 as usize];
+    }
+    removed
+}
+
+pub fn eliminate_dead_code(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), PassError> {
+    let mut msgs = Vec::new();
+    for_each_region(k, |name, reg| {
+        let n = dce_region(reg);
+        if n > 0 {
+            msgs.push(format!("removed {n} dead value(s) from `{name}`"));
+        }
+    });
+    if msgs.is_empty() {
+        r.analysis(Some(k.span), "every value is used");
+    }
+    for m in msgs {
+        r.applied(Some(k.span), m);
+    }
+    Ok(())
+}
