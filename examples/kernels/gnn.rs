@@ -1,11 +1,11 @@
-//! The canonical GNN kernels, in one kernel file.
-//!
-//! `tigac` reads this file directly (`tigac explain examples/kernels/gnn.rs
-//! --kernel GcnNorm`), and the examples and tests include it under
-//! `#[message_passing]`, so both paths compile the same text.
-//!
-//! Every field is `f32`; `h` is a vector field of width F, the rest are
-//! scalars; the output is `out`; j→i is an edge from source j to destination i.
+// The canonical GNN kernels, in one kernel file.
+//
+// `tigac` reads this file directly (`tigac explain examples/kernels/gnn.rs
+// --kernel GcnNorm`), and the examples and tests include it under
+// `#[message_passing]`, so both paths compile the same text.
+//
+// Every field is `f32`; `h` is a vector field of width F, the rest are
+// scalars; the output is `out`; j→i is an edge from source j to destination i.
 
 /// out[i] = Σ_{j→i} x[j]
 #[message_passing(reduce = sum)]

@@ -1,1 +1,187 @@
-//! placeholder
+//! tiga: message-passing graph kernels, compiled.
+//!
+//! Write a kernel once with [`message_passing`] (or in a kernel file for
+//! `tigac`); tiga captures it into an IR at build time, lowers it through
+//! named passes, JIT-compiles one variant per (kernel, dtype, widths, ISA)
+//! with Cranelift and runs it over a [`Graph`] in parallel.
+//!
+//! ```ignore
+//! use tiga::{message_passing, Graph, Inputs};
+//!
+//! #[message_passing(reduce = sum)]
+//! pub mod Smoothing {
+//!     use tiga::lang::*;
+//!     pub struct Src { pub x: f32 }
+//!     pub fn edge(src: &Src) -> f32 { src.x }
+//!     pub fn node(agg: f32) -> f32 { 0.25 * agg }
+//! }
+//!
+//! let g = Graph::stencil_2d_4(1000, 1000)?;
+//! let x = vec![1.0f32; g.num_src()];
+//! let out = Smoothing::kernel().run(&g, &Inputs::new().src("x", &x))?;
+//! ```
+//!
+//! This crate is the seam between the compiler (which knows nothing of
+//! graphs in memory) and the runtime (which knows nothing of Cranelift): it
+//! binds a call's fields to a kernel's declared fields, picks the variant,
+//! and hands the JIT-compiled code the runtime's arrays.
+
+pub mod artifact;
+mod call;
+mod explain;
+pub mod lang;
+
+use std::sync::OnceLock;
+
+pub use tiga_macros::message_passing;
+pub use tiga_runtime::{
+    balanced_row_chunks, for_each_row_chunk, read_edge_list, read_matrix_market, read_npy, write_npy, Buffer, DType, Data,
+    Graph, GraphError, NpyError, Tensor, TensorView,
+};
+
+pub use call::{Inputs, Outputs};
+pub use tiga_compiler as compiler;
+pub use tiga_runtime as runtime;
+
+use tiga_compiler::back::cranelift::{Jit, VariantKey};
+use tiga_compiler::ir;
+use tiga_compiler::loops::LoopKernel;
+use tiga_compiler::passes::Compiled;
+
+/// Everything that can go wrong between a kernel's text and its outputs.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Front(#[from] tiga_compiler::front::FrontError),
+    #[error(transparent)]
+    Pass(#[from] tiga_compiler::passes::PassError),
+    #[error(transparent)]
+    Schedule(#[from] tiga_compiler::loops::ScheduleError),
+    #[error(transparent)]
+    Back(#[from] tiga_compiler::back::cranelift::BackError),
+    #[error(transparent)]
+    Bind(#[from] tiga_compiler::bind::BindError),
+    #[error(transparent)]
+    Verify(#[from] ir::VerifyError),
+    #[error(transparent)]
+    Interp(#[from] tiga_compiler::interp::InterpError),
+    /// A call's fields do not fit the kernel (unknown, missing, mixed dtypes).
+    #[error("{0}")]
+    Call(String),
+    #[error("artifact {path}: {message}")]
+    Artifact { path: String, message: String },
+    #[error("no kernel named `{name}`{hint}")]
+    UnknownKernel { name: String, hint: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The process-wide variant cache: one JIT-compiled variant per (kernel,
+/// dtype, widths, edge-order realization) on this host's ISA.
+pub fn jit() -> &'static Jit {
+    static JIT: OnceLock<Jit> = OnceLock::new();
+    JIT.get_or_init(Jit::new)
+}
+
+/// A checked, lowered kernel ready to run: what `#[message_passing]` embeds
+/// and what a `tigac compile` artifact holds.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    compiled: Compiled,
+    loops: LoopKernel,
+    /// A content hash of the lowered IR, so two kernels with one name never
+    /// share a cached variant.
+    hash: String,
+}
+
+fn fnv1a(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+impl Kernel {
+    /// Build from a pipeline result (verifies it again: artifacts are input).
+    pub fn from_compiled(compiled: Compiled) -> Result<Kernel> {
+        ir::verify(&compiled.captured)?;
+        ir::verify(&compiled.lowered)?;
+        let loops = tiga_compiler::loops::schedule(&compiled.lowered)?;
+        let hash = format!("{:016x}", fnv1a(&compiled.lowered.to_string()));
+        Ok(Kernel { compiled, loops, hash })
+    }
+
+    /// Capture, check and lower one kernel from a captured IR.
+    pub fn from_ir(captured: ir::Kernel) -> Result<Kernel> {
+        Kernel::from_compiled(tiga_compiler::passes::run_pipeline(captured)?)
+    }
+
+    /// Every kernel of a kernel file's text.
+    pub fn all_from_source(source: &str) -> Result<Vec<Kernel>> {
+        tiga_compiler::front::parse_kernel_file(source)?.into_iter().map(Kernel::from_ir).collect()
+    }
+
+    /// One kernel, by name, from a kernel file's text.
+    pub fn from_source(source: &str, name: &str) -> Result<Kernel> {
+        let all = tiga_compiler::front::parse_kernel_file(source)?;
+        let names: Vec<String> = all.iter().map(|k| k.name.clone()).collect();
+        match all.into_iter().find(|k| k.name == name) {
+            Some(k) => Kernel::from_ir(k),
+            None => Err(Error::UnknownKernel { name: name.to_string(), hint: format!(" (this file has: {})", names.join(", ")) }),
+        }
+    }
+
+    /// What the macro embeds: the pipeline result as JSON.
+    pub fn from_embedded(json: &str) -> Result<Kernel> {
+        let compiled: Compiled = serde_json::from_str(json)
+            .map_err(|e| Error::Artifact { path: "<embedded>".into(), message: e.to_string() })?;
+        Kernel::from_compiled(compiled)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.compiled.captured.name
+    }
+    /// The kernel as the user wrote it (what the reference interpreter runs).
+    pub fn captured(&self) -> &ir::Kernel {
+        &self.compiled.captured
+    }
+    /// The kernel after every pass.
+    pub fn lowered(&self) -> &ir::Kernel {
+        &self.compiled.lowered
+    }
+    pub fn compiled(&self) -> &Compiled {
+        &self.compiled
+    }
+    pub fn loop_kernel(&self) -> &LoopKernel {
+        &self.loops
+    }
+    pub fn fields(&self) -> &[ir::FieldDecl] {
+        &self.compiled.captured.fields
+    }
+    pub fn output_names(&self) -> Vec<&str> {
+        self.compiled.captured.outputs.iter().map(|o| o.name.as_str()).collect()
+    }
+
+    fn variant_key(&self, dtype: ir::DType, widths: Vec<usize>, edge_ids: bool) -> VariantKey {
+        VariantKey { kernel: format!("{}#{}", self.name(), self.hash), dtype, widths, edge_ids }
+    }
+
+    /// Compile (or fetch from the cache) the variant for these widths.
+    /// Returns the variant and whether it was a cache hit.
+    pub fn variant(
+        &self,
+        dtype: DType,
+        widths: &[usize],
+        edge_ids: bool,
+    ) -> Result<(std::sync::Arc<tiga_compiler::back::cranelift::Variant>, bool)> {
+        let key = self.variant_key(call::ir_dtype(dtype), widths.to_vec(), edge_ids);
+        Ok(jit().variant(&self.loops, &key)?)
+    }
+
+    /// A human-readable account of what the compiler did.
+    pub fn explain(&self) -> String {
+        explain::explain(self)
+    }
+}

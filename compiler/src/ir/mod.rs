@@ -159,7 +159,7 @@ pub enum CmpOp {
 /// One operation. Elementwise operations broadcast a scalar against a vector.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Op {
-    Const(f64),
+    Const(#[serde(with = "f64_exact")] f64),
     /// Read a field: a source field at the edge's source j, a destination field
     /// at the row i, an edge field at the edge, a parameter as a whole.
     Field(FieldId),
@@ -420,5 +420,42 @@ impl Kernel {
 
     pub fn width_name(&self, w: WidthId) -> &str {
         self.widths.get(w.0 as usize).map(|d| d.name.as_str()).unwrap_or("?")
+    }
+}
+
+/// JSON has no infinities or NaN: non-finite constants travel as strings
+/// (`"inf"`, `"-inf"`, `"nan"`), finite ones as numbers (exact round trip).
+mod f64_exact {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f64(*v)
+        } else if v.is_nan() {
+            s.serialize_str("nan")
+        } else if *v > 0.0 {
+            s.serialize_str("inf")
+        } else {
+            s.serialize_str("-inf")
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NumOrText {
+        Num(f64),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        match NumOrText::deserialize(d)? {
+            NumOrText::Num(x) => Ok(x),
+            NumOrText::Text(t) => match t.as_str() {
+                "inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                "nan" => Ok(f64::NAN),
+                other => Err(serde::de::Error::custom(format!("not a number: `{other}`"))),
+            },
+        }
     }
 }

@@ -1,0 +1,649 @@
+//! Loop IR → CLIF, for one variant.
+//!
+//! The function built for a kernel with one vector source field `x` and a
+//! scratch accumulator looks like (f32, F = 4, abridged):
+//!
+//! ```text
+//! block0(v0: i64, v1: i64, v2: i64):        ; args, row_begin, row_end
+//!     v3 = load.i64 notrap aligned v0       ; offsets
+//!     ...                                   ; cols, field and output bases
+//!     jump block1(v1)
+//! block1(v10: i64):                         ; row header
+//!     v11 = icmp ult v10, v2
+//!     brif v11, block2, block3
+//! block2:                                   ; row body: deg, <init>
+//!     ...
+//!     jump block4(v12)                      ; edge header (p = off[i])
+//! block4(v20: i64):
+//!     brif (p < off[i+1]), block5, block6
+//! block5:                                   ; j = cols[p]; <body>
+//!     ...                                   ; feature loops nest here
+//!     jump block4(p + 1)
+//! block6:                                   ; <finish>
+//!     jump block1(v10 + 1)
+//! block3:
+//!     return
+//! ```
+//!
+//! Errors are plain messages: the caller wraps them as
+//! [`super::BackError::Malformed`]. Input the scheduler produces never
+//! triggers one; hand-built kernels may.
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{self, types, BlockArg, InstBuilder, MemFlagsData, StackSlot, StackSlotData, StackSlotKind, Value};
+use cranelift_codegen::isa::TargetFrontendConfig;
+use cranelift_frontend::{FunctionBuilder, Variable};
+
+use super::math::MathRefs;
+use super::VariantKey;
+use crate::ir::{BinOp, CmpOp, DType, Role, Type, UnOp, WidthId};
+use crate::loops::{Addr, Inst, LoopKernel, LoopVar, Stmt, Var, VarKind};
+
+type TResult<T> = Result<T, String>;
+
+/// Byte offsets of the `RawArgs` fields.
+const ARG_OFFSETS: i32 = 0;
+const ARG_COLS: i32 = 8;
+const ARG_EDGE_IDS: i32 = 16;
+const ARG_FIELDS: i32 = 24;
+const ARG_OUTPUTS: i32 = 32;
+
+/// The size in bytes of each scratch buffer of `k` in variant `key`.
+pub(super) fn scratch_sizes(k: &LoopKernel, key: &VariantKey) -> TResult<Vec<u64>> {
+    k.scratch
+        .iter()
+        .enumerate()
+        .map(|(b, w)| {
+            let n = key.widths.get(w.0 as usize).ok_or_else(|| format!("scratch{b} uses unknown width {}", w.0))?;
+            (*n as u64).checked_mul(key.dtype.size() as u64).ok_or_else(|| format!("scratch{b} is too large"))
+        })
+        .collect()
+}
+
+/// Trusted (cannot trap, aligned) accesses: the ABI guarantees both.
+fn flags() -> MemFlagsData {
+    MemFlagsData::trusted()
+}
+
+/// The values of the current row and edge, where they exist.
+#[derive(Clone, Copy, Default)]
+struct Cursor {
+    /// Destination row `i`.
+    row: Option<Value>,
+    /// Its degree, as i64.
+    deg: Option<Value>,
+    /// Source `j` and edge `e` (inside the edge loop only).
+    src: Option<Value>,
+    edge: Option<Value>,
+}
+
+pub(super) struct Translator<'a> {
+    b: FunctionBuilder<'a>,
+    k: &'a LoopKernel,
+    key: &'a VariantKey,
+    num: ir::Type,
+    /// log2 of the element size.
+    shift: i64,
+    math: MathRefs,
+    vars: Vec<Variable>,
+    /// Scratch byte sizes, then their slots.
+    scratch_bytes: &'a [u64],
+    scratch: Vec<StackSlot>,
+    /// Base pointers, loaded in the entry block when used.
+    fields: Vec<Option<Value>>,
+    outputs: Vec<Option<Value>>,
+    /// The value of each feature-loop counter inside its loop.
+    lanes: Vec<Option<Value>>,
+    cur: Cursor,
+}
+
+impl<'a> Translator<'a> {
+    pub(super) fn new(
+        mut b: FunctionBuilder<'a>,
+        k: &'a LoopKernel,
+        key: &'a VariantKey,
+        scratch_bytes: &'a [u64],
+        math: MathRefs,
+    ) -> Translator<'a> {
+        let (num, shift) = match key.dtype {
+            DType::F32 => (types::F32, 2),
+            DType::F64 => (types::F64, 3),
+        };
+        let vars = k
+            .vars
+            .iter()
+            .map(|kind| {
+                b.declare_var(match kind {
+                    VarKind::Num => num,
+                    VarKind::Bool => types::I8,
+                })
+            })
+            .collect();
+        Translator {
+            b,
+            k,
+            key,
+            num,
+            shift,
+            math,
+            vars,
+            scratch_bytes,
+            scratch: Vec::new(),
+            fields: vec![None; k.fields.len()],
+            outputs: vec![None; k.outputs.len()],
+            lanes: vec![None; k.num_loop_vars as usize],
+            cur: Cursor::default(),
+        }
+    }
+
+    /// Build the whole function and finalize the builder.
+    pub(super) fn run(mut self, config: TargetFrontendConfig) -> TResult<()> {
+        let entry = self.b.create_block();
+        self.b.append_block_params_for_function_params(entry);
+        self.b.switch_to_block(entry);
+        self.b.seal_block(entry);
+        let params = self.b.block_params(entry).to_vec();
+        let [args, row_begin, row_end] = params[..] else {
+            return Err("entry block has the wrong parameters".into());
+        };
+
+        // Base pointers, once per call.
+        let offsets = self.b.ins().load(types::I64, flags(), args, ARG_OFFSETS);
+        let (mut used_fields, mut used_outputs) = (vec![false; self.k.fields.len()], vec![false; self.k.outputs.len()]);
+        for list in [&self.k.init, &self.k.body, &self.k.finish] {
+            mark_used(list, &mut used_fields, &mut used_outputs)?;
+        }
+        if used_fields.iter().any(|&u| u) {
+            let table = self.b.ins().load(types::I64, flags(), args, ARG_FIELDS);
+            for (f, _) in used_fields.iter().enumerate().filter(|(_, &u)| u) {
+                let off = i32::try_from(f * 8).map_err(|_| "too many fields")?;
+                self.fields[f] = Some(self.b.ins().load(types::I64, flags(), table, off));
+            }
+        }
+        if used_outputs.iter().any(|&u| u) {
+            let table = self.b.ins().load(types::I64, flags(), args, ARG_OUTPUTS);
+            for (o, _) in used_outputs.iter().enumerate().filter(|(_, &u)| u) {
+                let off = i32::try_from(o * 8).map_err(|_| "too many outputs")?;
+                self.outputs[o] = Some(self.b.ins().load(types::I64, flags(), table, off));
+            }
+        }
+        let reads_src = self.k.reads_role(Role::Src);
+        let cols = if reads_src { Some(self.b.ins().load(types::I64, flags(), args, ARG_COLS)) } else { None };
+        let edge_ids = if self.key.edge_ids && self.k.reads_role(Role::Edge) {
+            Some(self.b.ins().load(types::I64, flags(), args, ARG_EDGE_IDS))
+        } else {
+            None
+        };
+        for &bytes in self.scratch_bytes {
+            // Scratch sizes were capped at 1 MiB by the caller.
+            let size = u32::try_from(bytes.max(1)).map_err(|_| "scratch too large")?;
+            let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 4));
+            self.scratch.push(slot);
+        }
+
+        // for i in row_begin..row_end
+        let row_hdr = self.b.create_block();
+        let row_body = self.b.create_block();
+        let row_exit = self.b.create_block();
+        let i = self.b.append_block_param(row_hdr, types::I64);
+        self.b.ins().jump(row_hdr, &[BlockArg::Value(row_begin)]);
+        self.b.switch_to_block(row_hdr);
+        let more = self.b.ins().icmp(IntCC::UnsignedLessThan, i, row_end);
+        self.b.ins().brif(more, row_body, &[], row_exit, &[]);
+        self.b.seal_block(row_body);
+        self.b.seal_block(row_exit);
+
+        self.b.switch_to_block(row_body);
+        let off_addr = self.b.ins().ishl_imm_u(i, 3);
+        let off_addr = self.b.ins().iadd(offsets, off_addr);
+        let first = self.b.ins().load(types::I64, flags(), off_addr, 0);
+        let end = self.b.ins().load(types::I64, flags(), off_addr, 8);
+        let deg = self.b.ins().isub(end, first);
+        self.cur = Cursor { row: Some(i), deg: Some(deg), src: None, edge: None };
+        let k = self.k;
+        self.stmts(&k.init)?;
+
+        // for p in off[i]..off[i+1]
+        let edge_hdr = self.b.create_block();
+        let edge_body = self.b.create_block();
+        let edge_exit = self.b.create_block();
+        let p = self.b.append_block_param(edge_hdr, types::I64);
+        self.b.ins().jump(edge_hdr, &[BlockArg::Value(first)]);
+        self.b.switch_to_block(edge_hdr);
+        let more = self.b.ins().icmp(IntCC::UnsignedLessThan, p, end);
+        self.b.ins().brif(more, edge_body, &[], edge_exit, &[]);
+        self.b.seal_block(edge_body);
+        self.b.seal_block(edge_exit);
+
+        self.b.switch_to_block(edge_body);
+        if let Some(cols) = cols {
+            let a = self.b.ins().ishl_imm_u(p, 2);
+            let a = self.b.ins().iadd(cols, a);
+            let j = self.b.ins().uload32(flags(), a, 0);
+            self.cur.src = Some(j);
+        }
+        self.cur.edge = Some(match edge_ids {
+            Some(ids) => {
+                let a = self.b.ins().ishl_imm_u(p, 3);
+                let a = self.b.ins().iadd(ids, a);
+                self.b.ins().load(types::I64, flags(), a, 0)
+            }
+            None => p,
+        });
+        self.stmts(&k.body)?;
+        let p1 = self.b.ins().iadd_imm_s(p, 1);
+        self.b.ins().jump(edge_hdr, &[BlockArg::Value(p1)]);
+        self.b.seal_block(edge_hdr);
+
+        self.b.switch_to_block(edge_exit);
+        self.cur.src = None;
+        self.cur.edge = None;
+        self.stmts(&k.finish)?;
+        let i1 = self.b.ins().iadd_imm_s(i, 1);
+        self.b.ins().jump(row_hdr, &[BlockArg::Value(i1)]);
+        self.b.seal_block(row_hdr);
+
+        self.b.switch_to_block(row_exit);
+        self.b.ins().return_(&[]);
+        self.b.finalize(config);
+        Ok(())
+    }
+
+    fn stmts(&mut self, list: &[Stmt]) -> TResult<()> {
+        list.iter().try_for_each(|s| self.stmt(s))
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> TResult<()> {
+        match s {
+            Stmt::Set(v, inst) => {
+                let kind = self.kind(*v)?;
+                let value = self.inst(inst, kind)?;
+                let var = self.var(*v)?;
+                self.b.try_def_var(var, value).map_err(|e| format!("v{}: {e}", v.0))
+            }
+            Stmt::Store(addr, v) => {
+                if self.kind(*v)? != VarKind::Num {
+                    return Err(format!("store of boolean v{}", v.0));
+                }
+                let value = self.use_var(*v)?;
+                let a = self.addr(addr)?;
+                self.b.ins().store(flags(), value, a, 0);
+                Ok(())
+            }
+            Stmt::Loop { lane, width, body } => {
+                let n = self.width(*width)?;
+                self.feature_loop(*lane, n, body)
+            }
+        }
+    }
+
+    /// `for lane in 0..n { body }` as a header-style loop (straight-line
+    /// code when `n` is 0 or 1).
+    fn feature_loop(&mut self, lane: LoopVar, n: i64, body: &[Stmt]) -> TResult<()> {
+        let l = lane.0 as usize;
+        if l >= self.lanes.len() {
+            self.lanes.resize(l + 1, None);
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        if n == 1 {
+            let zero = self.b.ins().iconst(types::I64, 0);
+            let prev = self.lanes[l].replace(zero);
+            self.stmts(body)?;
+            self.lanes[l] = prev;
+            return Ok(());
+        }
+        let hdr = self.b.create_block();
+        let inner = self.b.create_block();
+        let exit = self.b.create_block();
+        let k = self.b.append_block_param(hdr, types::I64);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        self.b.ins().jump(hdr, &[BlockArg::Value(zero)]);
+        self.b.switch_to_block(hdr);
+        let more = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, k, n);
+        self.b.ins().brif(more, inner, &[], exit, &[]);
+        self.b.seal_block(inner);
+        self.b.seal_block(exit);
+
+        self.b.switch_to_block(inner);
+        let prev = self.lanes[l].replace(k);
+        self.stmts(body)?;
+        self.lanes[l] = prev;
+        let k1 = self.b.ins().iadd_imm_s(k, 1);
+        self.b.ins().jump(hdr, &[BlockArg::Value(k1)]);
+        self.b.seal_block(hdr);
+
+        self.b.switch_to_block(exit);
+        Ok(())
+    }
+
+    fn inst(&mut self, inst: &Inst, kind: VarKind) -> TResult<Value> {
+        use VarKind::{Bool, Num};
+        let want = |k: VarKind, what: &str| -> TResult<()> {
+            if k == kind {
+                Ok(())
+            } else {
+                Err(format!("{what} assigned to a {kind:?} variable"))
+            }
+        };
+        Ok(match inst {
+            Inst::Const(c) => match kind {
+                Num => self.fconst(*c),
+                Bool => self.b.ins().iconst(types::I8, i64::from(*c != 0.0)),
+            },
+            Inst::Load(a) => {
+                want(Num, "a load")?;
+                let a = self.addr(a)?;
+                self.b.ins().load(self.num, flags(), a, 0)
+            }
+            Inst::Copy(v) => {
+                want(self.kind(*v)?, "a copy")?;
+                self.use_var(*v)?
+            }
+            Inst::Degree => {
+                want(Num, "the degree")?;
+                let deg = self.cur.deg.ok_or("degree outside a row")?;
+                self.b.ins().fcvt_from_uint(self.num, deg)
+            }
+            Inst::Unary(UnOp::Not, v) => {
+                let vk = self.kind(*v)?;
+                want(vk, "not")?;
+                let x = self.use_var(*v)?;
+                match vk {
+                    Bool => self.b.ins().icmp_imm_u(IntCC::Equal, x, 0),
+                    // `not` of a number is the number (interp::apply_unary).
+                    Num => x,
+                }
+            }
+            Inst::Unary(u, v) => {
+                want(Num, "a unary operation")?;
+                let x = self.num_var(*v)?;
+                self.unary(*u, x)?
+            }
+            Inst::Binary(op @ (BinOp::And | BinOp::Or), x, y) => {
+                want(Bool, "and/or")?;
+                let (x, y) = (self.bool_var(*x)?, self.bool_var(*y)?);
+                if *op == BinOp::And {
+                    self.b.ins().band(x, y)
+                } else {
+                    self.b.ins().bor(x, y)
+                }
+            }
+            Inst::Binary(op, x, y) => {
+                want(Num, "a binary operation")?;
+                let (x, y) = (self.num_var(*x)?, self.num_var(*y)?);
+                self.binary(*op, x, y)
+            }
+            Inst::Powi(v, n) => {
+                want(Num, "powi")?;
+                let x = self.num_var(*v)?;
+                self.powi(x, *n)
+            }
+            Inst::Cmp(c, x, y) => {
+                want(Bool, "a comparison")?;
+                let (x, y) = (self.num_var(*x)?, self.num_var(*y)?);
+                let cc = match c {
+                    CmpOp::Lt => FloatCC::LessThan,
+                    CmpOp::Le => FloatCC::LessThanOrEqual,
+                    CmpOp::Gt => FloatCC::GreaterThan,
+                    CmpOp::Ge => FloatCC::GreaterThanOrEqual,
+                    CmpOp::Eq => FloatCC::Equal,
+                    // Unordered or unequal: Rust's `!=` is true for NaN.
+                    CmpOp::Ne => FloatCC::NotEqual,
+                };
+                self.b.ins().fcmp(cc, x, y)
+            }
+            Inst::Select(c, x, y) => {
+                want(self.kind(*x)?, "a select")?;
+                want(self.kind(*y)?, "a select")?;
+                let c = self.bool_var(*c)?;
+                let (x, y) = (self.use_var(*x)?, self.use_var(*y)?);
+                self.b.ins().select(c, x, y)
+            }
+        })
+    }
+
+    fn unary(&mut self, u: UnOp, x: Value) -> TResult<Value> {
+        let call = |t: &mut Self, f: Option<ir::FuncRef>, x: Value| -> TResult<Value> {
+            let f = f.ok_or("math function not declared")?;
+            let inst = t.b.ins().call(f, &[x]);
+            t.b.inst_results(inst).first().copied().ok_or_else(|| "math call has no result".into())
+        };
+        let math = self.math;
+        Ok(match u {
+            UnOp::Neg => self.b.ins().fneg(x),
+            UnOp::Abs => self.b.ins().fabs(x),
+            UnOp::Sqrt => self.b.ins().sqrt(x),
+            UnOp::Exp => call(self, math.exp, x)?,
+            UnOp::Ln => call(self, math.ln, x)?,
+            UnOp::Tanh => call(self, math.tanh, x)?,
+            UnOp::Sigmoid => {
+                // 1 / (1 + exp(-x)), in interp's order.
+                let n = self.b.ins().fneg(x);
+                let e = call(self, math.exp, n)?;
+                let one = self.fconst(1.0);
+                let d = self.b.ins().fadd(one, e);
+                self.b.ins().fdiv(one, d)
+            }
+            UnOp::Relu => {
+                // x if x > 0 else 0 (so NaN and -0 give +0).
+                let zero = self.fconst(0.0);
+                let pos = self.b.ins().fcmp(FloatCC::GreaterThan, x, zero);
+                self.b.ins().select(pos, x, zero)
+            }
+            UnOp::Not => x,
+        })
+    }
+
+    fn binary(&mut self, op: BinOp, x: Value, y: Value) -> Value {
+        match op {
+            BinOp::Add => self.b.ins().fadd(x, y),
+            BinOp::Sub => self.b.ins().fsub(x, y),
+            BinOp::Mul => self.b.ins().fmul(x, y),
+            BinOp::Div => self.b.ins().fdiv(x, y),
+            // Rust's f64::min/max: the ordinary comparison, and a NaN
+            // operand yields the other one.
+            BinOp::Min => self.min_max(FloatCC::LessThan, x, y),
+            BinOp::Max => self.min_max(FloatCC::GreaterThan, x, y),
+            BinOp::LeakyRelu => {
+                // x if x > 0 else slope * x.
+                let zero = self.fconst(0.0);
+                let pos = self.b.ins().fcmp(FloatCC::GreaterThan, x, zero);
+                let scaled = self.b.ins().fmul(y, x);
+                self.b.ins().select(pos, x, scaled)
+            }
+            // Booleans are handled by the caller.
+            BinOp::And | BinOp::Or => x,
+        }
+    }
+
+    /// `if x cc y { x } else { y }`, then `x` when `y` is NaN.
+    fn min_max(&mut self, cc: FloatCC, x: Value, y: Value) -> Value {
+        let take_x = self.b.ins().fcmp(cc, x, y);
+        let r = self.b.ins().select(take_x, x, y);
+        let y_nan = self.b.ins().fcmp(FloatCC::Unordered, y, y);
+        self.b.ins().select(y_nan, x, r)
+    }
+
+    /// `x.powi(n)` as compiler-rt's `__powidf2` computes it: square and
+    /// multiply over the bits of |n|, then the reciprocal for negative n.
+    fn powi(&mut self, x: Value, n: i32) -> Value {
+        let mut bits = n.unsigned_abs();
+        let mut a = x;
+        let mut r: Option<Value> = None;
+        loop {
+            if bits & 1 == 1 {
+                r = Some(match r {
+                    None => a,
+                    Some(r) => self.b.ins().fmul(r, a),
+                });
+            }
+            bits >>= 1;
+            if bits == 0 {
+                break;
+            }
+            a = self.b.ins().fmul(a, a);
+        }
+        let r = match r {
+            Some(r) => r,
+            None => self.fconst(1.0),
+        };
+        if n < 0 {
+            let one = self.fconst(1.0);
+            self.b.ins().fdiv(one, r)
+        } else {
+            r
+        }
+    }
+
+    fn fconst(&mut self, c: f64) -> Value {
+        match self.key.dtype {
+            DType::F32 => self.b.ins().f32const(c as f32),
+            DType::F64 => self.b.ins().f64const(c),
+        }
+    }
+
+    // --- addresses -------------------------------------------------------
+
+    fn addr(&mut self, a: &Addr) -> TResult<Value> {
+        match a {
+            Addr::Field { field, lanes } => {
+                let f = field.0 as usize;
+                let decl = self.k.fields.get(f).ok_or_else(|| format!("unknown field {f}"))?;
+                let base = self.fields.get(f).copied().flatten().ok_or_else(|| format!("field {} not loaded", decl.name))?;
+                let row = match decl.role {
+                    Role::Src => Some(self.cur.src.ok_or_else(|| format!("src.{} read outside the edge loop", decl.name))?),
+                    Role::Edge => Some(self.cur.edge.ok_or_else(|| format!("edge.{} read outside the edge loop", decl.name))?),
+                    Role::Dst => Some(self.cur.row.ok_or("row index missing")?),
+                    Role::Param => None,
+                };
+                let idx = self.index(decl.ty, row, lanes).map_err(|e| format!("{}.{}: {e}", decl.role.name(), decl.name))?;
+                Ok(self.element(base, idx))
+            }
+            Addr::Scratch { buf, lane } => {
+                let slot = *self.scratch.get(*buf as usize).ok_or_else(|| format!("unknown scratch{buf}"))?;
+                let base = self.b.ins().stack_addr(types::I64, slot, 0);
+                let idx = self.lane(*lane)?;
+                Ok(self.element(base, Some(idx)))
+            }
+            Addr::Output { out, lane } => {
+                let o = *out as usize;
+                let decl = self.k.outputs.get(o).ok_or_else(|| format!("unknown output {o}"))?;
+                let base = self.outputs.get(o).copied().flatten().ok_or_else(|| format!("output {} not loaded", decl.name))?;
+                let row = Some(self.cur.row.ok_or("row index missing")?);
+                let lanes: Vec<LoopVar> = lane.iter().copied().collect();
+                let idx = self.index(decl.ty, row, &lanes).map_err(|e| format!("output {}: {e}", decl.name))?;
+                Ok(self.element(base, idx))
+            }
+        }
+    }
+
+    /// The element index of `lanes` in row `row` of an array of `ty`
+    /// elements per row (`None`: index 0).
+    fn index(&mut self, ty: Type, row: Option<Value>, lanes: &[LoopVar]) -> TResult<Option<Value>> {
+        let (per_row, inner) = match (ty, lanes) {
+            (Type::Scalar, []) => (1, None),
+            (Type::Vector(w), [k]) => (self.width(w)?, Some(self.lane(*k)?)),
+            (Type::Matrix(r, c), [a, b]) => {
+                let cols = self.width(c)?;
+                let per_row = self.width(r)?.checked_mul(cols).ok_or("matrix too large")?;
+                let a = self.lane(*a)?;
+                let b = self.lane(*b)?;
+                let a = self.scale(a, cols);
+                (per_row, Some(self.b.ins().iadd(a, b)))
+            }
+            _ => return Err(format!("{} lane(s) for a {ty:?}", lanes.len())),
+        };
+        Ok(match (row, inner) {
+            (None, inner) => inner,
+            (Some(row), None) => Some(self.scale(row, per_row)),
+            (Some(row), Some(inner)) => {
+                let row = self.scale(row, per_row);
+                Some(self.b.ins().iadd(row, inner))
+            }
+        })
+    }
+
+    fn scale(&mut self, x: Value, by: i64) -> Value {
+        if by == 1 {
+            x
+        } else {
+            self.b.ins().imul_imm_s(x, by)
+        }
+    }
+
+    /// `base + idx * size`.
+    fn element(&mut self, base: Value, idx: Option<Value>) -> Value {
+        match idx {
+            None => base,
+            Some(idx) => {
+                let bytes = self.b.ins().ishl_imm_u(idx, self.shift);
+                self.b.ins().iadd(base, bytes)
+            }
+        }
+    }
+
+    // --- names -----------------------------------------------------------
+
+    fn width(&self, w: WidthId) -> TResult<i64> {
+        let n = self.key.widths.get(w.0 as usize).ok_or_else(|| format!("unknown width {}", w.0))?;
+        i64::try_from(*n).map_err(|_| format!("width {n} too large"))
+    }
+
+    fn lane(&self, l: LoopVar) -> TResult<Value> {
+        self.lanes.get(l.0 as usize).copied().flatten().ok_or_else(|| format!("k{} used outside its loop", l.0))
+    }
+
+    fn kind(&self, v: Var) -> TResult<VarKind> {
+        self.k.vars.get(v.0 as usize).copied().ok_or_else(|| format!("unknown variable v{}", v.0))
+    }
+
+    fn var(&self, v: Var) -> TResult<Variable> {
+        self.vars.get(v.0 as usize).copied().ok_or_else(|| format!("unknown variable v{}", v.0))
+    }
+
+    fn use_var(&mut self, v: Var) -> TResult<Value> {
+        let var = self.var(v)?;
+        self.b.try_use_var(var).map_err(|e| format!("v{}: {e}", v.0))
+    }
+
+    fn num_var(&mut self, v: Var) -> TResult<Value> {
+        match self.kind(v)? {
+            VarKind::Num => self.use_var(v),
+            VarKind::Bool => Err(format!("boolean v{} used as a number", v.0)),
+        }
+    }
+
+    fn bool_var(&mut self, v: Var) -> TResult<Value> {
+        match self.kind(v)? {
+            VarKind::Bool => self.use_var(v),
+            VarKind::Num => Err(format!("number v{} used as a boolean", v.0)),
+        }
+    }
+}
+
+/// Which fields and outputs `list` touches.
+fn mark_used(list: &[Stmt], fields: &mut [bool], outputs: &mut [bool]) -> TResult<()> {
+    let mut mark = |a: &Addr| -> TResult<()> {
+        match a {
+            Addr::Field { field, .. } => {
+                *fields.get_mut(field.0 as usize).ok_or_else(|| format!("unknown field {}", field.0))? = true
+            }
+            Addr::Output { out, .. } => *outputs.get_mut(*out as usize).ok_or_else(|| format!("unknown output {out}"))? = true,
+            Addr::Scratch { .. } => {}
+        }
+        Ok(())
+    };
+    fn walk(list: &[Stmt], mark: &mut dyn FnMut(&Addr) -> TResult<()>) -> TResult<()> {
+        for s in list {
+            match s {
+                Stmt::Set(_, Inst::Load(a)) | Stmt::Store(a, _) => mark(a)?,
+                Stmt::Loop { body, .. } => walk(body, mark)?,
+                Stmt::Set(..) => {}
+            }
+        }
+        Ok(())
+    }
+    walk(list, &mut mark)
+}

@@ -1,0 +1,73 @@
+//! `tigac compile` artifacts: the checked, lowered IR of one or more kernels,
+//! so the runtime can load and run them without the source.
+//!
+//! Format: JSON, `{"format": "tiga-artifact", "version": 1, "kernels": [..]}`
+//! where each kernel is the pipeline result (captured IR, lowered IR, pass
+//! records). Loading re-verifies every kernel, so a damaged or hand-edited
+//! artifact is refused with an error instead of reaching a back end.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use tiga_compiler::passes::Compiled;
+
+use crate::{Error, Kernel, Result};
+
+pub const FORMAT: &str = "tiga-artifact";
+pub const VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct ArtifactFile {
+    format: String,
+    version: u32,
+    kernels: Vec<Compiled>,
+}
+
+fn err(path: &Path, message: impl Into<String>) -> Error {
+    Error::Artifact { path: path.display().to_string(), message: message.into() }
+}
+
+/// Write kernels atomically: a temp file in the same folder, fsync, rename.
+pub fn save(path: &Path, kernels: &[&Kernel]) -> Result<()> {
+    let file = ArtifactFile {
+        format: FORMAT.into(),
+        version: VERSION,
+        kernels: kernels.iter().map(|k| k.compiled().clone()).collect(),
+    };
+    let text = serde_json::to_string(&file).map_err(|e| err(path, e.to_string()))?;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| err(path, format!("cannot create a temp file: {e}")))?;
+    tmp.write_all(text.as_bytes()).map_err(|e| err(path, e.to_string()))?;
+    tmp.as_file().sync_all().map_err(|e| err(path, e.to_string()))?;
+    tmp.persist(path).map_err(|e| err(path, e.to_string()))?;
+    Ok(())
+}
+
+/// Is this file an artifact (rather than kernel source)?
+pub fn looks_like_artifact(bytes: &[u8]) -> bool {
+    let head = String::from_utf8_lossy(&bytes[..bytes.len().min(64)]);
+    head.trim_start().starts_with('{') && head.contains(FORMAT)
+}
+
+pub fn load(path: &Path) -> Result<Vec<Kernel>> {
+    let text = std::fs::read_to_string(path).map_err(|e| err(path, e.to_string()))?;
+    parse(path, &text)
+}
+
+pub fn parse(path: &Path, text: &str) -> Result<Vec<Kernel>> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| err(path, format!("not valid JSON: {e}")))?;
+    let format = v.get("format").and_then(|f| f.as_str()).unwrap_or("");
+    if format != FORMAT {
+        return Err(err(path, format!("not a tiga artifact (format `{format}`)")));
+    }
+    let version = v.get("version").and_then(|f| f.as_u64()).unwrap_or(0);
+    if version != u64::from(VERSION) {
+        return Err(err(path, format!("artifact version {version}; this tiga reads version {VERSION}")));
+    }
+    let file: ArtifactFile = serde_json::from_value(v).map_err(|e| err(path, format!("malformed artifact: {e}")))?;
+    file.kernels
+        .into_iter()
+        .map(|c| Kernel::from_compiled(c).map_err(|e| err(path, format!("kernel fails verification: {e}"))))
+        .collect()
+}

@@ -1,0 +1,203 @@
+//! A kernel call: binding named fields to the kernel's declaration, checking
+//! every size, and running the JIT variant over row chunks in parallel.
+
+use std::collections::BTreeMap;
+
+use tiga_compiler::back::cranelift::RawArgs;
+use tiga_compiler::bind::{bind_shapes, output_shapes, Extents};
+use tiga_compiler::interp::{interpret, Array};
+use tiga_compiler::ir::{self, Role};
+use tiga_runtime::{Data, DType, Graph, Tensor, TensorView};
+
+use crate::{Error, Kernel, Result};
+
+pub(crate) fn ir_dtype(d: DType) -> ir::DType {
+    match d {
+        DType::F32 => ir::DType::F32,
+        DType::F64 => ir::DType::F64,
+    }
+}
+
+/// The fields and parameters of one call, by role and name.
+#[derive(Debug, Default, Clone)]
+pub struct Inputs<'a> {
+    fields: BTreeMap<(Role, String), TensorView<'a>>,
+}
+
+impl<'a> Inputs<'a> {
+    pub fn new() -> Inputs<'a> {
+        Inputs::default()
+    }
+    fn with(mut self, role: Role, name: &str, v: impl Into<TensorView<'a>>) -> Self {
+        self.fields.insert((role, name.to_string()), v.into());
+        self
+    }
+    /// A source-node field (`[num_src]` or `[num_src, F]`).
+    pub fn src(self, name: &str, v: impl Into<TensorView<'a>>) -> Self {
+        self.with(Role::Src, name, v)
+    }
+    /// A destination-node field (`[num_dst]` or `[num_dst, F]`).
+    pub fn dst(self, name: &str, v: impl Into<TensorView<'a>>) -> Self {
+        self.with(Role::Dst, name, v)
+    }
+    /// An edge field in the user's edge order (`[num_edges]` or `[num_edges, F]`).
+    pub fn edge(self, name: &str, v: impl Into<TensorView<'a>>) -> Self {
+        self.with(Role::Edge, name, v)
+    }
+    /// A parameter (`[]`/`[1]`, `[F]` or `[R, C]`).
+    pub fn param(self, name: &str, v: impl Into<TensorView<'a>>) -> Self {
+        self.with(Role::Param, name, v)
+    }
+    /// Add a field by role (for tools that read roles from flags).
+    pub fn with_role(self, role: Role, name: &str, v: impl Into<TensorView<'a>>) -> Self {
+        self.with(role, name, v)
+    }
+}
+
+/// A call's outputs, by name, in declaration order.
+#[derive(Debug, Clone)]
+pub struct Outputs {
+    pub items: Vec<(String, Tensor)>,
+}
+
+impl Outputs {
+    pub fn get(&self, name: &str) -> Option<&Tensor> {
+        self.items.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+    /// The only output, or the one named `out`.
+    pub fn out(&self) -> Option<&Tensor> {
+        self.get("out").or(if self.items.len() == 1 { self.items.first().map(|(_, t)| t) } else { None })
+    }
+}
+
+/// Fields in declaration order, checked against the kernel and the graph.
+pub(crate) struct Bound<'b, 'a> {
+    pub views: Vec<&'b TensorView<'a>>,
+    pub dtype: DType,
+    pub widths: Vec<usize>,
+    pub extents: Extents,
+}
+
+fn describe_missing(k: &ir::Kernel, i: usize, e: &Extents) -> String {
+    tiga_compiler::bind::expected_shape(k, i, e)
+}
+
+pub(crate) fn bind<'b, 'a>(k: &ir::Kernel, graph: &Graph, inputs: &'b Inputs<'a>) -> Result<Bound<'b, 'a>> {
+    let extents = Extents { num_src: graph.num_src(), num_dst: graph.num_dst(), num_edges: graph.num_edges() };
+    for (role, name) in inputs.fields.keys() {
+        if k.field_by_name(*role, name).is_none() {
+            let known: Vec<String> = k.fields.iter().filter(|f| f.role == *role).map(|f| f.name.clone()).collect();
+            let hint = if known.is_empty() {
+                format!(" (it has no {} fields)", role.name())
+            } else {
+                format!(" (its {} fields: {})", role.name(), known.join(", "))
+            };
+            return Err(Error::Bind(tiga_compiler::bind::BindError::UnknownField {
+                kernel: k.name.clone(),
+                role: role.name(),
+                name: name.clone(),
+                hint,
+            }));
+        }
+    }
+    let mut views = Vec::with_capacity(k.fields.len());
+    for (i, f) in k.fields.iter().enumerate() {
+        match inputs.fields.get(&(f.role, f.name.clone())) {
+            Some(v) => views.push(v),
+            None => {
+                return Err(Error::Bind(tiga_compiler::bind::BindError::MissingField {
+                    kernel: k.name.clone(),
+                    role: f.role.name(),
+                    name: f.name.clone(),
+                    expected: describe_missing(k, i, &extents),
+                }))
+            }
+        }
+    }
+    let dtype = views.first().map(|v| v.dtype()).unwrap_or(DType::F32);
+    for (f, v) in k.fields.iter().zip(&views) {
+        if v.dtype() != dtype {
+            return Err(Error::Call(format!(
+                "{} field `{}` is {}, but `{}` is {}: a call runs in one dtype, pass every field as f32 or every field as f64",
+                f.role.name(),
+                f.name,
+                v.dtype(),
+                k.fields[0].name,
+                dtype
+            )));
+        }
+    }
+    let shapes: Vec<&[usize]> = views.iter().map(|v| v.shape()).collect();
+    let widths = bind_shapes(k, &extents, &shapes)?;
+    Ok(Bound { views, dtype, widths, extents })
+}
+
+/// Raw pointers handed to compiled code. Rows are disjoint across chunks, so
+/// concurrent calls write disjoint output rows.
+struct SharedArgs(RawArgs);
+// SAFETY: the pointers stay valid for the whole parallel loop (they borrow
+// buffers owned by the caller's frame), inputs are only read, and each chunk
+// writes only its own output rows.
+unsafe impl Sync for SharedArgs {}
+unsafe impl Send for SharedArgs {}
+
+impl Kernel {
+    /// Run the kernel on `graph` with these fields. Returns the outputs in
+    /// the call's dtype.
+    pub fn run(&self, graph: &Graph, inputs: &Inputs<'_>) -> Result<Outputs> {
+        let b = bind(self.captured(), graph, inputs)?;
+        let (variant, _) = self.variant(b.dtype, &b.widths, graph.edge_ids().is_some())?;
+        let shapes = output_shapes(self.captured(), &b.extents, &b.widths);
+        let mut outs: Vec<Tensor> = shapes
+            .iter()
+            .map(|s| Tensor::zeros(b.dtype, s.clone()).map_err(|e| Error::Call(e.to_string())))
+            .collect::<Result<_>>()?;
+        let field_ptrs: Vec<*const u8> = b
+            .views
+            .iter()
+            .map(|v| match v.data() {
+                Data::F32(s) => s.as_ptr() as *const u8,
+                Data::F64(s) => s.as_ptr() as *const u8,
+            })
+            .collect();
+        let out_ptrs: Vec<*mut u8> = outs
+            .iter_mut()
+            .map(|t| match t.data_mut() {
+                tiga_runtime::DataMut::F32(s) => s.as_mut_ptr() as *mut u8,
+                tiga_runtime::DataMut::F64(s) => s.as_mut_ptr() as *mut u8,
+            })
+            .collect();
+        let args = SharedArgs(RawArgs {
+            offsets: graph.offsets().as_ptr(),
+            cols: graph.cols().as_ptr(),
+            edge_ids: graph.edge_ids().map(|e| e.as_ptr()).unwrap_or(std::ptr::null()),
+            fields: field_ptrs.as_ptr(),
+            outputs: out_ptrs.as_ptr(),
+        });
+        let args = &args;
+        tiga_runtime::for_each_row_chunk(graph.offsets(), |rows| {
+            // SAFETY: the variant was compiled for this kernel, dtype, widths
+            // and edge-order flag; `bind` checked every field's length against
+            // the graph, and the graph's CSR was validated when built.
+            unsafe { variant.run(&args.0, rows.start as u64..rows.end as u64) };
+        });
+        let names = self.captured().outputs.iter().map(|o| o.name.clone());
+        Ok(Outputs { items: names.zip(outs).collect() })
+    }
+
+    /// Run the f64 reference interpreter on the same call (slow; for tests
+    /// and for checking a result).
+    pub fn run_reference(&self, graph: &Graph, inputs: &Inputs<'_>) -> Result<Outputs> {
+        let b = bind(self.captured(), graph, inputs)?;
+        let (src, dst) = graph.coo_in_user_order();
+        let edges: Vec<(u32, u32)> = src.into_iter().zip(dst).collect();
+        let arrays: Vec<Array> = b.views.iter().map(|v| Array::new(v.shape().to_vec(), v.to_f64_vec())).collect();
+        let outs = interpret(self.captured(), graph.num_src(), graph.num_dst(), &edges, &arrays)?;
+        let names = self.captured().outputs.iter().map(|o| o.name.clone());
+        let tensors = outs
+            .into_iter()
+            .map(|a| Tensor::from_f64(a.shape, a.data).map_err(|e| Error::Call(e.to_string())))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Outputs { items: names.zip(tensors).collect() })
+    }
+}

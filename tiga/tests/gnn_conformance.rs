@@ -1,0 +1,156 @@
+//! Every kernel of examples/kernels/gnn.rs, through the macro path and
+//! through the kernel-file path, against the f64 reference interpreter, on
+//! graphs with empty rows, isolated nodes, self loops, multi-edges, a
+//! bipartite shape and a single node, in f32 and in f64.
+
+use tiga::compiler::ir::{Role, Type};
+use tiga::{Graph, Inputs, Kernel, Tensor};
+
+#[allow(clippy::all)]
+mod gnn {
+    use tiga::message_passing;
+    include!("../../examples/kernels/gnn.rs");
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn uniform(&mut self) -> f64 {
+        (self.next() % 1_000_000) as f64 / 500_000.0 - 1.0
+    }
+}
+
+/// Random graphs covering the shapes the issue names.
+fn graphs(rng: &mut Rng) -> Vec<(&'static str, Graph)> {
+    let mut out = Vec::new();
+    let random = |ns: usize, nd: usize, ne: usize, rng: &mut Rng| {
+        let mut src = Vec::new();
+        let mut dst = Vec::new();
+        for _ in 0..ne {
+            src.push((rng.next() % ns as u64) as u32);
+            // Skip the last destination so some rows are empty.
+            dst.push((rng.next() % (nd as u64 - 1).max(1)) as u32);
+        }
+        if ne > 2 {
+            src.push(src[0]);
+            dst.push(dst[0]); // multi-edge
+            src.push(0);
+            dst.push(0); // self loop
+        }
+        Graph::from_edges(ns, nd, &src, &dst).expect("valid graph")
+    };
+    out.push(("random", random(40, 40, 160, rng)));
+    out.push(("sparse-with-isolated", random(50, 50, 30, rng)));
+    out.push(("bipartite", random(13, 29, 70, rng)));
+    out.push(("one-node", Graph::from_edges(1, 1, &[0, 0], &[0, 0]).expect("valid")));
+    out.push(("one-node-empty", Graph::from_edges(1, 1, &[], &[]).expect("valid")));
+    out.push(("stencil", Graph::stencil_2d_4(5, 7).expect("valid")));
+    out
+}
+
+fn make_fields(k: &Kernel, g: &Graph, f: usize, rng: &mut Rng) -> Vec<(Role, String, Vec<usize>, Vec<f64>)> {
+    k.fields()
+        .iter()
+        .map(|fd| {
+            let rows = match fd.role {
+                Role::Src => Some(g.num_src()),
+                Role::Dst => Some(g.num_dst()),
+                Role::Edge => Some(g.num_edges()),
+                Role::Param => None,
+            };
+            let shape = match (rows, fd.ty) {
+                (Some(n), Type::Scalar) => vec![n],
+                (Some(n), _) => vec![n, f],
+                (None, Type::Scalar) => vec![1],
+                (None, Type::Vector(_)) => vec![f],
+                (None, _) => vec![f, f],
+            };
+            let len = shape.iter().product();
+            (fd.role, fd.name.clone(), shape, (0..len).map(|_| rng.uniform()).collect())
+        })
+        .collect()
+}
+
+fn check(k: &Kernel, g: &Graph, gname: &str, rng: &mut Rng) {
+    for f in [1usize, 3, 8] {
+        let fields = make_fields(k, g, f, rng);
+        for dtype in ["f32", "f64"] {
+            let tensors: Vec<Tensor> = fields
+                .iter()
+                .map(|(_, _, shape, data)| match dtype {
+                    "f32" => Tensor::from_f32(shape.clone(), data.iter().map(|&x| x as f32).collect()).expect("shape"),
+                    _ => Tensor::from_f64(shape.clone(), data.clone()).expect("shape"),
+                })
+                .collect();
+            let mut inputs = Inputs::new();
+            for ((role, name, _, _), t) in fields.iter().zip(&tensors) {
+                inputs = inputs.with_role(*role, name, t);
+            }
+            let got = k.run(g, &inputs).expect("jit run");
+            let want = k.run_reference(g, &inputs).expect("reference run");
+            let tol = if dtype == "f32" { 1e-5 } else { 1e-12 };
+            for ((name, a), (_, b)) in got.items.iter().zip(&want.items) {
+                assert_eq!(a.shape(), b.shape(), "{} {name}", k.name());
+                for (x, y) in a.to_f64_vec().iter().zip(b.to_f64_vec()) {
+                    assert!(
+                        (x - y).abs() <= tol * y.abs().max(1.0),
+                        "{} on {gname}, F={f}, {dtype}: output {name}: got {x}, reference {y}",
+                        k.name()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn macro_kernels_match_reference() {
+    let kernels: Vec<&Kernel> = vec![
+        gnn::NeighborSum::kernel(),
+        gnn::Smoothing::kernel(),
+        gnn::VecSum::kernel(),
+        gnn::GcnNorm::kernel(),
+        gnn::SageMean::kernel(),
+        gnn::MaxPool::kernel(),
+        gnn::GinSum::kernel(),
+        gnn::GatAttention::kernel(),
+        gnn::Top2Sum::kernel(),
+        gnn::EdgeGate::kernel(),
+    ];
+    let mut rng = Rng(0x5eed_1234_abcd);
+    for (gname, g) in graphs(&mut rng) {
+        for k in &kernels {
+            check(k, &g, gname, &mut rng);
+        }
+    }
+}
+
+#[test]
+fn kernel_file_path_matches_reference() {
+    let src = include_str!("../../examples/kernels/gnn.rs");
+    let kernels = Kernel::all_from_source(src).expect("kernel file compiles");
+    assert_eq!(kernels.len(), 10);
+    let mut rng = Rng(0xfeed_beef_0042);
+    for (gname, g) in graphs(&mut rng).into_iter().take(3) {
+        for k in &kernels {
+            check(k, &g, gname, &mut rng);
+        }
+    }
+}
+
+#[test]
+fn oracle_functions_agree_with_closed_form() {
+    // The user's functions stay ordinary Rust: call them directly.
+    use tiga::lang::Vector;
+    let src = gnn::GcnNorm::Src { h: Vector::new(vec![1.0, 2.0]), cs: 0.5 };
+    let e = gnn::GcnNorm::Edge { w: 4.0 };
+    assert_eq!(gnn::GcnNorm::edge(&src, &e), Vector::new(vec![2.0, 4.0]));
+    let s = gnn::Top2Sum::combine((5.0, 1.0), (3.0, 2.0));
+    assert_eq!(s, (5.0, 3.0));
+    assert_eq!(gnn::Top2Sum::finalize(s), 8.0);
+}
