@@ -1,1 +1,137 @@
-fn main() {}
+//! `tigac`: tiga's command line.
+//!
+//! Three commands cover the life of a kernel outside a Rust build:
+//! `compile` checks and lowers a kernel file into an artifact (and can dump
+//! each stage as text), `explain` says what the compiler did, and `run`
+//! executes a kernel on a graph file with `.npy` fields.
+//!
+//! This file only parses flags (clap; usage errors exit 2) and reports
+//! failures: every command returns a [`report::Failure`] on bad input,
+//! printed to stderr with exit status 1, so no user mistake reaches a panic.
+
+mod compile;
+mod explain;
+mod inputs;
+mod report;
+mod run;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use tiga::compiler::ir::Role;
+
+use crate::inputs::{parse_binding, parse_out, Binding, OutSpec};
+
+#[derive(Parser, Debug)]
+#[command(name = "tigac", version, about = "tiga's ahead-of-time compiler for message-passing graph kernels")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Check and lower a kernel file into an artifact that `run` and `explain` load without the source.
+    Compile(CompileArgs),
+    /// Print what the compiler did to a kernel: reducer class, fusion, every pass and the loop nest.
+    Explain(ExplainArgs),
+    /// Run a kernel on a graph file with .npy fields and write its outputs as .npy.
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug)]
+struct CompileArgs {
+    /// Kernel file (Rust source with `#[message_passing]` modules).
+    file: PathBuf,
+    /// Put only this kernel in the artifact (default: every kernel of the file).
+    #[arg(long, value_name = "NAME")]
+    kernel: Option<String>,
+    /// Also write these stages as text next to the artifact: <OUT stem>.<Kernel>.<stage>.txt.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "STAGES")]
+    emit: Vec<compile::Stage>,
+    /// The artifact to write (default: <file stem>.tiga in the current directory).
+    #[arg(short = 'o', long = "out", value_name = "OUT")]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct ExplainArgs {
+    /// Kernel file or `tigac compile` artifact (recognised by content).
+    file: PathBuf,
+    /// Explain only this kernel (default: every kernel).
+    #[arg(long, value_name = "NAME")]
+    kernel: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Kernel file or `tigac compile` artifact (recognised by content).
+    file: PathBuf,
+    /// The kernel to run.
+    #[arg(long, value_name = "NAME")]
+    kernel: String,
+    /// Graph: a SNAP-style edge list (`src dst` per line), or Matrix Market if it ends in .mtx.
+    #[arg(long, value_name = "GRAPH")]
+    graph: PathBuf,
+    /// Node count of an edge-list graph (default: largest id + 1).
+    #[arg(long, value_name = "N")]
+    num_nodes: Option<usize>,
+    /// A source-node field: NAME=FILE.npy, shape [N] or [N, F].
+    #[arg(long = "src", value_name = "NAME=FILE.npy", value_parser = parse_binding)]
+    src: Vec<Binding>,
+    /// A destination-node field: NAME=FILE.npy, shape [N] or [N, F].
+    #[arg(long = "dst", value_name = "NAME=FILE.npy", value_parser = parse_binding)]
+    dst: Vec<Binding>,
+    /// An edge field in the graph file's edge order: NAME=FILE.npy, shape [E] or [E, F].
+    #[arg(long = "edge", value_name = "NAME=FILE.npy", value_parser = parse_binding)]
+    edge: Vec<Binding>,
+    /// A parameter: NAME=FILE.npy, shape [] or [1], [F], or [R, C].
+    #[arg(long = "param", value_name = "NAME=FILE.npy", value_parser = parse_binding)]
+    param: Vec<Binding>,
+    /// Output file: FILE.npy for a kernel with one output, NAME=FILE.npy for each of several.
+    #[arg(long = "out", value_name = "[NAME=]FILE.npy", value_parser = parse_out, required = true)]
+    out: Vec<OutSpec>,
+    /// Run the kernel this many times.
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+    /// Print one JSON line on stdout: {"compile_ms", "run_ms_median", "runs"}.
+    #[arg(long)]
+    timing: bool,
+}
+
+fn dispatch(command: Command) -> Result<(), report::Failure> {
+    match command {
+        Command::Compile(a) => compile::compile(&a.file, a.kernel.as_deref(), &a.emit, a.out.as_deref()),
+        Command::Explain(a) => explain::explain(&a.file, a.kernel.as_deref()),
+        Command::Run(a) => {
+            let fields = [(Role::Src, a.src), (Role::Dst, a.dst), (Role::Edge, a.edge), (Role::Param, a.param)]
+                .into_iter()
+                .flat_map(|(role, bs)| bs.into_iter().map(move |b| (role, b)))
+                .collect();
+            run::run(&run::RunRequest {
+                file: a.file,
+                kernel: a.kernel,
+                graph: a.graph,
+                num_nodes: a.num_nodes,
+                fields,
+                outs: a.out,
+                repeat: a.repeat as usize,
+                timing: a.timing,
+            })
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "{f}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -247,7 +247,7 @@ fn decl_text(d: &DeclType) -> String {
 
 impl Body<'_, '_> {
     fn bind(&mut self, name: String, v: Val) {
-        if name == "_" || name.starts_with('_') && name.len() > 1 && false {
+        if name == "_" {
             return;
         }
         if let Some(s) = self.scopes.last_mut() {
@@ -311,6 +311,8 @@ impl Body<'_, '_> {
                 syn::Stmt::Local(l) => self.lower_let(l)?,
                 syn::Stmt::Expr(e, None) if i + 1 == n => return self.lower_expr(e),
                 syn::Stmt::Expr(e, _) => {
+                    // A construct outside the language reports its own error first.
+                    self.lower_expr(e)?;
                     return Err(FrontError::at(e, "only `let` bindings and a final expression are allowed in a kernel function"));
                 }
                 syn::Stmt::Item(it) => return Err(FrontError::at(it, "items inside kernel functions are not supported")),

@@ -75,6 +75,8 @@ struct Reduce {
     kind: ReducerKind,
     declared: Properties,
     span: ir::Span,
+    /// The reducer expression, for errors about it.
+    at: proc_macro2::Span,
 }
 
 fn parse_reduce(args: TokenStream, module: &syn::ItemMod) -> FrontResult<Reduce> {
@@ -132,7 +134,7 @@ fn parse_reduce(args: TokenStream, module: &syn::ItemMod) -> FrontResult<Reduce>
                 }
             }
         }
-        reduce = Some(Reduce { kind, declared, span: span_of(node) });
+        reduce = Some(Reduce { kind, declared, span: span_of(node), at: node.span() });
     }
     reduce.ok_or_else(|| {
         FrontError::at(&module.ident, "missing reducer: write `#[message_passing(reduce = sum)]` (or mean, max, min, prod, softmax, monoid(..))")
@@ -258,7 +260,7 @@ pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<K
         ReducerKind::Softmax => {
             if msg_types.len() != 2 || msg_types[0] != ir::Type::Scalar || !msg_types[1].is_numeric() {
                 return Err(FrontError::new(
-                    edge_fn.sig.output.span(),
+                    ret_span(edge_fn),
                     "`reduce = softmax` needs `edge` to return (score, value): a scalar score and a scalar or vector value",
                 ));
             }
@@ -266,7 +268,7 @@ pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<K
         ReducerKind::Monoid => {
             if !reduce.declared.associative {
                 return Err(FrontError::new(
-                    module.attrs.iter().find(|a| is_message_passing_attr(a)).map(|a| a.span()).unwrap_or(module.ident.span()),
+                    reduce.at,
                     "the monoid is not declared associative: tiga splits and folds rows in any grouping, so `combine` must be associative; declare `reduce = monoid(associative, ..)` if it is",
                 ));
             }
@@ -276,8 +278,8 @@ pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<K
             let identity = cx.lower_fn(id_fn, expr::FnKind::Identity, &[])?;
             let state = identity.output_types();
             if !cx.types_compatible(&state, &msg_types) {
-                return Err(FrontError::at(
-                    &edge_fn.sig.output,
+                return Err(FrontError::new(
+                    ret_span(edge_fn),
                     format!(
                         "the edge's message ({}) must have the monoid state's type ({})",
                         cx.types_text(&msg_types),
@@ -287,7 +289,7 @@ pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<K
             }
             let combine = cx.lower_fn(comb_fn, expr::FnKind::Combine, &state)?;
             if !cx.types_compatible(&combine.output_types(), &state) {
-                return Err(FrontError::at(&comb_fn.sig.output, "`combine` must return the state's type (the type `identity` returns)"));
+                return Err(FrontError::new(ret_span(comb_fn), "`combine` must return the state's type (the type `identity` returns)"));
             }
             let finalize = match items.fns.get("finalize") {
                 Some(f) => Some(cx.lower_fn(f, expr::FnKind::Finalize, &state)?),
@@ -300,7 +302,7 @@ pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<K
         _ => {
             for t in &msg_types {
                 if !t.is_numeric() || matches!(t, ir::Type::Matrix(..)) {
-                    return Err(FrontError::at(&edge_fn.sig.output, "a message is scalars and vectors (a tuple of them for several)"));
+                    return Err(FrontError::new(ret_span(edge_fn), "a message is scalars and vectors (a tuple of them for several)"));
                 }
             }
         }
@@ -336,7 +338,7 @@ pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<K
     };
     for t in &out_types {
         if !t.is_numeric() || matches!(t, ir::Type::Matrix(..)) {
-            let at = items.fns.get("node").map(|f| f.sig.output.span()).unwrap_or(edge_fn.sig.output.span());
+            let at = items.fns.get("node").map(|f| ret_span(f)).unwrap_or(ret_span(edge_fn));
             return Err(FrontError::new(at, "kernel outputs are scalars or vectors"));
         }
     }
@@ -395,3 +397,12 @@ pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<K
     Ok(kernel)
 }
 
+
+/// Where a function's return type is written (not the `->`), so carets land
+/// under the type.
+fn ret_span(f: &syn::ItemFn) -> proc_macro2::Span {
+    match &f.sig.output {
+        syn::ReturnType::Type(_, ty) => ty.span(),
+        syn::ReturnType::Default => f.sig.ident.span(),
+    }
+}

@@ -13,6 +13,9 @@
 //! place when no later loop reads the old value; otherwise through a scratch
 //! copy.
 
+// Values are indexed by position in several side tables at once.
+#![allow(clippy::needless_range_loop)]
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Addr, Inst, LoopKernel, LoopVar, Stmt, Var, VarKind};

@@ -48,13 +48,16 @@
 //!
 //! # Translation
 //!
-//! One [`translate::Translator`] owns the `FunctionBuilder`: loop IR
+//! One `Translator` (module `translate`) owns the `FunctionBuilder`: loop IR
 //! variables become Cranelift `Variable`s (the dtype's float type, or `i8`
 //! for booleans), every loop (rows, edges, features) is a header block with
 //! the counter as block parameter (`brif i < end, body, exit`), and every
 //! address is 64-bit integer arithmetic on the base pointers loaded once in
 //! the entry block. `exp`, `ln` and `tanh` call Rust functions registered as
-//! JIT symbols ([`math`]); everything else is inline.
+//! JIT symbols (module `math`); everything else is inline. Min and max
+//! follow Rust's `f64::min`/`max` (a NaN operand yields the other one),
+//! `powi` multiplies as compiler-rt's `__powidf2` does, and booleans are
+//! `i8` 0/1.
 
 mod math;
 mod translate;

@@ -30,7 +30,7 @@
 //! triggers one; hand-built kernels may.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{self, types, BlockArg, InstBuilder, MemFlagsData, StackSlot, StackSlotData, StackSlotKind, Value};
+use cranelift_codegen::ir::{self, types, BlockArg, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Value};
 use cranelift_codegen::isa::TargetFrontendConfig;
 use cranelift_frontend::{FunctionBuilder, Variable};
 
@@ -86,9 +86,10 @@ pub(super) struct Translator<'a> {
     shift: i64,
     math: MathRefs,
     vars: Vec<Variable>,
-    /// Scratch byte sizes, then their slots.
+    /// Scratch byte sizes, then their base addresses (taken once, in the
+    /// entry block).
     scratch_bytes: &'a [u64],
-    scratch: Vec<StackSlot>,
+    scratch: Vec<Value>,
     /// Base pointers, loaded in the entry block when used.
     fields: Vec<Option<Value>>,
     outputs: Vec<Option<Value>>,
@@ -178,7 +179,8 @@ impl<'a> Translator<'a> {
             // Scratch sizes were capped at 1 MiB by the caller.
             let size = u32::try_from(bytes.max(1)).map_err(|_| "scratch too large")?;
             let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 4));
-            self.scratch.push(slot);
+            let base = self.b.ins().stack_addr(types::I64, slot, 0);
+            self.scratch.push(base);
         }
 
         // for i in row_begin..row_end
@@ -522,8 +524,7 @@ impl<'a> Translator<'a> {
                 Ok(self.element(base, idx))
             }
             Addr::Scratch { buf, lane } => {
-                let slot = *self.scratch.get(*buf as usize).ok_or_else(|| format!("unknown scratch{buf}"))?;
-                let base = self.b.ins().stack_addr(types::I64, slot, 0);
+                let base = *self.scratch.get(*buf as usize).ok_or_else(|| format!("unknown scratch{buf}"))?;
                 let idx = self.lane(*lane)?;
                 Ok(self.element(base, Some(idx)))
             }

@@ -1,0 +1,144 @@
+//! `tigac compile`: a kernel file to an artifact, plus optional text dumps.
+//!
+//! The artifact holds each kernel's checked, lowered IR (see
+//! `tiga::artifact`), so `tigac run` and `tigac explain` work where the
+//! source is not shipped, and a front-end or pass error surfaces at compile
+//! time rather than at the first run. Machine code is not stored: variants
+//! depend on the widths and dtype of a call and on the host ISA, so they are
+//! JIT-compiled when run. `--emit clif,asm` therefore shows one
+//! representative variant (f32, every width 16), labelled as such.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use tiga::compiler::back::cranelift::{compile as compile_variant, VariantKey};
+use tiga::compiler::ir::{DType, Role};
+use tiga::Kernel;
+
+use crate::inputs::load_kernels;
+use crate::report::Failure;
+
+/// The width every vector symbol gets in `--emit clif,asm`.
+pub const EMIT_WIDTH: usize = 16;
+
+/// A text stage `--emit` can write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Stage {
+    /// The IR after each pass.
+    Ir,
+    /// The scheduled loop nest.
+    Loop,
+    /// Cranelift IR of one variant (f32, widths 16).
+    Clif,
+    /// Machine code listing of the same variant.
+    Asm,
+}
+
+impl Stage {
+    fn suffix(self) -> &'static str {
+        match self {
+            Stage::Ir => "ir",
+            Stage::Loop => "loop",
+            Stage::Clif => "clif",
+            Stage::Asm => "asm",
+        }
+    }
+}
+
+/// `<stem>.tiga` in the current directory.
+fn default_out(file: &Path) -> PathBuf {
+    let stem = file.file_stem().map(|s| s.to_os_string()).unwrap_or_else(|| "kernels".into());
+    let mut name = stem;
+    name.push(".tiga");
+    PathBuf::from(name)
+}
+
+pub fn compile(file: &Path, kernel: Option<&str>, emit: &[Stage], out: Option<&Path>) -> Result<(), Failure> {
+    let kernels = load_kernels(file, kernel)?;
+    let out = out.map(Path::to_path_buf).unwrap_or_else(|| default_out(file));
+    let refs: Vec<&Kernel> = kernels.iter().collect();
+    tiga::artifact::save(&out, &refs).map_err(|e| Failure::new(e.to_string()))?;
+    let names: Vec<&str> = kernels.iter().map(|k| k.name()).collect();
+    let mut written = vec![format!("wrote {} ({})", out.display(), names.join(", "))];
+
+    let mut stages: Vec<Stage> = Vec::new();
+    for s in emit {
+        if !stages.contains(s) {
+            stages.push(*s);
+        }
+    }
+    let stem = out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
+    for k in &kernels {
+        for &stage in &stages {
+            let text = stage_text(k, stage)?;
+            let path = out.with_file_name(format!("{stem}.{}.{}.txt", k.name(), stage.suffix()));
+            write_atomic(&path, text.as_bytes())?;
+            written.push(format!("wrote {}", path.display()));
+        }
+    }
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{}", written.join("\n"));
+    Ok(())
+}
+
+fn stage_text(k: &Kernel, stage: Stage) -> Result<String, Failure> {
+    match stage {
+        Stage::Ir => {
+            let mut s = format!(";; kernel {}: IR after each pass, in pipeline order\n", k.name());
+            for p in &k.compiled().passes {
+                s.push_str(&format!("\n;; after {}\n", p.name));
+                s.push_str(&p.ir_after);
+                if !p.ir_after.ends_with('\n') {
+                    s.push('\n');
+                }
+            }
+            Ok(s)
+        }
+        Stage::Loop => Ok(format!(";; kernel {}: scheduled loop nest\n{}\n", k.name(), k.loop_kernel())),
+        Stage::Clif | Stage::Asm => {
+            let lk = k.loop_kernel();
+            let edge_ids = lk.reads_role(Role::Edge);
+            let key = VariantKey {
+                kernel: format!("{}#emit", k.name()),
+                dtype: DType::F32,
+                widths: vec![EMIT_WIDTH; lk.widths.len()],
+                edge_ids,
+            };
+            let v = compile_variant(lk, &key)
+                .map_err(|e| Failure::new(format!("kernel `{}`: cannot compile the f32 variant: {e}", k.name())))?;
+            let widths: Vec<String> = lk.widths.iter().map(|w| format!("{} = {EMIT_WIDTH}", w.name)).collect();
+            let isa = tiga::compiler::back::cranelift::host_isa_name().unwrap_or_else(|e| e.to_string());
+            let header = format!(
+                ";; kernel {}: {} of the variant dtype f32, widths {}, edge order {}; host ISA {isa}\n\
+                 ;; (real runs compile one variant per call's dtype and widths)\n",
+                k.name(),
+                if stage == Stage::Clif { "Cranelift IR (before optimization)" } else { "machine code (VCode listing)" },
+                if widths.is_empty() { "none (scalar kernel)".to_string() } else { widths.join(", ") },
+                if edge_ids { "permuted (edge fields read through edge_ids)" } else { "identity" },
+            );
+            let body = match stage {
+                Stage::Clif => v.clif.clone(),
+                _ => v.asm.clone().unwrap_or_else(|| ";; no machine code listing: Cranelift did not produce one\n".into()),
+            };
+            Ok(header + &body)
+        }
+    }
+}
+
+/// Write a file so that readers see the old content or the new, never a
+/// torn one: a temp file in the same folder, fsync, rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
+    let fail = |e: &dyn std::fmt::Display| Failure::new(format!("cannot write {}: {e}", path.display()));
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| fail(&e))?;
+    tmp.write_all(bytes).map_err(|e| fail(&e))?;
+    // Temp files are created owner-only; give the result the usual mode.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let _ = tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    tmp.as_file().sync_all().map_err(|e| fail(&e))?;
+    tmp.persist(path).map_err(|e| fail(&e.error))?;
+    Ok(())
+}

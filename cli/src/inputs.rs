@@ -1,0 +1,219 @@
+//! Everything `tigac` reads from disk: kernel files or artifacts, graphs,
+//! `.npy` fields.
+//!
+//! Each loader turns the library's error into a [`Failure`] that says which
+//! file (and, for fields, which kernel field) it concerns, so a user with
+//! six `--src` flags knows which one is wrong. The library functions already
+//! refuse bad input by value (no panics); this module only adds context and
+//! the few CLI conventions (format chosen by content or extension,
+//! `NAME=FILE` flags).
+
+use std::path::{Path, PathBuf};
+
+use tiga::compiler::front::parse_kernel_file;
+use tiga::compiler::ir::Role;
+use tiga::compiler::passes::PassError;
+use tiga::{DType, Graph, Kernel, NpyError, Tensor};
+
+use crate::report::Failure;
+
+/// A `NAME=FILE` flag value (`--src`, `--dst`, `--edge`, `--param`).
+#[derive(Clone, Debug)]
+pub struct Binding {
+    pub name: String,
+    pub path: PathBuf,
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_alphabetic() || c == '_') && chars.all(|c| c.is_alphanumeric() || c == '_')
+}
+
+/// clap value parser for `NAME=FILE.npy`.
+pub fn parse_binding(s: &str) -> Result<Binding, String> {
+    match s.split_once('=') {
+        Some((name, path)) if is_identifier(name) && !path.is_empty() => {
+            Ok(Binding { name: name.to_string(), path: PathBuf::from(path) })
+        }
+        Some((name, _)) if !is_identifier(name) => {
+            Err(format!("`{name}` is not a field name; expected NAME=FILE.npy, e.g. `x=x.npy`"))
+        }
+        Some(_) => Err(format!("`{s}` names no file; expected NAME=FILE.npy, e.g. `x=x.npy`")),
+        None => Err(format!("expected NAME=FILE.npy (a field name, `=`, a .npy file), e.g. `x=x.npy`; got `{s}`")),
+    }
+}
+
+/// An `--out` value: `FILE.npy`, or `NAME=FILE.npy` for one of several outputs.
+#[derive(Clone, Debug)]
+pub struct OutSpec {
+    pub name: Option<String>,
+    pub path: PathBuf,
+}
+
+/// clap value parser for `--out`.
+pub fn parse_out(s: &str) -> Result<OutSpec, String> {
+    if s.is_empty() {
+        return Err("expected FILE.npy or NAME=FILE.npy".into());
+    }
+    match s.split_once('=') {
+        Some((name, path)) if is_identifier(name) => {
+            if path.is_empty() {
+                return Err(format!("`{s}` names no file; expected NAME=FILE.npy"));
+            }
+            Ok(OutSpec { name: Some(name.to_string()), path: PathBuf::from(path) })
+        }
+        _ => Ok(OutSpec { name: None, path: PathBuf::from(s) }),
+    }
+}
+
+fn list(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// Kernels read from a kernel file or a `tigac compile` artifact (told apart
+/// by content, not extension). With `only`, just that kernel (an unknown
+/// name lists the available ones); otherwise every kernel in the file.
+///
+/// From source, only the selected kernels go through the passes, so one
+/// kernel can be run while another in the same file is still being written.
+pub fn load_kernels(path: &Path, only: Option<&str>) -> Result<Vec<Kernel>, Failure> {
+    let bytes = std::fs::read(path).map_err(|e| Failure::new(format!("cannot read {}: {e}", path.display())))?;
+    if tiga::artifact::looks_like_artifact(&bytes) {
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|_| Failure::new(format!("artifact {}: not valid UTF-8", path.display())))?;
+        let all = tiga::artifact::parse(path, text).map_err(|e| Failure::new(e.to_string()))?;
+        let names: Vec<String> = all.iter().map(|k| k.name().to_string()).collect();
+        return match only {
+            None => Ok(all),
+            Some(name) => match all.into_iter().find(|k| k.name() == name) {
+                Some(k) => Ok(vec![k]),
+                None => Err(unknown_kernel(path, name, &names)),
+            },
+        };
+    }
+    let source = String::from_utf8(bytes).map_err(|e| {
+        Failure::new(format!(
+            "{}: not a tiga artifact, and not valid UTF-8 kernel source (invalid byte at offset {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
+    let captured =
+        parse_kernel_file(&source).map_err(|e| Failure::at_source(path, &source, e.line, e.col, &e.message))?;
+    if captured.is_empty() {
+        return Err(Failure::new(format!(
+            "{}: no kernels found (a kernel is a module marked `#[message_passing(reduce = ...)]`)",
+            path.display()
+        )));
+    }
+    let names: Vec<String> = captured.iter().map(|k| k.name.clone()).collect();
+    let selected: Vec<_> = match only {
+        None => captured,
+        Some(name) => {
+            let one: Vec<_> = captured.into_iter().filter(|k| k.name == name).collect();
+            if one.is_empty() {
+                return Err(unknown_kernel(path, name, &names));
+            }
+            one
+        }
+    };
+    selected
+        .into_iter()
+        .map(|ir| {
+            let kname = ir.name.clone();
+            Kernel::from_ir(ir).map_err(|e| match e {
+                tiga::Error::Front(f) => Failure::at_source(path, &source, f.line, f.col, &f.message),
+                tiga::Error::Pass(PassError::Refused { message, span: Some(sp), .. }) => {
+                    Failure::at_source(path, &source, sp.line, sp.col, &format!("kernel `{kname}`: {message}"))
+                }
+                other => Failure::new(format!("{}: kernel `{kname}`: {other}", path.display())),
+            })
+        })
+        .collect()
+}
+
+fn unknown_kernel(path: &Path, name: &str, names: &[String]) -> Failure {
+    Failure::new(format!(
+        "no kernel named `{name}` in {}; available kernels: {}",
+        path.display(),
+        list(names)
+    ))
+}
+
+/// A graph file: Matrix Market when the extension is `.mtx`, otherwise a
+/// SNAP-style text edge list. Edge order (for edge fields) is the order of
+/// the entries in the file. `num_nodes` sizes an edge list (default: the
+/// largest id + 1); a `.mtx` declares its own size, which must then agree.
+pub fn load_graph(path: &Path, num_nodes: Option<usize>) -> Result<Graph, Failure> {
+    let is_mtx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("mtx"));
+    if !is_mtx {
+        return tiga::read_edge_list(path, num_nodes).map_err(|e| Failure::new(e.to_string()));
+    }
+    let (graph, _values) = tiga::read_matrix_market(path).map_err(|e| Failure::new(e.to_string()))?;
+    if let Some(n) = num_nodes {
+        if graph.num_src() != n || graph.num_dst() != n {
+            return Err(Failure::new(format!(
+                "--num-nodes {n} does not match {}, which declares a {} x {} matrix ({} destination rows, {} source columns)",
+                path.display(),
+                graph.num_dst(),
+                graph.num_src(),
+                graph.num_dst(),
+                graph.num_src()
+            )));
+        }
+    }
+    Ok(graph)
+}
+
+/// One field's `.npy` file. Errors name the field as well as the file.
+///
+/// A 0-D array (`np.save("p.npy", np.float32(2))`) is accepted for scalar
+/// parameters: the runtime's reader takes only 1-D and 2-D arrays, so it is
+/// read here as shape `[]`.
+pub fn load_field(role: Role, b: &Binding) -> Result<Tensor, Failure> {
+    let what = format!("{} field `{}`", role.name(), b.name);
+    match tiga::read_npy(&b.path) {
+        Ok(t) => Ok(t),
+        Err(NpyError::UnsupportedRank { rank: 0, .. }) => read_zero_d(&b.path)
+            .ok_or_else(|| Failure::new(format!("{what}: {}: malformed 0-D .npy file", b.path.display()))),
+        Err(NpyError::UnsupportedDtype { path, found }) => Err(Failure::new(format!(
+            "{what}: {path} has dtype '{found}'; expected '<f4' (float32) or '<f8' (float64), little-endian"
+        ))),
+        Err(e) => Err(Failure::new(format!("{what}: {e}"))),
+    }
+}
+
+/// The one element of a 0-D `<f4`/`<f8` `.npy` whose header the runtime has
+/// already validated (only the rank was refused).
+fn read_zero_d(path: &Path) -> Option<Tensor> {
+    let bytes = std::fs::read(path).ok()?;
+    let major = *bytes.get(6)?;
+    let (len, start): (usize, usize) = if major == 1 {
+        (u16::from_le_bytes([*bytes.get(8)?, *bytes.get(9)?]) as usize, 10)
+    } else {
+        (u32::from_le_bytes([*bytes.get(8)?, *bytes.get(9)?, *bytes.get(10)?, *bytes.get(11)?]) as usize, 12)
+    };
+    let header = std::str::from_utf8(bytes.get(start..start.checked_add(len)?)?).ok()?;
+    let data = bytes.get(start + len..)?;
+    if header.contains("<f8") {
+        let a: [u8; 8] = data.try_into().ok()?;
+        Tensor::from_f64(Vec::<usize>::new(), vec![f64::from_le_bytes(a)]).ok()
+    } else if header.contains("<f4") {
+        let a: [u8; 4] = data.try_into().ok()?;
+        Tensor::from_f32(Vec::<usize>::new(), vec![f32::from_le_bytes(a)]).ok()
+    } else {
+        None
+    }
+}
+
+/// The dtype every field of a call shares, or `None` when they disagree (the
+/// facade then names the fields).
+pub fn common_dtype<'a>(tensors: impl IntoIterator<Item = &'a Tensor>) -> Option<DType> {
+    let mut it = tensors.into_iter().map(|t| t.dtype());
+    let first = it.next().unwrap_or(DType::F32);
+    it.all(|d| d == first).then_some(first)
+}
