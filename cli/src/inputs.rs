@@ -171,42 +171,16 @@ pub fn load_graph(path: &Path, num_nodes: Option<usize>) -> Result<Graph, Failur
 
 /// One field's `.npy` file. Errors name the field as well as the file.
 ///
-/// A 0-D array (`np.save("p.npy", np.float32(2))`) is accepted for scalar
-/// parameters: the runtime's reader takes only 1-D and 2-D arrays, so it is
-/// read here as shape `[]`.
+/// A 0-D array (`np.save("p.npy", np.float32(2))`) reads as shape `[]`, a
+/// scalar parameter.
 pub fn load_field(role: Role, b: &Binding) -> Result<Tensor, Failure> {
     let what = format!("{} field `{}`", role.name(), b.name);
     match tiga::read_npy(&b.path) {
         Ok(t) => Ok(t),
-        Err(NpyError::UnsupportedRank { rank: 0, .. }) => read_zero_d(&b.path)
-            .ok_or_else(|| Failure::new(format!("{what}: {}: malformed 0-D .npy file", b.path.display()))),
         Err(NpyError::UnsupportedDtype { path, found }) => Err(Failure::new(format!(
             "{what}: {path} has dtype '{found}'; expected '<f4' (float32) or '<f8' (float64), little-endian"
         ))),
         Err(e) => Err(Failure::new(format!("{what}: {e}"))),
-    }
-}
-
-/// The one element of a 0-D `<f4`/`<f8` `.npy` whose header the runtime has
-/// already validated (only the rank was refused).
-fn read_zero_d(path: &Path) -> Option<Tensor> {
-    let bytes = std::fs::read(path).ok()?;
-    let major = *bytes.get(6)?;
-    let (len, start): (usize, usize) = if major == 1 {
-        (u16::from_le_bytes([*bytes.get(8)?, *bytes.get(9)?]) as usize, 10)
-    } else {
-        (u32::from_le_bytes([*bytes.get(8)?, *bytes.get(9)?, *bytes.get(10)?, *bytes.get(11)?]) as usize, 12)
-    };
-    let header = std::str::from_utf8(bytes.get(start..start.checked_add(len)?)?).ok()?;
-    let data = bytes.get(start + len..)?;
-    if header.contains("<f8") {
-        let a: [u8; 8] = data.try_into().ok()?;
-        Tensor::from_f64(Vec::<usize>::new(), vec![f64::from_le_bytes(a)]).ok()
-    } else if header.contains("<f4") {
-        let a: [u8; 4] = data.try_into().ok()?;
-        Tensor::from_f32(Vec::<usize>::new(), vec![f32::from_le_bytes(a)]).ok()
-    } else {
-        None
     }
 }
 

@@ -46,7 +46,7 @@ pub enum NpyError {
     UnsupportedDtype { path: String, found: String },
     #[error("{path}: fortran_order is True; only C-order (row-major) arrays are accepted")]
     FortranOrder { path: String },
-    #[error("{path}: shape {shape:?} has {rank} dimensions; only 1-D and 2-D arrays are accepted")]
+    #[error("{path}: shape {shape:?} has {rank} dimensions; only 0-D, 1-D and 2-D arrays are accepted")]
     UnsupportedRank { path: String, shape: Vec<usize>, rank: usize },
     #[error("{path}: shape {shape:?} is too large to hold in memory")]
     TooLarge { path: String, shape: Vec<usize> },
@@ -111,7 +111,9 @@ fn parse_npy_named(bytes: &[u8], name: &str) -> Result<Tensor, NpyError> {
         return Err(NpyError::FortranOrder { path: name.to_string() });
     }
     let rank = dict.shape.len();
-    if rank != 1 && rank != 2 {
+    // 0-D arrays are scalars (numpy writes them for `np.float32(2)`): scalar
+    // parameters arrive that way.
+    if rank > 2 {
         return Err(NpyError::UnsupportedRank { path: name.to_string(), shape: dict.shape, rank });
     }
     let expected = element_count(&dict.shape)
@@ -380,6 +382,12 @@ pub fn write_npy(path: impl AsRef<Path>, tensor: &TensorView<'_>) -> Result<(), 
     };
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
     tmp.write_all(&bytes).map_err(io)?;
+    // Temp files start owner-only; a saved array is an ordinary file.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(io)?;
+    }
     tmp.as_file().sync_all().map_err(io)?;
     tmp.persist(path).map_err(|e| io(e.error))?;
     // Make the rename itself durable where the platform allows; some file
@@ -491,12 +499,12 @@ mod tests {
         );
         assert_eq!(
             err(&file(1, &h("<f4", "False", "(2, 2, 2)"), &data)),
-            "<memory>: shape [2, 2, 2] has 3 dimensions; only 1-D and 2-D arrays are accepted"
+            "<memory>: shape [2, 2, 2] has 3 dimensions; only 0-D, 1-D and 2-D arrays are accepted"
         );
-        assert_eq!(
-            err(&file(1, &h("<f4", "False", "()"), &data[..4])),
-            "<memory>: shape [] has 0 dimensions; only 1-D and 2-D arrays are accepted"
-        );
+        // A 0-D array is one scalar (a scalar parameter).
+        let scalar = parse_npy(&file(1, &h("<f4", "False", "()"), &data[..4])).expect("0-D reads");
+        assert_eq!(scalar.shape(), &[] as &[usize]);
+        assert_eq!(scalar.as_f32().map(|s| s.len()), Some(1));
         assert_eq!(
             err(&file(1, &h("<f4", "False", "(3,)"), &data[..8])),
             "<memory>: data section is truncated: expected 12 bytes, found 8"

@@ -39,6 +39,12 @@ pub fn save(path: &Path, kernels: &[&Kernel]) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| err(path, format!("cannot create a temp file: {e}")))?;
     tmp.write_all(text.as_bytes()).map_err(|e| err(path, e.to_string()))?;
+    // Temp files start owner-only; an artifact is an ordinary file.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(|e| err(path, e.to_string()))?;
+    }
     tmp.as_file().sync_all().map_err(|e| err(path, e.to_string()))?;
     tmp.persist(path).map_err(|e| err(path, e.to_string()))?;
     Ok(())
