@@ -206,9 +206,8 @@ fn multi_output_and_vector_output() {
     // A 0-D parameter file (np.save of a numpy scalar) works too.
     let mut zero_d = b"\x93NUMPY\x01\x00".to_vec();
     let mut header = "{'descr': '<f4', 'fortran_order': False, 'shape': (), }".to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
+    // Pad so that magic, version, length, header and newline fill whole 64-byte blocks.
+    header.push_str(&" ".repeat(63 - (10 + header.len()) % 64));
     header.push('\n');
     zero_d.extend_from_slice(&(header.len() as u16).to_le_bytes());
     zero_d.extend_from_slice(header.as_bytes());
@@ -273,9 +272,8 @@ fn bad_inputs_are_clear_errors() {
     // An int64 .npy, as numpy writes np.arange(5).
     let mut int = b"\x93NUMPY\x01\x00".to_vec();
     let mut header = "{'descr': '<i8', 'fortran_order': False, 'shape': (5,), }".to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
+    // Pad so that magic, version, length, header and newline fill whole 64-byte blocks.
+    header.push_str(&" ".repeat(63 - (10 + header.len()) % 64));
     header.push('\n');
     int.extend_from_slice(&(header.len() as u16).to_le_bytes());
     int.extend_from_slice(header.as_bytes());

@@ -120,9 +120,16 @@ pub fn bind_shapes(k: &Kernel, e: &Extents, shapes: &[&[usize]]) -> Result<Vec<u
 pub fn output_shapes(k: &Kernel, e: &Extents, widths: &[usize]) -> Vec<Vec<usize>> {
     k.outputs
         .iter()
-        .map(|o| match o.ty {
-            Type::Vector(w) => vec![e.num_dst, widths.get(w.0 as usize).copied().unwrap_or(0)],
-            _ => vec![e.num_dst],
+        .map(|o| {
+            let w = |w: crate::ir::WidthId| widths.get(w.0 as usize).copied().unwrap_or(0);
+            match (o.role, o.ty) {
+                (Role::Param, Type::Vector(x)) => vec![w(x)],
+                (Role::Param, _) => vec![1],
+                (Role::Edge, Type::Vector(x)) => vec![e.num_edges, w(x)],
+                (Role::Edge, _) => vec![e.num_edges],
+                (_, Type::Vector(x)) => vec![e.num_dst, w(x)],
+                _ => vec![e.num_dst],
+            }
         })
         .collect()
 }

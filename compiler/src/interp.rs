@@ -29,6 +29,7 @@ impl Array {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     Bool(bool),
+    Mask(Vec<bool>),
     Scalar(f64),
     Vector(Vec<f64>),
     Matrix { rows: usize, cols: usize, data: Vec<f64> },
@@ -132,31 +133,65 @@ pub fn apply_cmp(c: CmpOp, x: f64, y: f64) -> bool {
 
 /// Evaluate a region. `leaf` answers the leaf operations (fields, inputs,
 /// states, messages, degree) for the current row/edge.
-pub fn eval_region(r: &Region, leaf: &mut dyn FnMut(&Op) -> Result<Value, InterpError>) -> Result<Vec<Value>, InterpError> {
+/// Elementwise boolean of two numbers (scalar → bool, vector → mask).
+fn cmp2(a: &Value, b: &Value, f: impl Fn(f64, f64) -> bool) -> Result<Value, InterpError> {
+    Ok(match map2(a, b, |x, y| if f(x, y) { 1.0 } else { 0.0 })? {
+        Value::Scalar(x) => Value::Bool(x != 0.0),
+        Value::Vector(v) => Value::Mask(v.iter().map(|&x| x != 0.0).collect()),
+        _ => unreachable_value()?,
+    })
+}
+
+fn bool2(a: &Value, b: &Value, f: impl Fn(bool, bool) -> bool) -> Result<Value, InterpError> {
+    Ok(match (a, b) {
+        (Value::Bool(x), Value::Bool(y)) => Value::Bool(f(*x, *y)),
+        (Value::Mask(x), Value::Mask(y)) => Value::Mask(x.iter().zip(y).map(|(p, q)| f(*p, *q)).collect()),
+        _ => unreachable_value()?,
+    })
+}
+
+/// Evaluate a region. `widths` are the call's width values; `leaf` answers
+/// the leaf operations (fields, inputs, states, messages, degree, rank) for
+/// the current row/edge.
+pub fn eval_region(
+    r: &Region,
+    widths: &[usize],
+    leaf: &mut dyn FnMut(&Op) -> Result<Value, InterpError>,
+) -> Result<Vec<Value>, InterpError> {
     let mut vals: Vec<Value> = Vec::with_capacity(r.nodes.len());
     for n in &r.nodes {
         let g = |v: crate::ir::ValueId| &vals[v.0 as usize];
         let v = match &n.op {
             Op::Const(c) => Value::Scalar(*c),
-            Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree => leaf(&n.op)?,
+            Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree | Op::Rank => leaf(&n.op)?,
+            Op::Broadcast(a, w) => match g(*a) {
+                Value::Scalar(x) => Value::Vector(vec![*x; widths.get(w.0 as usize).copied().unwrap_or(0)]),
+                _ => unreachable_value()?,
+            },
             Op::Unary(UnOp::Not, a) => match g(*a) {
                 Value::Bool(b) => Value::Bool(!b),
+                Value::Mask(m) => Value::Mask(m.iter().map(|b| !b).collect()),
                 _ => unreachable_value()?,
             },
             Op::Unary(u, a) => map1(g(*a), |x| apply_unary(*u, x))?,
-            Op::Binary(op @ (BinOp::And | BinOp::Or), a, b) => match (g(*a), g(*b)) {
-                (Value::Bool(x), Value::Bool(y)) => Value::Bool(if *op == BinOp::And { *x && *y } else { *x || *y }),
-                _ => unreachable_value()?,
-            },
+            Op::Binary(BinOp::And, a, b) => bool2(g(*a), g(*b), |x, y| x && y)?,
+            Op::Binary(BinOp::Or, a, b) => bool2(g(*a), g(*b), |x, y| x || y)?,
             Op::Binary(op, a, b) => map2(g(*a), g(*b), |x, y| apply_binary(*op, x, y))?,
             Op::Powi(a, p) => map1(g(*a), |x| x.powi(*p))?,
-            Op::Cmp(c, a, b) => match (g(*a), g(*b)) {
-                (Value::Scalar(x), Value::Scalar(y)) => Value::Bool(apply_cmp(*c, *x, *y)),
-                _ => unreachable_value()?,
-            },
+            Op::Cmp(c, a, b) => cmp2(g(*a), g(*b), |x, y| apply_cmp(*c, x, y))?,
             Op::Select(c, a, b) => match g(*c) {
                 Value::Bool(true) => map2(g(*a), g(*b), |x, _| x)?,
                 Value::Bool(false) => map2(g(*a), g(*b), |_, y| y)?,
+                Value::Mask(m) => {
+                    let both = map2(g(*a), g(*b), |x, _| x)?;
+                    let other = map2(g(*a), g(*b), |_, y| y)?;
+                    let (Value::Vector(p), Value::Vector(q)) = (both, other) else {
+                        return Err(InterpError::Internal("masked select of scalars".into()));
+                    };
+                    let w = m.len();
+                    let pick = |v: &Vec<f64>, l: usize| if v.len() == 1 { v[0] } else { v[l] };
+                    Value::Vector((0..w).map(|l| if m[l] { pick(&p, l) } else { pick(&q, l) }).collect())
+                }
                 _ => unreachable_value()?,
             },
             Op::Sum(a) => match g(*a) {
@@ -214,24 +249,47 @@ pub fn interpret(
             Type::Vector(_) if fd.role == Role::Param => Value::Vector(a.data.clone()),
             Type::Vector(_) => Value::Vector(a.row(row).to_vec()),
             Type::Matrix(..) => Value::Matrix { rows: a.shape[0], cols: a.shape[1], data: a.data.clone() },
-            Type::Bool => Value::Bool(false),
+            Type::Bool | Type::Mask(_) => Value::Bool(false),
         }
     };
-    let msg_types = k.edge.output_types();
+    let msg_types = k.message_types();
+    let nm = msg_types.len();
     let out_shapes = output_shapes(k, &ext, &widths);
     let mut outs: Vec<Array> = out_shapes
         .iter()
         .map(|s| Array { shape: s.clone(), data: vec![0.0; s.iter().product()] })
         .collect();
+    let edge_outs: Vec<usize> = k.outputs_of(Role::Edge).iter().map(|(i, _)| *i).collect();
+    let param_outs: Vec<usize> = k.outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
+    let dst_outs: Vec<usize> = k.outputs_of(Role::Dst).iter().map(|(i, _)| *i).collect();
     let identity = match &k.reducer.identity {
-        Some(r) => Some(eval_region(r, &mut |_| Err(InterpError::Internal("identity reads nothing".into())))?),
+        Some(r) => Some(eval_region(r, &widths, &mut |_| Err(InterpError::Internal("identity reads nothing".into())))?),
         None => None,
+    };
+    // Write `v` as row/edge `at` of output `o` (or add it, for parameter sums).
+    let put = |outs: &mut Vec<Array>, o: usize, at: usize, v: &Value, add: bool| -> Result<(), InterpError> {
+        let arr = &mut outs[o];
+        let w: usize = if add { arr.data.len() } else { arr.shape.iter().skip(1).product() };
+        let base = if add { 0 } else { at * w };
+        let vals: Vec<f64> = match v {
+            Value::Scalar(x) => vec![*x; w.max(1)],
+            Value::Vector(x) => x.clone(),
+            _ => return Err(InterpError::Internal("output is not a number".into())),
+        };
+        for (l, x) in vals.iter().enumerate().take(w) {
+            if add {
+                arr.data[base + l] += x;
+            } else {
+                arr.data[base + l] = *x;
+            }
+        }
+        Ok(())
     };
     for (i, row) in rows.iter().enumerate() {
         let mut msgs: Vec<Vec<Value>> = Vec::with_capacity(row.len());
-        for &e in row {
+        for (rank, &e) in row.iter().enumerate() {
             let (s, _) = edges[e];
-            let m = eval_region(&k.edge, &mut |op| match op {
+            let mut all = eval_region(&k.edge, &widths, &mut |op| match op {
                 Op::Field(f) => Ok(field_value(
                     *f,
                     match k.field(*f).role {
@@ -241,28 +299,28 @@ pub fn interpret(
                         Role::Param => 0,
                     },
                 )),
-                _ => Err(InterpError::Internal("edge reads only fields".into())),
+                Op::Rank => Ok(Value::Scalar(rank as f64)),
+                _ => Err(InterpError::Internal("edge reads only fields and its rank".into())),
             })?;
-            msgs.push(m);
+            let extra = all.split_off(nm.min(all.len()));
+            for (slot, v) in edge_outs.iter().chain(&param_outs).zip(&extra) {
+                let is_param = k.outputs[*slot].role == Role::Param;
+                put(&mut outs, *slot, e, v, is_param)?;
+            }
+            msgs.push(all);
         }
         let agg = reduce(k, &msg_types, &widths, &msgs, identity.as_deref())?;
         let result = match &k.node {
-            Some(n) => eval_region(n, &mut |op| match op {
+            Some(n) => eval_region(n, &widths, &mut |op| match op {
                 Op::Field(f) => Ok(field_value(*f, i)),
                 Op::Input(j) => agg.get(*j as usize).cloned().ok_or_else(|| InterpError::Internal("input".into())),
                 _ => Err(InterpError::Internal("node reads fields and inputs".into())),
             })?,
             None => agg,
         };
-        for (o, v) in outs.iter_mut().zip(result) {
-            match v {
-                Value::Scalar(x) => o.data[i] = x,
-                Value::Vector(x) => {
-                    let w = x.len();
-                    o.data[i * w..(i + 1) * w].copy_from_slice(&x);
-                }
-                _ => return Err(InterpError::Internal("output is not a number".into())),
-            }
+        for (slot, v) in dst_outs.iter().chain(&param_outs).zip(&result) {
+            let is_param = k.outputs[*slot].role == Role::Param;
+            put(&mut outs, *slot, i, v, is_param)?;
         }
     }
     Ok(outs)
@@ -334,13 +392,13 @@ fn reduce(
             let mut acc: Vec<Value> = id.to_vec();
             for m in msgs {
                 let both: Vec<Value> = acc.iter().chain(m.iter()).cloned().collect();
-                acc = eval_region(comb, &mut |op| match op {
+                acc = eval_region(comb, widths, &mut |op| match op {
                     Op::Input(j) => both.get(*j as usize).cloned().ok_or_else(|| InterpError::Internal("input".into())),
                     _ => Err(InterpError::Internal("combine reads only its inputs".into())),
                 })?;
             }
             match &k.reducer.finalize {
-                Some(f) => eval_region(f, &mut |op| match op {
+                Some(f) => eval_region(f, widths, &mut |op| match op {
                     Op::Input(j) => acc.get(*j as usize).cloned().ok_or_else(|| InterpError::Internal("input".into())),
                     _ => Err(InterpError::Internal("finalize reads only its input".into())),
                 }),

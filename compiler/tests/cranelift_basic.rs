@@ -19,7 +19,7 @@ fn width(name: &str, f: u32, dim: usize) -> WidthDecl {
     WidthDecl { name: name.into(), bound_by: (FieldId(f), dim) }
 }
 fn output(name: &str, ty: Type) -> OutputDecl {
-    OutputDecl { name: name.into(), ty }
+    OutputDecl { name: name.into(), ty, role: Role::Dst }
 }
 fn v(n: u32) -> Var {
     Var(n)
@@ -222,7 +222,7 @@ fn scalar_neighbour_sum() {
     let x = data(g.num_src, 1);
     let want: Vec<f64> = (0..g.num_dst).map(|i| g.in_edges(i).iter().map(|&(_, s)| x[s]).sum()).collect();
     for dtype in [DType::F32, DType::F64] {
-        let got = run(&k, dtype, &[], false, &g, &[x.clone()], &[g.num_dst]);
+        let got = run(&k, dtype, &[], false, &g, std::slice::from_ref(&x), &[g.num_dst]);
         close("scalar sum", dtype, &got[0], &want);
     }
 }
@@ -277,7 +277,7 @@ fn vector_sum_and_mean_with_scratch() {
             }
         }
         for dtype in [DType::F32, DType::F64] {
-            let got = run(&k, dtype, &[f], false, &g, &[h.clone()], &[g.num_dst * f; 2]);
+            let got = run(&k, dtype, &[f], false, &g, std::slice::from_ref(&h), &[g.num_dst * f; 2]);
             close(&format!("sum F={f}"), dtype, &got[0], &sum);
             close(&format!("mean F={f}"), dtype, &got[1], &mean);
         }
@@ -423,7 +423,7 @@ fn math_comparisons_and_selects() {
         let d = d[i];
         want[0][i] = u(UnOp::Sigmoid, s) + u(UnOp::Ln, u(UnOp::Sqrt, d.abs()));
         let lt = d < 0.25;
-        let sel = (!(lt || d != d) && d >= -0.5) || lt;
+        let sel = lt || (!d.is_nan() && d >= -0.5);
         want[1][i] = if sel { b(BinOp::LeakyRelu, d, 0.25) } else { -u(UnOp::Relu, d) };
         let deg = g.in_edges(i).len();
         want[2][i] = (if deg > 0 { m } else { 0.0 }) + 1.0 + d.powi(5) + b(BinOp::Min, d, 0.25);

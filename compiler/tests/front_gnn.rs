@@ -26,9 +26,9 @@ fn interpreter_matches_closed_forms() {
     // 0→1, 2→1, 1→0, 1→1 (self loop); node 2 has no in-edges.
     let edges = [(0u32, 1u32), (2, 1), (1, 0), (1, 1)];
     let x = Array::new(vec![3], vec![1.0, 2.0, 4.0]);
-    let out = interpret(get("NeighborSum"), 3, 3, &edges, &[x.clone()]).expect("runs");
+    let out = interpret(get("NeighborSum"), 3, 3, &edges, std::slice::from_ref(&x)).expect("runs");
     assert_eq!(out[0].data, vec![2.0, 7.0, 0.0]);
-    let out = interpret(get("Smoothing"), 3, 3, &edges, &[x.clone()]).expect("runs");
+    let out = interpret(get("Smoothing"), 3, 3, &edges, std::slice::from_ref(&x)).expect("runs");
     assert_eq!(out[0].data, vec![0.5, 1.75, 0.0]);
     let out = interpret(get("Top2Sum"), 3, 3, &edges, &[x]).expect("runs");
     assert_eq!(out[0].data, vec![2.0, 6.0, 0.0]);

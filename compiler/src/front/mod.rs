@@ -380,7 +380,7 @@ pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<K
     let outputs = out_names
         .into_iter()
         .zip(out_types)
-        .map(|(name, ty)| ir::OutputDecl { name, ty: fix(ty) })
+        .map(|(name, ty)| ir::OutputDecl { name, ty: fix(ty), role: ir::Role::Dst })
         .collect();
     let kernel = Kernel {
         name: module.ident.to_string(),

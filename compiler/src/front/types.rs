@@ -135,6 +135,7 @@ pub fn canon_type(t: Type, c: &CanonMap) -> Type {
     let f = |w: WidthId| WidthId(c.map.get(w.0 as usize).copied().unwrap_or(w.0));
     match t {
         Type::Vector(w) => Type::Vector(f(w)),
+        Type::Mask(w) => Type::Mask(f(w)),
         Type::Matrix(a, b) => Type::Matrix(f(a), f(b)),
         other => other,
     }
@@ -155,5 +156,6 @@ pub fn type_text(t: ir::Type) -> String {
         Type::Scalar => "scalar".into(),
         Type::Vector(_) => "vector".into(),
         Type::Matrix(..) => "matrix".into(),
+        Type::Mask(_) => "mask".into(),
     }
 }

@@ -70,11 +70,24 @@ pub enum Type {
     Scalar,
     Vector(WidthId),
     Matrix(WidthId, WidthId),
+    /// One boolean per feature: an elementwise comparison of vectors (used
+    /// by adjoints: relu masks, max winners).
+    Mask(WidthId),
 }
 
 impl Type {
     pub fn is_numeric(self) -> bool {
-        !matches!(self, Type::Bool)
+        !matches!(self, Type::Bool | Type::Mask(_))
+    }
+    pub fn is_boolean(self) -> bool {
+        matches!(self, Type::Bool | Type::Mask(_))
+    }
+    /// The feature width, for vectors and masks.
+    pub fn width(self) -> Option<WidthId> {
+        match self {
+            Type::Vector(w) | Type::Mask(w) => Some(w),
+            _ => None,
+        }
     }
 }
 
@@ -110,10 +123,20 @@ pub struct FieldDecl {
     pub span: Span,
 }
 
+/// A kernel output. Destination outputs (the usual kind) are written per
+/// row; edge outputs per edge, in the user's edge order; parameter outputs
+/// are sums over every edge and row (gradients of parameters), reduced
+/// deterministically.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OutputDecl {
     pub name: String,
     pub ty: Type,
+    #[serde(default = "dst_role")]
+    pub role: Role,
+}
+
+fn dst_role() -> Role {
+    Role::Dst
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -173,6 +196,11 @@ pub enum Op {
     Message(u32),
     /// The number of edges of the current row (segment finish only).
     Degree,
+    /// The position of the current edge within its destination row, 0..degree
+    /// (edge and step regions only).
+    Rank,
+    /// A scalar repeated across a width.
+    Broadcast(ValueId, WidthId),
     Unary(UnOp, ValueId),
     Binary(BinOp, ValueId, ValueId),
     Powi(ValueId, i32),
@@ -189,10 +217,10 @@ impl Op {
     /// Operands in order; used by every walk over the DAG.
     pub fn operands(&self) -> Vec<ValueId> {
         match *self {
-            Op::Const(_) | Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree => {
+            Op::Const(_) | Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree | Op::Rank => {
                 vec![]
             }
-            Op::Unary(_, a) | Op::Powi(a, _) | Op::Sum(a) => vec![a],
+            Op::Unary(_, a) | Op::Powi(a, _) | Op::Sum(a) | Op::Broadcast(a, _) => vec![a],
             Op::Binary(_, a, b) | Op::Cmp(_, a, b) | Op::Dot(a, b) | Op::MatVec(a, b) => vec![a, b],
             Op::Select(c, a, b) => vec![c, a, b],
         }
@@ -201,9 +229,10 @@ impl Op {
     /// The same operation with operands renamed through `f`.
     pub fn map_operands(&self, mut f: impl FnMut(ValueId) -> ValueId) -> Op {
         match *self {
-            Op::Const(_) | Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree => {
+            Op::Const(_) | Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree | Op::Rank => {
                 self.clone()
             }
+            Op::Broadcast(a, w) => Op::Broadcast(f(a), w),
             Op::Unary(u, a) => Op::Unary(u, f(a)),
             Op::Powi(a, n) => Op::Powi(f(a), n),
             Op::Sum(a) => Op::Sum(f(a)),
@@ -404,9 +433,27 @@ impl Kernel {
             .map(|i| FieldId(i as u32))
     }
 
+    /// Outputs of one role, with their indices in `outputs`.
+    pub fn outputs_of(&self, role: Role) -> Vec<(usize, &OutputDecl)> {
+        self.outputs.iter().enumerate().filter(|(_, o)| o.role == role).collect()
+    }
+
+    /// How many of the edge region's outputs are messages: the rest are
+    /// edge outputs, then per-edge contributions to parameter outputs.
+    pub fn num_messages(&self) -> usize {
+        let extra = self.outputs_of(Role::Edge).len() + self.outputs_of(Role::Param).len();
+        self.edge.outputs.len().saturating_sub(extra)
+    }
+
+    /// The message component types.
+    pub fn message_types(&self) -> Vec<Type> {
+        let t = self.edge.output_types();
+        t[..self.num_messages().min(t.len())].to_vec()
+    }
+
     /// The aggregate's component types: what `node` receives.
     pub fn aggregate_types(&self) -> Vec<Type> {
-        let msg = self.edge.output_types();
+        let msg = self.message_types();
         match self.reducer.kind {
             ReducerKind::Softmax => msg.get(1).copied().into_iter().collect(),
             ReducerKind::Monoid => match (&self.reducer.finalize, &self.reducer.identity) {

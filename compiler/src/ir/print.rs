@@ -20,6 +20,7 @@ impl Display for TypeIn<'_> {
             Type::Scalar => f.write_str("scalar"),
             Type::Vector(w) => write!(f, "vector<{}>", self.0.width_name(w)),
             Type::Matrix(r, c) => write!(f, "matrix<{}, {}>", self.0.width_name(r), self.0.width_name(c)),
+            Type::Mask(w) => write!(f, "mask<{}>", self.0.width_name(w)),
         }
     }
 }
@@ -76,6 +77,8 @@ pub fn op_text(k: &Kernel, op: &Op, name: impl Fn(ValueId) -> String) -> String 
         Op::State(i) => format!("state {i}"),
         Op::Message(i) => format!("message {i}"),
         Op::Degree => "degree".to_string(),
+        Op::Rank => "rank".to_string(),
+        Op::Broadcast(a, w) => format!("broadcast {}, {}", name(*a), k.width_name(*w)),
         Op::Unary(u, a) => format!("{} {}", un_name(*u), name(*a)),
         Op::Binary(b, x, y) => format!("{} {}, {}", bin_name(*b), name(*x), name(*y)),
         Op::Powi(a, n) => format!("powi {}, {n}", name(*a)),
@@ -144,7 +147,8 @@ impl Display for Kernel {
             let _ = writeln!(s, "  width {} = {}.{}.dim{}", w.name, fd.role.name(), fd.name, w.bound_by.1);
         }
         for o in &self.outputs {
-            let _ = writeln!(s, "  output {}: {}", o.name, TypeIn(self, o.ty));
+            let role = if o.role == Role::Dst { String::new() } else { format!(" ({})", o.role.name()) };
+            let _ = writeln!(s, "  output {}: {}{role}", o.name, TypeIn(self, o.ty));
         }
         let r = &self.reducer;
         let _ = write!(s, "  reduce {} declared {}", r.kind.name(), props_text(&r.declared));

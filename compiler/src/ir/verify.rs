@@ -12,6 +12,7 @@ pub struct VerifyError {
     pub message: String,
 }
 
+#[derive(Clone, Copy)]
 struct Ctx<'a> {
     k: &'a Kernel,
     region: &'a str,
@@ -20,8 +21,9 @@ struct Ctx<'a> {
     allow_message: bool,
     allow_degree: bool,
     allow_fields: bool,
-    num_state: usize,
-    num_message: usize,
+    allow_rank: bool,
+    state: &'a [Type],
+    messages: &'a [Type],
 }
 
 fn elementwise(a: Type, b: Type) -> Option<Type> {
@@ -42,7 +44,7 @@ fn check_region(c: &Ctx<'_>, r: &Region) -> Result<(), VerifyError> {
     };
     let nw = c.k.widths.len() as u32;
     let width_ok = |t: Type| match t {
-        Type::Vector(w) => w.0 < nw,
+        Type::Vector(w) | Type::Mask(w) => w.0 < nw,
         Type::Matrix(a, b) => a.0 < nw && b.0 < nw,
         _ => true,
     };
@@ -71,39 +73,43 @@ fn check_region(c: &Ctx<'_>, r: &Region) -> Result<(), VerifyError> {
                 Some(t) => Some(*t),
                 None => return Err(err(i, format!("input {k} out of range ({} inputs)", r.inputs.len()))),
             },
-            Op::State(k) => {
-                if !c.allow_state || *k as usize >= c.num_state {
-                    return Err(err(i, format!("state {k} is not available here")));
+            Op::State(k) => match c.state.get(*k as usize) {
+                Some(t) if c.allow_state => Some(*t),
+                _ => return Err(err(i, format!("state {k} is not available here"))),
+            },
+            Op::Message(k) => match c.messages.get(*k as usize) {
+                Some(t) if c.allow_message => Some(*t),
+                _ => return Err(err(i, format!("message {k} is not available here"))),
+            },
+            Op::Rank => {
+                if !c.allow_rank {
+                    return Err(err(i, "rank is only available per edge".into()));
                 }
-                Some(n.ty)
+                Some(Type::Scalar)
             }
-            Op::Message(k) => {
-                if !c.allow_message || *k as usize >= c.num_message {
-                    return Err(err(i, format!("message {k} is not available here")));
-                }
-                Some(n.ty)
-            }
+            Op::Broadcast(a, w) => (ty(*a) == Type::Scalar && w.0 < nw).then_some(Type::Vector(*w)),
             Op::Degree => {
                 if !c.allow_degree {
                     return Err(err(i, "degree is only available when finishing a segment".into()));
                 }
                 Some(Type::Scalar)
             }
-            Op::Unary(UnOp::Not, a) => (ty(*a) == Type::Bool).then_some(Type::Bool),
+            Op::Unary(UnOp::Not, a) => ty(*a).is_boolean().then(|| ty(*a)),
             Op::Unary(_, a) => matches!(ty(*a), Type::Scalar | Type::Vector(_)).then(|| ty(*a)),
-            Op::Binary(BinOp::And | BinOp::Or, a, b) => {
-                (ty(*a) == Type::Bool && ty(*b) == Type::Bool).then_some(Type::Bool)
-            }
+            Op::Binary(BinOp::And | BinOp::Or, a, b) => (ty(*a).is_boolean() && ty(*a) == ty(*b)).then(|| ty(*a)),
             Op::Binary(_, a, b) => elementwise(ty(*a), ty(*b)),
             Op::Powi(a, _) => matches!(ty(*a), Type::Scalar | Type::Vector(_)).then(|| ty(*a)),
-            Op::Cmp(_, a, b) => (ty(*a) == Type::Scalar && ty(*b) == Type::Scalar).then_some(Type::Bool),
-            Op::Select(cnd, a, b) => {
-                if ty(*cnd) != Type::Bool {
-                    None
-                } else {
-                    elementwise(ty(*a), ty(*b))
-                }
-            }
+            Op::Cmp(_, a, b) => match elementwise(ty(*a), ty(*b)) {
+                Some(Type::Scalar) => Some(Type::Bool),
+                Some(Type::Vector(w)) => Some(Type::Mask(w)),
+                _ => None,
+            },
+            Op::Select(cnd, a, b) => match (ty(*cnd), elementwise(ty(*a), ty(*b))) {
+                (Type::Bool, t) => t,
+                (Type::Mask(w), Some(Type::Scalar)) => Some(Type::Vector(w)),
+                (Type::Mask(w), Some(Type::Vector(v))) if v == w => Some(Type::Vector(w)),
+                _ => None,
+            },
             Op::Sum(a) => matches!(ty(*a), Type::Vector(_)).then_some(Type::Scalar),
             Op::Dot(a, b) => match (ty(*a), ty(*b)) {
                 (Type::Vector(x), Type::Vector(y)) if x == y => Some(Type::Scalar),
@@ -140,6 +146,10 @@ fn broadcastable(values: &[Type], slots: &[Type]) -> bool {
 /// regions fit together (message, aggregate and output types).
 pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
     let top = |region: &str, m: String| VerifyError { kernel: k.name.clone(), region: region.into(), value: 0, message: m };
+    let out_types = |role: Role| -> Vec<Type> { k.outputs_of(role).iter().map(|(_, o)| o.ty).collect() };
+    let (dst_outs, edge_outs, param_outs) = (out_types(Role::Dst), out_types(Role::Edge), out_types(Role::Param));
+    let msgs = k.message_types();
+    let none: [Type; 0] = [];
     let base = Ctx {
         k,
         region: "edge",
@@ -147,27 +157,35 @@ pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
         allow_message: false,
         allow_degree: false,
         allow_fields: true,
-        num_state: 0,
-        num_message: 0,
+        allow_rank: true,
+        state: &none,
+        messages: &none,
     };
     for w in &k.widths {
         if w.bound_by.0 .0 as usize >= k.fields.len() {
             return Err(top("widths", format!("width {} is bound by a missing field", w.name)));
         }
     }
+    for o in &k.outputs {
+        if !o.ty.is_numeric() || matches!(o.ty, Type::Matrix(..)) {
+            return Err(top("outputs", format!("output `{}` must be a scalar or a vector", o.name)));
+        }
+    }
     let fused = k.segment.as_ref().is_some_and(|s| s.fused);
     if !fused {
         check_region(&base, &k.edge)?;
-        if k.edge.outputs.is_empty() {
+        if msgs.is_empty() {
             return Err(top("edge", "the edge region yields no message".into()));
         }
-        if k.reducer.kind == ReducerKind::Softmax {
-            let t = k.edge.output_types();
-            if t.len() != 2 || t[0] != Type::Scalar {
-                return Err(top("edge", "softmax needs a message (score: scalar, value)".into()));
-            }
+        let extra: Vec<Type> = k.edge.output_types()[msgs.len()..].to_vec();
+        let want: Vec<Type> = edge_outs.iter().chain(&param_outs).copied().collect();
+        if extra != want {
+            return Err(top("edge", "the edge region's extra outputs differ from the edge and parameter outputs".into()));
         }
-        let noio = Ctx { allow_fields: false, ..base };
+        if k.reducer.kind == ReducerKind::Softmax && (msgs.len() != 2 || msgs[0] != Type::Scalar) {
+            return Err(top("edge", "softmax needs a message (score: scalar, value)".into()));
+        }
+        let noio = Ctx { allow_fields: false, allow_rank: false, ..base };
         for (name, r) in [
             ("identity", &k.reducer.identity),
             ("combine", &k.reducer.combine),
@@ -178,35 +196,48 @@ pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
             }
         }
         if let Some(n) = &k.node {
-            check_region(&Ctx { region: "node", ..base }, n)?;
+            check_region(&Ctx { region: "node", allow_rank: false, ..base }, n)?;
             if n.inputs != k.aggregate_types() {
                 return Err(top("node", "node inputs differ from the aggregate's types".into()));
             }
-            if n.output_types() != k.outputs.iter().map(|o| o.ty).collect::<Vec<_>>() {
+            let want: Vec<Type> = dst_outs.iter().chain(&param_outs).copied().collect();
+            if n.output_types() != want {
                 return Err(top("node", "node outputs differ from the declared outputs".into()));
             }
+        } else if !edge_outs.is_empty() || !param_outs.is_empty() || dst_outs != k.aggregate_types() {
+            return Err(top("node", "without `node`, the outputs are exactly the aggregate".into()));
         }
     }
     if let Some(seg) = &k.segment {
-        let ns = seg.state.len();
-        let nm = k.edge.outputs.len();
-        check_region(&Ctx { region: "init", allow_fields: false, ..base }, &seg.init)?;
+        check_region(&Ctx { region: "init", allow_fields: false, allow_rank: false, ..base }, &seg.init)?;
         if !broadcastable(&seg.init.output_types(), &seg.state) {
             return Err(top("init", "init does not yield the state's types".into()));
         }
+        let step_msgs: &[Type] = if seg.fused { &none } else { &msgs };
         check_region(
-            &Ctx { region: "step", allow_state: true, allow_message: !seg.fused, num_state: ns, num_message: nm, ..base },
+            &Ctx { region: "step", allow_state: true, allow_message: !seg.fused, state: &seg.state, messages: step_msgs, ..base },
             &seg.step,
         )?;
-        if !broadcastable(&seg.step.output_types(), &seg.state) {
+        let st = seg.step.output_types();
+        let ns = seg.state.len();
+        if st.len() < ns || !broadcastable(&st[..ns], &seg.state) {
             return Err(top("step", "step does not yield the state's types".into()));
         }
+        if seg.fused {
+            let want: Vec<Type> = edge_outs.iter().chain(&param_outs).copied().collect();
+            if st[ns..] != want[..] {
+                return Err(top("step", "fused step's extra outputs differ from the edge and parameter outputs".into()));
+            }
+        }
         check_region(
-            &Ctx { region: "finish", allow_state: true, allow_degree: true, num_state: ns, ..base },
+            &Ctx { region: "finish", allow_state: true, allow_degree: true, allow_rank: false, state: &seg.state, ..base },
             &seg.finish,
         )?;
-        if seg.fused && seg.finish.output_types() != k.outputs.iter().map(|o| o.ty).collect::<Vec<_>>() {
-            return Err(top("finish", "fused finish does not yield the kernel's outputs".into()));
+        if seg.fused {
+            let want: Vec<Type> = dst_outs.iter().chain(&param_outs).copied().collect();
+            if seg.finish.output_types() != want {
+                return Err(top("finish", "fused finish does not yield the kernel's outputs".into()));
+            }
         }
     }
     Ok(())

@@ -16,6 +16,7 @@ struct Machine<'a> {
     i: usize,
     j: usize,
     e: usize,
+    rank: usize,
     degree: usize,
 }
 
@@ -48,8 +49,25 @@ impl Machine<'_> {
         match a {
             Addr::Field { field, .. } => self.fields[field.0 as usize].data[self.index(a).1],
             Addr::Scratch { buf, lane } => self.scratch[*buf as usize][self.lanes[lane.0 as usize]],
-            Addr::Output { .. } => f64::NAN,
+            Addr::Output { out, lane } => {
+                let o = &self.outputs[*out as usize];
+                o.data[self.output_index(*out, *lane)]
+            }
         }
+    }
+
+    fn output_index(&self, out: u32, lane: Option<super::LoopVar>) -> usize {
+        let o = &self.outputs[out as usize];
+        let w: usize = match self.k.outputs[out as usize].role {
+            Role::Param => 0,
+            _ => o.shape.iter().skip(1).product(),
+        };
+        let row = match self.k.outputs[out as usize].role {
+            Role::Edge => self.e,
+            Role::Param => 0,
+            _ => self.i,
+        };
+        row * w + lane.map(|l| self.lanes[l.0 as usize]).unwrap_or(0)
     }
 
     fn store(&mut self, a: &Addr, v: f64) {
@@ -59,10 +77,8 @@ impl Machine<'_> {
                 self.scratch[*buf as usize][l] = v;
             }
             Addr::Output { out, lane } => {
-                let o = &mut self.outputs[*out as usize];
-                let w: usize = o.shape.iter().skip(1).product();
-                let l = lane.map(|l| self.lanes[l.0 as usize]).unwrap_or(0);
-                o.data[self.i * w + l] = v;
+                let at = self.output_index(*out, *lane);
+                self.outputs[*out as usize].data[at] = v;
             }
             Addr::Field { .. } => {}
         }
@@ -79,6 +95,7 @@ impl Machine<'_> {
                         Inst::Load(a) => self.load(a),
                         Inst::Copy(x) => g(x),
                         Inst::Degree => self.degree as f64,
+                        Inst::Rank => self.rank as f64,
                         Inst::Unary(UnOp::Not, x) => f64::from(u8::from(!b(g(x)))),
                         Inst::Unary(u, x) => apply_unary(*u, g(x)),
                         Inst::Binary(BinOp::And, x, y) => f64::from(u8::from(b(g(x)) && b(g(y)))),
@@ -134,6 +151,7 @@ pub fn eval_loop_kernel(
         i: 0,
         j: 0,
         e: 0,
+        rank: 0,
         degree: 0,
     };
     for i in 0..offsets.len().saturating_sub(1) {
@@ -144,6 +162,7 @@ pub fn eval_loop_kernel(
         for p in s..t {
             m.j = cols[p] as usize;
             m.e = edge_ids.map(|ids| ids[p] as usize).unwrap_or(p);
+            m.rank = p - s;
             m.run(&k.body);
         }
         m.run(&k.finish);

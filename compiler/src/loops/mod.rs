@@ -51,7 +51,11 @@ pub enum VarKind {
 pub enum Addr {
     Field { field: FieldId, lanes: Vec<LoopVar> },
     Scratch { buf: u32, lane: LoopVar },
-    /// Output `out` of row `i`; `lane` for vector outputs.
+    /// Output `out`: at row `i` for destination outputs, at edge `e` for edge
+    /// outputs, whole for parameter outputs (which the scheduler accumulates
+    /// with a load, an add and a store; the caller gives each row chunk its
+    /// own parameter buffers and reduces them in chunk order). `lane` for
+    /// vector outputs.
     Output { out: u32, lane: Option<LoopVar> },
 }
 
@@ -62,6 +66,8 @@ pub enum Inst {
     Copy(Var),
     /// The current row's degree, as a number.
     Degree,
+    /// The current edge's position within its row, as a number.
+    Rank,
     Unary(UnOp, Var),
     Binary(BinOp, Var, Var),
     Powi(Var, i32),
@@ -94,12 +100,17 @@ pub struct LoopKernel {
 }
 
 impl LoopKernel {
-    /// Which field roles the body reads: the back end skips loading `col`
-    /// and `edge_id` when nothing needs them.
+    /// Whether any statement reads a field of this role, or (for edges)
+    /// writes an edge output: the back end skips loading `col` and `edge_id`
+    /// when nothing needs them.
     pub fn reads_role(&self, role: crate::ir::Role) -> bool {
         fn walk(s: &[Stmt], k: &LoopKernel, role: crate::ir::Role) -> bool {
+            let out_role = |o: &u32| k.outputs.get(*o as usize).map(|d| d.role);
             s.iter().any(|st| match st {
                 Stmt::Set(_, Inst::Load(Addr::Field { field, .. })) => k.fields[field.0 as usize].role == role,
+                Stmt::Set(_, Inst::Load(Addr::Output { out, .. })) | Stmt::Store(Addr::Output { out, .. }, _) => {
+                    role == crate::ir::Role::Edge && out_role(out) == Some(role)
+                }
                 Stmt::Loop { body, .. } => walk(body, k, role),
                 _ => false,
             })

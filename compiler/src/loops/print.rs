@@ -22,11 +22,16 @@ fn addr_text(k: &LoopKernel, a: &Addr) -> String {
         }
         Addr::Scratch { buf, lane: l } => format!("scratch{buf}[{}]", lane(l)),
         Addr::Output { out, lane: l } => {
-            let name = k.outputs.get(*out as usize).map(|o| o.name.as_str()).unwrap_or("?");
-            match l {
-                Some(l) => format!("out.{name}[i, {}]", lane(l)),
-                None => format!("out.{name}[i]"),
-            }
+            let decl = k.outputs.get(*out as usize);
+            let name = decl.map(|o| o.name.as_str()).unwrap_or("?");
+            let row = match decl.map(|o| o.role) {
+                Some(crate::ir::Role::Edge) => "e",
+                Some(crate::ir::Role::Param) => "",
+                _ => "i",
+            };
+            let mut idx: Vec<String> = if row.is_empty() { vec![] } else { vec![row.to_string()] };
+            idx.extend(l.iter().map(lane));
+            format!("out.{name}[{}]", idx.join(", "))
         }
     }
 }
@@ -38,6 +43,7 @@ fn inst_text(k: &LoopKernel, i: &Inst) -> String {
         Inst::Load(a) => format!("load {}", addr_text(k, a)),
         Inst::Copy(a) => v(a),
         Inst::Degree => "degree".into(),
+        Inst::Rank => "rank".into(),
         Inst::Unary(u, a) => format!("{u:?} {}", v(a)).to_lowercase(),
         Inst::Binary(b, x, y) => format!("{} {}, {}", format!("{b:?}").to_lowercase(), v(x), v(y)),
         Inst::Powi(a, n) => format!("powi {}, {n}", v(a)),

@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Addr, Inst, LoopKernel, LoopVar, Stmt, Var, VarKind};
-use crate::ir::{BinOp, Kernel, Op, Region, Type, WidthId};
+use crate::ir::{BinOp, Kernel, Op, Region, Role, Type, WidthId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScheduleError {
@@ -84,10 +84,7 @@ fn loop_pos(phase: u32, w: WidthId) -> Pos {
 }
 
 fn width_of(t: Type) -> Option<WidthId> {
-    match t {
-        Type::Vector(w) => Some(w),
-        _ => None,
-    }
+    t.width()
 }
 
 struct Analysis {
@@ -100,9 +97,9 @@ fn analyze(k: &Kernel, r: &Region) -> Result<Analysis, ScheduleError> {
     let mut kind = Vec::with_capacity(n);
     let mut phase: Vec<u32> = Vec::with_capacity(n);
     for node in &r.nodes {
-        let is_vec = matches!(node.ty, Type::Vector(_));
+        let is_vec = node.ty.width().is_some();
         let (kd, ph) = match &node.op {
-            Op::Const(_) | Op::Degree => (Kind::Top, 0),
+            Op::Const(_) | Op::Degree | Op::Rank => (Kind::Top, 0),
             Op::Field(f) => match k.field(*f).ty {
                 Type::Vector(_) => (Kind::LeafVec, 0),
                 Type::Matrix(..) => (Kind::Matrix, 0),
@@ -196,33 +193,51 @@ fn schedule_region(
     #[derive(Clone, Copy)]
     enum SinkTarget {
         Scratch(u32),
-        Output(u32),
+        /// Output index, and whether to accumulate (parameter sums).
+        Output(u32, bool),
     }
     let mut vec_sinks: Vec<VecSink> = Vec::new();
     let mut scalar_sinks: Vec<(usize, Slot)> = Vec::new();
-    let mut scalar_outputs: Vec<(usize, u32)> = Vec::new();
+    let mut scalar_outputs: Vec<(usize, u32, bool)> = Vec::new();
     let mut copies: Vec<(u32, u32, WidthId)> = Vec::new();
+    // Which kernel output each region output beyond the state feeds: the
+    // step feeds edge outputs then parameter sums; the finish feeds
+    // destination outputs then parameter sums.
+    let role_outs = |role: Role| -> Vec<usize> { k.outputs_of(role).iter().map(|(i, _)| *i).collect() };
+    let extra_targets: Vec<usize> = match sink {
+        SinkKind::Init => vec![],
+        SinkKind::Step => role_outs(Role::Edge).into_iter().chain(role_outs(Role::Param)).collect(),
+        SinkKind::Finish => role_outs(Role::Dst).into_iter().chain(role_outs(Role::Param)).collect(),
+    };
+    let num_state = if sink == SinkKind::Finish { 0 } else { slots.len() };
     for (o, &v) in r.outputs.iter().enumerate() {
         let i = v.0 as usize;
-        let slot_vec: Option<(WidthId, SinkTarget)> = match sink {
-            SinkKind::Finish => match k.outputs.get(o).map(|d| d.ty) {
-                Some(Type::Vector(w)) => Some((w, SinkTarget::Output(o as u32))),
-                _ => None,
-            },
-            _ => match slots.get(o) {
-                Some(Slot::Vector(buf, w)) => Some((*w, SinkTarget::Scratch(*buf))),
-                _ => None,
-            },
-        };
-        match slot_vec {
-            None => match sink {
-                SinkKind::Finish => scalar_outputs.push((i, o as u32)),
+        let (slot_vec, accumulate): (Option<(WidthId, SinkTarget)>, bool) = if o < num_state {
+            match slots.get(o) {
+                Some(Slot::Vector(buf, w)) => (Some((*w, SinkTarget::Scratch(*buf))), false),
+                _ => (None, false),
+            }
+        } else {
+            let Some(&out) = extra_targets.get(o - num_state) else {
+                return Err(ScheduleError::Unsupported { kernel: k.name.clone(), message: "a region yields more values than it has sinks".into() });
+            };
+            let decl = &k.outputs[out];
+            let acc = decl.role == Role::Param;
+            match decl.ty {
+                Type::Vector(w) => (Some((w, SinkTarget::Output(out as u32, acc))), acc),
                 _ => {
-                    if let Some(s) = slots.get(o) {
-                        scalar_sinks.push((i, *s));
-                    }
+                    scalar_outputs.push((i, out as u32, acc));
+                    continue;
                 }
-            },
+            }
+        };
+        let _ = accumulate;
+        match slot_vec {
+            None => {
+                if let Some(s) = slots.get(o) {
+                    scalar_sinks.push((i, *s));
+                }
+            }
             Some((w, target)) => {
                 // A vector state that is written back unchanged needs nothing.
                 if sink == SinkKind::Step {
@@ -323,6 +338,7 @@ fn schedule_region(
             let inst = match &r.nodes[i].op {
                 Op::Const(c) => Inst::Const(*c),
                 Op::Degree => Inst::Degree,
+                Op::Rank => Inst::Rank,
                 Op::Field(f) => Inst::Load(field_addr(*f, vec![])),
                 Op::State(_) => continue,
                 Op::Sum(_) | Op::Dot(..) => continue,
@@ -408,7 +424,7 @@ fn schedule_region(
                 }
             }
             for &i in &set {
-                let v = b.var(VarKind::Num);
+                let v = b.var(if matches!(ty(i), Type::Mask(_)) { VarKind::Bool } else { VarKind::Num });
                 let inst = if a.kind[i] == Kind::Home && home_of[i] == Some(pos) {
                     let mut bad = false;
                     let mut g = |x: crate::ir::ValueId| {
@@ -429,6 +445,8 @@ fn schedule_region(
                         Op::Binary(o, x, y) => Inst::Binary(o, g(x), g(y)),
                         Op::Powi(x, e) => Inst::Powi(g(x), e),
                         Op::Select(c, x, y) => Inst::Select(g(c), g(x), g(y)),
+                        Op::Cmp(c, x, y) => Inst::Cmp(c, g(x), g(y)),
+                        Op::Broadcast(x, _) => Inst::Copy(g(x)),
                         _ => return Err(unsupported("unexpected vector operation")),
                     };
                     if bad {
@@ -471,11 +489,17 @@ fn schedule_region(
                     Some(v) => *v,
                     None => top_var[s.node].ok_or_else(|| unsupported("sink value missing"))?,
                 };
-                let addr = match s.target {
-                    SinkTarget::Scratch(buf) => Addr::Scratch { buf, lane },
-                    SinkTarget::Output(o) => Addr::Output { out: o, lane: Some(lane) },
-                };
-                body.push(Stmt::Store(addr, v));
+                match s.target {
+                    SinkTarget::Scratch(buf) => body.push(Stmt::Store(Addr::Scratch { buf, lane }, v)),
+                    SinkTarget::Output(o, false) => body.push(Stmt::Store(Addr::Output { out: o, lane: Some(lane) }, v)),
+                    SinkTarget::Output(o, true) => {
+                        let addr = Addr::Output { out: o, lane: Some(lane) };
+                        let (old, new) = (b.var(VarKind::Num), b.var(VarKind::Num));
+                        body.push(Stmt::Set(old, Inst::Load(addr.clone())));
+                        body.push(Stmt::Set(new, Inst::Binary(BinOp::Add, old, v)));
+                        body.push(Stmt::Store(addr, new));
+                    }
+                }
             }
             out.push(Stmt::Loop { lane, width: w, body });
         }
@@ -496,9 +520,17 @@ fn schedule_region(
     for (dst, t) in temps {
         out.push(Stmt::Set(dst, Inst::Copy(t)));
     }
-    for &(i, o) in &scalar_outputs {
+    for &(i, o, accumulate) in &scalar_outputs {
         let v = top_var[i].ok_or_else(|| unsupported("scalar output from a vector"))?;
-        out.push(Stmt::Store(Addr::Output { out: o, lane: None }, v));
+        let addr = Addr::Output { out: o, lane: None };
+        if accumulate {
+            let (old, new) = (b.var(VarKind::Num), b.var(VarKind::Num));
+            out.push(Stmt::Set(old, Inst::Load(addr.clone())));
+            out.push(Stmt::Set(new, Inst::Binary(BinOp::Add, old, v)));
+            out.push(Stmt::Store(addr, new));
+        } else {
+            out.push(Stmt::Store(addr, v));
+        }
     }
     for (from, to, w) in copies {
         let lane = b.lane();

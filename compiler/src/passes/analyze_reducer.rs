@@ -46,7 +46,7 @@ fn sample_state(types: &[Type], rng: &mut Lcg) -> Vec<Value> {
 
 fn combine(r: &Region, a: &[Value], b: &[Value]) -> Result<Vec<Value>, InterpError> {
     let both: Vec<Value> = a.iter().chain(b).cloned().collect();
-    eval_region(r, &mut |op| match op {
+    eval_region(r, &[SAMPLE_WIDTH; 64], &mut |op| match op {
         crate::ir::Op::Input(k) => both.get(*k as usize).cloned().ok_or_else(|| InterpError::Internal("input".into())),
         _ => Err(InterpError::Internal("combine reads only its inputs".into())),
     })
@@ -82,7 +82,7 @@ fn check_monoid(k: &Kernel, r: &mut Remarks<'_>) -> Result<Properties, PassError
         return Err(PassError::refused("a monoid needs `identity` and `combine`", span));
     };
     let internal = |e: InterpError| PassError::refused(format!("could not evaluate the monoid: {e}"), span);
-    let id = eval_region(id_r, &mut |_| Err(InterpError::Internal("identity reads nothing".into()))).map_err(internal)?;
+    let id = eval_region(id_r, &[SAMPLE_WIDTH; 64], &mut |_| Err(InterpError::Internal("identity reads nothing".into()))).map_err(internal)?;
     let types = id_r.output_types();
     let mut rng = Lcg(0x7167_a5eed);
     const SAMPLES: usize = 64;

@@ -22,7 +22,7 @@ pub fn capture_message_passing_udf(k: &mut Kernel, r: &mut Remarks<'_>) -> Resul
             r.analysis(Some(k.span), format!("{} fields: {}", role.name(), names.join(", ")));
         }
     }
-    let msg: Vec<String> = k.edge.output_types().iter().map(|t| TypeIn(k, *t).to_string()).collect();
+    let msg: Vec<String> = k.message_types().iter().map(|t| TypeIn(k, *t).to_string()).collect();
     r.applied(
         Some(k.span),
         format!("captured `edge` as a region of {} ops yielding ({})", k.edge.nodes.len(), msg.join(", ")),

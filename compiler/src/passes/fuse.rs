@@ -21,12 +21,16 @@ pub fn fuse_edge_node_regions(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(),
         return Ok(());
     }
     // Step: edge ops first (so each message is computed once), then the fold.
+    // Edge outputs and per-edge parameter contributions ride along after
+    // the new state.
     let mut step = Region::new(vec![]);
-    let msgs = step.inline(&k.edge, &[]);
-    let outs = step.inline_with(&seg.step, |op| match op {
+    let mut msgs = step.inline(&k.edge, &[]);
+    let extras = msgs.split_off(k.num_messages().min(msgs.len()));
+    let mut outs = step.inline_with(&seg.step, |op| match op {
         Op::Message(m) => msgs.get(*m as usize).copied(),
         _ => None,
     });
+    outs.extend(extras);
     step.outputs = outs;
     let edge_ops = k.edge.nodes.len();
     // Finish: the aggregate, then the node region on it.

@@ -26,7 +26,7 @@ fn konst(r: &mut Region, c: f64, sp: Span) -> ValueId {
 /// Build the segment for a builtin reducer, componentwise over the message.
 fn builtin_segment(k: &Kernel, kind: ReducerKind) -> Segment {
     let sp = k.reducer.span;
-    let msg = k.edge.output_types();
+    let msg = k.message_types();
     let mut init = Region::new(vec![]);
     let mut step = Region::new(vec![]);
     let mut finish = Region::new(vec![]);
@@ -83,7 +83,7 @@ fn builtin_segment(k: &Kernel, kind: ReducerKind) -> Segment {
 /// Online softmax: state (running max, denominator, weighted sum).
 fn softmax_segment(k: &Kernel) -> Segment {
     let sp = k.reducer.span;
-    let msg = k.edge.output_types();
+    let msg = k.message_types();
     let vt = msg[1];
     let state = vec![Type::Scalar, Type::Scalar, vt];
     let mut init = Region::new(vec![]);

@@ -75,6 +75,8 @@ struct Cursor {
     /// Source `j` and edge `e` (inside the edge loop only).
     src: Option<Value>,
     edge: Option<Value>,
+    /// The edge's position within its row (`p - off[i]`), as i64.
+    rank: Option<Value>,
 }
 
 pub(super) struct Translator<'a> {
@@ -201,7 +203,7 @@ impl<'a> Translator<'a> {
         let first = self.b.ins().load(types::I64, flags(), off_addr, 0);
         let end = self.b.ins().load(types::I64, flags(), off_addr, 8);
         let deg = self.b.ins().isub(end, first);
-        self.cur = Cursor { row: Some(i), deg: Some(deg), src: None, edge: None };
+        self.cur = Cursor { row: Some(i), deg: Some(deg), src: None, edge: None, rank: None };
         let k = self.k;
         self.stmts(&k.init)?;
 
@@ -232,6 +234,7 @@ impl<'a> Translator<'a> {
             }
             None => p,
         });
+        self.cur.rank = Some(self.b.ins().isub(p, first));
         self.stmts(&k.body)?;
         let p1 = self.b.ins().iadd_imm_s(p, 1);
         self.b.ins().jump(edge_hdr, &[BlockArg::Value(p1)]);
@@ -240,6 +243,7 @@ impl<'a> Translator<'a> {
         self.b.switch_to_block(edge_exit);
         self.cur.src = None;
         self.cur.edge = None;
+        self.cur.rank = None;
         self.stmts(&k.finish)?;
         let i1 = self.b.ins().iadd_imm_s(i, 1);
         self.b.ins().jump(row_hdr, &[BlockArg::Value(i1)]);
@@ -347,6 +351,11 @@ impl<'a> Translator<'a> {
                 want(Num, "the degree")?;
                 let deg = self.cur.deg.ok_or("degree outside a row")?;
                 self.b.ins().fcvt_from_uint(self.num, deg)
+            }
+            Inst::Rank => {
+                want(Num, "the rank")?;
+                let rank = self.cur.rank.ok_or("rank outside the edge loop")?;
+                self.b.ins().fcvt_from_uint(self.num, rank)
             }
             Inst::Unary(UnOp::Not, v) => {
                 let vk = self.kind(*v)?;
@@ -532,7 +541,13 @@ impl<'a> Translator<'a> {
                 let o = *out as usize;
                 let decl = self.k.outputs.get(o).ok_or_else(|| format!("unknown output {o}"))?;
                 let base = self.outputs.get(o).copied().flatten().ok_or_else(|| format!("output {} not loaded", decl.name))?;
-                let row = Some(self.cur.row.ok_or("row index missing")?);
+                // Destination outputs are written per row, edge outputs per
+                // edge (user order), parameter outputs as one array.
+                let row = match decl.role {
+                    Role::Edge => Some(self.cur.edge.ok_or_else(|| format!("edge output {} written outside the edge loop", decl.name))?),
+                    Role::Param => None,
+                    _ => Some(self.cur.row.ok_or("row index missing")?),
+                };
                 let lanes: Vec<LoopVar> = lane.iter().copied().collect();
                 let idx = self.index(decl.ty, row, &lanes).map_err(|e| format!("output {}: {e}", decl.name))?;
                 Ok(self.element(base, idx))
