@@ -234,7 +234,9 @@ fn check(dir: &Path, g: &GraphFile, graph: &Graph, name: &str, rng: &mut Rng) {
             }
             for ((role, fname, _, _), t) in fields.iter().zip(&tensors) {
                 let file = format!("{tag}_{}_{fname}.npy", role.name());
-                write_npy(dir.join(&file), &t.view()).expect("write npy");
+                eprintln!("RUN {file}");
+                let mut d = t.to_f64_vec(); if *role == Role::Edge { d.reverse(); }
+                write_npy(dir.join(&file), &tensor(dtype, t.shape(), &d).view()).expect("write npy");
                 args.extend([format!("--{}", role.name()), format!("{fname}={file}")]);
             }
             let outs: Vec<(String, String)> =

@@ -75,8 +75,9 @@ struct Cursor {
     /// Source `j` and edge `e` (inside the edge loop only).
     src: Option<Value>,
     edge: Option<Value>,
-    /// The edge's position within its row (`p - off[i]`), as i64.
-    rank: Option<Value>,
+    /// The edge's CSR position `p` and its row's first position `off[i]`
+    /// (the rank `p - off[i]` is computed where a kernel asks for it).
+    rank: Option<(Value, Value)>,
 }
 
 pub(super) struct Translator<'a> {
@@ -234,7 +235,7 @@ impl<'a> Translator<'a> {
             }
             None => p,
         });
-        self.cur.rank = Some(self.b.ins().isub(p, first));
+        self.cur.rank = Some((p, first));
         self.stmts(&k.body)?;
         let p1 = self.b.ins().iadd_imm_s(p, 1);
         self.b.ins().jump(edge_hdr, &[BlockArg::Value(p1)]);
@@ -354,7 +355,8 @@ impl<'a> Translator<'a> {
             }
             Inst::Rank => {
                 want(Num, "the rank")?;
-                let rank = self.cur.rank.ok_or("rank outside the edge loop")?;
+                let (p, first) = self.cur.rank.ok_or("rank outside the edge loop")?;
+                let rank = self.b.ins().isub(p, first);
                 self.b.ins().fcvt_from_uint(self.num, rank)
             }
             Inst::Unary(UnOp::Not, v) => {
