@@ -234,9 +234,7 @@ fn check(dir: &Path, g: &GraphFile, graph: &Graph, name: &str, rng: &mut Rng) {
             }
             for ((role, fname, _, _), t) in fields.iter().zip(&tensors) {
                 let file = format!("{tag}_{}_{fname}.npy", role.name());
-                eprintln!("RUN {file}");
-                let mut d = t.to_f64_vec(); if *role == Role::Edge { d.reverse(); }
-                write_npy(dir.join(&file), &tensor(dtype, t.shape(), &d).view()).expect("write npy");
+                write_npy(dir.join(&file), &t.view()).expect("write npy");
                 args.extend([format!("--{}", role.name()), format!("{fname}={file}")]);
             }
             let outs: Vec<(String, String)> =
@@ -342,7 +340,7 @@ fn every_kernel_is_covered() {
 
 #[test]
 fn random_edge_list_matches_reference() {
-    let mut rng = Rng(0x5eed_c11_0001);
+    let mut rng = Rng(0x5eed_c110_0001);
     let g = random_edge_list(&mut rng);
     // The shapes this graph is meant to cover.
     let mut indeg = vec![0usize; g.num_dst];
@@ -363,7 +361,7 @@ fn random_edge_list_matches_reference() {
 
 #[test]
 fn bipartite_matrix_market_matches_reference() {
-    let mut rng = Rng(0x5eed_c11_0002);
+    let mut rng = Rng(0x5eed_c110_0002);
     let g = bipartite_mtx(&mut rng);
     assert_ne!(g.num_src, g.num_dst);
     run_all_kernels(g, 0xc0ff_ee00_5678);

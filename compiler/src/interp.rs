@@ -163,7 +163,9 @@ pub fn eval_region(
         let g = |v: crate::ir::ValueId| &vals[v.0 as usize];
         let v = match &n.op {
             Op::Const(c) => Value::Scalar(*c),
-            Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree | Op::Rank => leaf(&n.op)?,
+            Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree | Op::Rank | Op::Scan(_) => {
+                leaf(&n.op)?
+            }
             Op::Broadcast(a, w) => match g(*a) {
                 Value::Scalar(x) => Value::Vector(vec![*x; widths.get(w.0 as usize).copied().unwrap_or(0)]),
                 _ => unreachable_value()?,
@@ -285,10 +287,15 @@ pub fn interpret(
         }
         Ok(())
     };
+    // A monoid folds as the edges are visited, so an edge region may read
+    // the row's exclusive scan (`scan k`: the state before this edge).
+    let monoid = k.reducer.kind == ReducerKind::Monoid;
     for (i, row) in rows.iter().enumerate() {
         let mut msgs: Vec<Vec<Value>> = Vec::with_capacity(row.len());
+        let mut running: Option<Vec<Value>> = identity.clone();
         for (rank, &e) in row.iter().enumerate() {
             let (s, _) = edges[e];
+            let scan = running.clone().unwrap_or_default();
             let mut all = eval_region(&k.edge, &widths, &mut |op| match op {
                 Op::Field(f) => Ok(field_value(
                     *f,
@@ -300,12 +307,22 @@ pub fn interpret(
                     },
                 )),
                 Op::Rank => Ok(Value::Scalar(rank as f64)),
-                _ => Err(InterpError::Internal("edge reads only fields and its rank".into())),
+                Op::Scan(c) => scan.get(*c as usize).cloned().ok_or_else(|| InterpError::Internal("scan needs a monoid".into())),
+                _ => Err(InterpError::Internal("edge reads only fields, its rank and the scan".into())),
             })?;
             let extra = all.split_off(nm.min(all.len()));
             for (slot, v) in edge_outs.iter().chain(&param_outs).zip(&extra) {
                 let is_param = k.outputs[*slot].role == Role::Param;
                 put(&mut outs, *slot, e, v, is_param)?;
+            }
+            if monoid {
+                if let (Some(acc), Some(comb)) = (&running, &k.reducer.combine) {
+                    let both: Vec<Value> = acc.iter().chain(all.iter()).cloned().collect();
+                    running = Some(eval_region(comb, &widths, &mut |op| match op {
+                        Op::Input(j) => both.get(*j as usize).cloned().ok_or_else(|| InterpError::Internal("input".into())),
+                        _ => Err(InterpError::Internal("combine reads only its inputs".into())),
+                    })?);
+                }
             }
             msgs.push(all);
         }

@@ -201,6 +201,11 @@ pub enum Op {
     Rank,
     /// A scalar repeated across a width.
     Broadcast(ValueId, WidthId),
+    /// The row's exclusive scan of the reducer state: state component k
+    /// before this edge is folded in (edge region, monoid reducers only).
+    /// Adjoints of monoids read the prefix (and, on the row-reversed graph,
+    /// the suffix) of each edge through it.
+    Scan(u32),
     Unary(UnOp, ValueId),
     Binary(BinOp, ValueId, ValueId),
     Powi(ValueId, i32),
@@ -217,7 +222,14 @@ impl Op {
     /// Operands in order; used by every walk over the DAG.
     pub fn operands(&self) -> Vec<ValueId> {
         match *self {
-            Op::Const(_) | Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree | Op::Rank => {
+            Op::Const(_)
+            | Op::Field(_)
+            | Op::Input(_)
+            | Op::State(_)
+            | Op::Message(_)
+            | Op::Degree
+            | Op::Rank
+            | Op::Scan(_) => {
                 vec![]
             }
             Op::Unary(_, a) | Op::Powi(a, _) | Op::Sum(a) | Op::Broadcast(a, _) => vec![a],
@@ -229,7 +241,14 @@ impl Op {
     /// The same operation with operands renamed through `f`.
     pub fn map_operands(&self, mut f: impl FnMut(ValueId) -> ValueId) -> Op {
         match *self {
-            Op::Const(_) | Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree | Op::Rank => {
+            Op::Const(_)
+            | Op::Field(_)
+            | Op::Input(_)
+            | Op::State(_)
+            | Op::Message(_)
+            | Op::Degree
+            | Op::Rank
+            | Op::Scan(_) => {
                 self.clone()
             }
             Op::Broadcast(a, w) => Op::Broadcast(f(a), w),

@@ -78,6 +78,7 @@ pub fn op_text(k: &Kernel, op: &Op, name: impl Fn(ValueId) -> String) -> String 
         Op::Message(i) => format!("message {i}"),
         Op::Degree => "degree".to_string(),
         Op::Rank => "rank".to_string(),
+        Op::Scan(k) => format!("scan {k}"),
         Op::Broadcast(a, w) => format!("broadcast {}, {}", name(*a), k.width_name(*w)),
         Op::Unary(u, a) => format!("{} {}", un_name(*u), name(*a)),
         Op::Binary(b, x, y) => format!("{} {}, {}", bin_name(*b), name(*x), name(*y)),

@@ -81,6 +81,13 @@ fn check_region(c: &Ctx<'_>, r: &Region) -> Result<(), VerifyError> {
                 Some(t) if c.allow_message => Some(*t),
                 _ => return Err(err(i, format!("message {k} is not available here"))),
             },
+            Op::Scan(k) => {
+                let state = c.k.reducer.identity.as_ref().map(|r| r.output_types()).unwrap_or_default();
+                match state.get(*k as usize) {
+                    Some(t) if c.allow_rank && c.k.reducer.kind == crate::ir::ReducerKind::Monoid => Some(*t),
+                    _ => return Err(err(i, format!("scan {k} needs a monoid reducer and an edge region"))),
+                }
+            }
             Op::Rank => {
                 if !c.allow_rank {
                     return Err(err(i, "rank is only available per edge".into()));

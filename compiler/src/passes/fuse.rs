@@ -24,7 +24,18 @@ pub fn fuse_edge_node_regions(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(),
     // Edge outputs and per-edge parameter contributions ride along after
     // the new state.
     let mut step = Region::new(vec![]);
-    let mut msgs = step.inline(&k.edge, &[]);
+    // `scan k` in the edge region is the state before this edge: in the
+    // fused step that is simply the state the step starts from.
+    let uses_scan = k.edge.nodes.iter().any(|n| matches!(n.op, Op::Scan(_)));
+    let scans: Vec<crate::ir::ValueId> = if uses_scan {
+        seg.state.iter().enumerate().map(|(c, t)| step.push(Op::State(c as u32), *t, k.reducer.span)).collect()
+    } else {
+        vec![]
+    };
+    let mut msgs = step.inline_with(&k.edge, |op| match op {
+        Op::Scan(c) => scans.get(*c as usize).copied(),
+        _ => None,
+    });
     let extras = msgs.split_off(k.num_messages().min(msgs.len()));
     let mut outs = step.inline_with(&seg.step, |op| match op {
         Op::Message(m) => msgs.get(*m as usize).copied(),
