@@ -232,6 +232,21 @@ pub fn interpret(
     edges: &[(u32, u32)],
     fields: &[Array],
 ) -> Result<Vec<Array>, InterpError> {
+    interpret_in_order(k, num_src, num_dst, edges, None, fields)
+}
+
+/// Like [`interpret`], with the edges listed in the order rows visit them
+/// and `edge_ids[p]` the user index of the `p`-th listed edge (which edge
+/// fields and edge outputs are indexed by). A realization that reorders a
+/// row (the row-reversed graph of a monoid's suffix) is run this way.
+pub fn interpret_in_order(
+    k: &Kernel,
+    num_src: usize,
+    num_dst: usize,
+    edges: &[(u32, u32)],
+    edge_ids: Option<&[usize]>,
+    fields: &[Array],
+) -> Result<Vec<Array>, InterpError> {
     let ext = Extents { num_src, num_dst, num_edges: edges.len() };
     let shapes: Vec<&[usize]> = fields.iter().map(|a| a.shape.as_slice()).collect();
     let widths = bind_shapes(k, &ext, &shapes)?;
@@ -293,8 +308,9 @@ pub fn interpret(
     for (i, row) in rows.iter().enumerate() {
         let mut msgs: Vec<Vec<Value>> = Vec::with_capacity(row.len());
         let mut running: Option<Vec<Value>> = identity.clone();
-        for (rank, &e) in row.iter().enumerate() {
-            let (s, _) = edges[e];
+        for (rank, &p) in row.iter().enumerate() {
+            let (s, _) = edges[p];
+            let e = edge_ids.and_then(|ids| ids.get(p).copied()).unwrap_or(p);
             let scan = running.clone().unwrap_or_default();
             let mut all = eval_region(&k.edge, &widths, &mut |op| match op {
                 Op::Field(f) => Ok(field_value(

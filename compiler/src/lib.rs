@@ -17,3 +17,4 @@ pub mod loops;
 pub mod passes;
 pub mod back;
 pub mod bind;
+pub mod adjoint;

@@ -23,6 +23,7 @@
 //!   sides, so that the transpose (which swaps the sides) always exists.
 
 use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use thiserror::Error;
 
@@ -72,14 +73,36 @@ pub enum GraphError {
 
 /// A directed graph in CSR by destination row; see the module doc for its
 /// invariants.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Graph {
     num_src: usize,
     num_dst: usize,
     offsets: Vec<u64>,
     cols: Vec<u32>,
     edge_ids: Option<Vec<u64>>,
+    /// Realizations derived on demand and kept (a backward pass reuses them).
+    derived: Derived,
 }
+
+/// Graphs derived from this one, built once on first use.
+#[derive(Debug, Clone, Default)]
+struct Derived {
+    transposed: OnceLock<Arc<Graph>>,
+    row_reversed: OnceLock<Arc<Graph>>,
+    ranks: OnceLock<Arc<Vec<u32>>>,
+}
+
+/// Equality is of the graph itself, not of what has been derived from it.
+impl PartialEq for Graph {
+    fn eq(&self, o: &Graph) -> bool {
+        self.num_src == o.num_src
+            && self.num_dst == o.num_dst
+            && self.offsets == o.offsets
+            && self.cols == o.cols
+            && self.edge_ids == o.edge_ids
+    }
+}
+impl Eq for Graph {}
 
 fn check_node_count(side: &'static str, count: usize) -> Result<(), GraphError> {
     if count > MAX_NODES {
@@ -122,7 +145,7 @@ impl Graph {
         if let Some(position) = cols.iter().position(|&c| c as usize >= num_src) {
             return Err(GraphError::ColumnOutOfRange { position, src: cols[position], num_src });
         }
-        Ok(Graph { num_src, num_dst, offsets, cols, edge_ids: None })
+        Ok(Graph { num_src, num_dst, offsets, cols, edge_ids: None, derived: Derived::default() })
     }
 
     /// Builds CSR from edges `src[e] -> dst[e]` in the user's order. The sort
@@ -155,7 +178,7 @@ impl Graph {
         }
         let edges = src.iter().zip(dst).enumerate().map(|(e, (&s, &d))| (s, d, e as u64));
         let (cols, edge_ids) = scatter_by_row(&offsets, edges, src.len());
-        Ok(Graph { num_src, num_dst, offsets, cols, edge_ids })
+        Ok(Graph { num_src, num_dst, offsets, cols, edge_ids, derived: Derived::default() })
     }
 
     /// Edge `a -> b` of a petgraph graph becomes an edge from source `a` to
@@ -236,7 +259,7 @@ impl Graph {
                 coord[k] = 0;
             }
         }
-        Ok(Graph { num_src: n, num_dst: n, offsets, cols, edge_ids: None })
+        Ok(Graph { num_src: n, num_dst: n, offsets, cols, edge_ids: None, derived: Derived::default() })
     }
 
     /// The 4-neighbour grid (up, down, left, right), the common case of
@@ -312,6 +335,57 @@ impl Graph {
     /// its own destinations, with each edge keeping its original user index:
     /// the source-field gradient of a kernel is a message-passing kernel over
     /// this graph, and it must read the same `Edge` fields.
+    /// The transpose, built on first use and kept with this graph.
+    pub fn transposed(&self) -> Arc<Graph> {
+        self.derived.transposed.get_or_init(|| Arc::new(self.transpose())).clone()
+    }
+
+    /// The same rows with each row's edges in reverse order (edge ids kept):
+    /// a right-to-left fold of a row is a left-to-right fold of this one.
+    /// Built on first use and kept.
+    pub fn row_reversed(&self) -> Arc<Graph> {
+        self.derived
+            .row_reversed
+            .get_or_init(|| {
+                let mut cols = self.cols.clone();
+                let mut ids: Vec<u64> = (0..self.num_edges()).map(|p| self.edge_id(p)).collect();
+                for i in 0..self.num_dst {
+                    let r = self.row(i);
+                    cols[r.clone()].reverse();
+                    ids[r].reverse();
+                }
+                let identity = ids.iter().enumerate().all(|(p, &e)| p as u64 == e);
+                Arc::new(Graph {
+                    num_src: self.num_src,
+                    num_dst: self.num_dst,
+                    offsets: self.offsets.clone(),
+                    cols,
+                    edge_ids: if identity { None } else { Some(ids) },
+                    derived: Derived::default(),
+                })
+            })
+            .clone()
+    }
+
+    /// Each edge's position within its destination row (CSR order), indexed
+    /// by the edge's user index. Built on first use and kept.
+    pub fn edge_ranks(&self) -> Arc<Vec<u32>> {
+        self.derived
+            .ranks
+            .get_or_init(|| {
+                let mut ranks = vec![0u32; self.num_edges()];
+                for i in 0..self.num_dst {
+                    let r = self.row(i);
+                    let start = r.start;
+                    for p in r {
+                        ranks[self.edge_id(p) as usize] = (p - start) as u32;
+                    }
+                }
+                Arc::new(ranks)
+            })
+            .clone()
+    }
+
     pub fn transpose(&self) -> Graph {
         let mut offsets = vec![0u64; self.num_src + 1];
         for &c in &self.cols {
@@ -324,7 +398,7 @@ impl Graph {
             self.row(i).map(move |pos| (i as u32, self.cols[pos], self.edge_id(pos)))
         });
         let (cols, edge_ids) = scatter_by_row(&offsets, edges, self.num_edges());
-        Graph { num_src: self.num_dst, num_dst: self.num_src, offsets, cols, edge_ids }
+        Graph { num_src: self.num_dst, num_dst: self.num_src, offsets, cols, edge_ids, derived: Derived::default() }
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use tiga_compiler::back::cranelift::RawArgs;
 use tiga_compiler::bind::{bind_shapes, output_shapes, Extents};
-use tiga_compiler::interp::{interpret, Array};
+use tiga_compiler::interp::{interpret_in_order, Array};
 use tiga_compiler::ir::{self, Role};
 use tiga_runtime::{Data, DType, Graph, Tensor, TensorView};
 
@@ -132,6 +132,31 @@ pub(crate) fn bind<'b, 'a>(k: &ir::Kernel, graph: &Graph, inputs: &'b Inputs<'a>
     Ok(Bound { views, dtype, widths, extents })
 }
 
+/// How many row chunks a call with parameter outputs uses: fixed, so that
+/// parameter sums are reduced in the same order on every machine.
+const PARAM_CHUNKS: usize = 64;
+
+fn data_ptr(t: &mut Tensor) -> *mut u8 {
+    match t.data_mut() {
+        tiga_runtime::DataMut::F32(s) => s.as_mut_ptr() as *mut u8,
+        tiga_runtime::DataMut::F64(s) => s.as_mut_ptr() as *mut u8,
+    }
+}
+
+fn add_into(acc: &mut Tensor, part: &Tensor) {
+    match (acc.data_mut(), part.data()) {
+        (tiga_runtime::DataMut::F32(a), Data::F32(p)) => a.iter_mut().zip(p).for_each(|(x, y)| *x += y),
+        (tiga_runtime::DataMut::F64(a), Data::F64(p)) => a.iter_mut().zip(p).for_each(|(x, y)| *x += y),
+        _ => {}
+    }
+}
+
+struct SharedPtrs(Vec<*mut u8>);
+// SAFETY: only copied per chunk; each chunk swaps in its own parameter
+// buffers and writes destination/edge rows no other chunk writes.
+unsafe impl Sync for SharedPtrs {}
+unsafe impl Send for SharedPtrs {}
+
 /// Raw pointers handed to compiled code. Rows are disjoint across chunks, so
 /// concurrent calls write disjoint output rows.
 struct SharedArgs(RawArgs);
@@ -160,27 +185,62 @@ impl Kernel {
                 Data::F64(s) => s.as_ptr() as *const u8,
             })
             .collect();
-        let out_ptrs: Vec<*mut u8> = outs
-            .iter_mut()
-            .map(|t| match t.data_mut() {
-                tiga_runtime::DataMut::F32(s) => s.as_mut_ptr() as *mut u8,
-                tiga_runtime::DataMut::F64(s) => s.as_mut_ptr() as *mut u8,
-            })
-            .collect();
-        let args = SharedArgs(RawArgs {
+        let param_outs: Vec<usize> = self.captured().outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
+        let mut out_ptrs: Vec<*mut u8> = outs.iter_mut().map(data_ptr).collect();
+        let raw = RawArgs {
             offsets: graph.offsets().as_ptr(),
             cols: graph.cols().as_ptr(),
             edge_ids: graph.edge_ids().map(|e| e.as_ptr()).unwrap_or(std::ptr::null()),
             fields: field_ptrs.as_ptr(),
             outputs: out_ptrs.as_ptr(),
-        });
-        let args = &args;
-        tiga_runtime::for_each_row_chunk(graph.offsets(), |rows| {
-            // SAFETY: the variant was compiled for this kernel, dtype, widths
-            // and edge-order flag; `bind` checked every field's length against
-            // the graph, and the graph's CSR was validated when built.
-            unsafe { variant.run(&args.0, rows.start as u64..rows.end as u64) };
-        });
+        };
+        if param_outs.is_empty() {
+            let args = SharedArgs(raw);
+            let args = &args;
+            tiga_runtime::for_each_row_chunk(graph.offsets(), |rows| {
+                // SAFETY: the variant was compiled for this kernel, dtype, widths
+                // and edge-order flag; `bind` checked every field's length against
+                // the graph, and the graph's CSR was validated when built.
+                unsafe { variant.run(&args.0, rows.start as u64..rows.end as u64) };
+            });
+        } else {
+            // Parameter outputs are sums over all rows and edges: each chunk
+            // accumulates into its own buffers, and the partials are added in
+            // chunk order. The chunking depends on the graph only (not on the
+            // thread count), so the result is the same on every machine.
+            let chunks = tiga_runtime::balanced_row_chunks(graph.offsets(), PARAM_CHUNKS);
+            let partials: Vec<Result<Vec<Tensor>>> = {
+                use rayon::prelude::*;
+                let shared = SharedArgs(raw);
+                let out_ptrs_base = SharedPtrs(out_ptrs.clone());
+                let (shared, base) = (&shared, &out_ptrs_base);
+                chunks
+                    .par_iter()
+                    .map(|rows| -> Result<Vec<Tensor>> {
+                        let mut mine: Vec<Tensor> = param_outs
+                            .iter()
+                            .map(|&o| Tensor::zeros(b.dtype, shapes[o].clone()).map_err(|e| Error::Call(e.to_string())))
+                            .collect::<Result<_>>()?;
+                        let mut ptrs = base.0.clone();
+                        for (t, &o) in mine.iter_mut().zip(&param_outs) {
+                            ptrs[o] = data_ptr(t);
+                        }
+                        let mut args = shared.0;
+                        args.outputs = ptrs.as_ptr();
+                        // SAFETY: as above; this chunk's parameter outputs point
+                        // at buffers only this chunk writes.
+                        unsafe { variant.run(&args, rows.start as u64..rows.end as u64) };
+                        Ok(mine)
+                    })
+                    .collect()
+            };
+            for part in partials {
+                for (t, &o) in part?.iter().zip(&param_outs) {
+                    add_into(&mut outs[o], t);
+                }
+            }
+            out_ptrs.clear();
+        }
         let names = self.captured().outputs.iter().map(|o| o.name.clone());
         Ok(Outputs { items: names.zip(outs).collect() })
     }
@@ -189,10 +249,18 @@ impl Kernel {
     /// and for checking a result).
     pub fn run_reference(&self, graph: &Graph, inputs: &Inputs<'_>) -> Result<Outputs> {
         let b = bind(self.captured(), graph, inputs)?;
-        let (src, dst) = graph.coo_in_user_order();
-        let edges: Vec<(u32, u32)> = src.into_iter().zip(dst).collect();
+        // Rows are visited in this graph's CSR order (a row-reversed graph
+        // folds right to left); edge fields follow the user's edge ids.
+        let mut edges: Vec<(u32, u32)> = Vec::with_capacity(graph.num_edges());
+        let mut ids: Vec<usize> = Vec::with_capacity(graph.num_edges());
+        for i in 0..graph.num_dst() {
+            for p in graph.row(i) {
+                edges.push((graph.cols()[p], i as u32));
+                ids.push(graph.edge_id(p) as usize);
+            }
+        }
         let arrays: Vec<Array> = b.views.iter().map(|v| Array::new(v.shape().to_vec(), v.to_f64_vec())).collect();
-        let outs = interpret(self.captured(), graph.num_src(), graph.num_dst(), &edges, &arrays)?;
+        let outs = interpret_in_order(self.captured(), graph.num_src(), graph.num_dst(), &edges, Some(&ids), &arrays)?;
         let names = self.captured().outputs.iter().map(|o| o.name.clone());
         let tensors = outs
             .into_iter()

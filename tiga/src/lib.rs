@@ -30,6 +30,7 @@ pub mod artifact;
 mod call;
 mod explain;
 pub mod lang;
+mod vjp;
 
 use std::sync::OnceLock;
 
@@ -40,6 +41,7 @@ pub use tiga_runtime::{
 };
 
 pub use call::{Inputs, Outputs};
+pub use vjp::{AdjointPlan, Gradients};
 pub use tiga_compiler as compiler;
 pub use tiga_runtime as runtime;
 
@@ -52,7 +54,7 @@ use tiga_compiler::passes::Compiled;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{0}")]
-    Front(#[from] tiga_compiler::front::FrontError),
+    Front(FrontDiagnostic),
     #[error(transparent)]
     Pass(#[from] tiga_compiler::passes::PassError),
     #[error(transparent)]
@@ -76,6 +78,24 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A front-end error in a kernel's source: where and what. (The compiler's
+/// own error also carries a proc-macro span, which cannot cross threads.)
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{line}:{col}: {message}")]
+pub struct FrontDiagnostic {
+    pub message: String,
+    /// 1-based line.
+    pub line: u32,
+    /// 0-based column.
+    pub col: u32,
+}
+
+impl From<tiga_compiler::front::FrontError> for Error {
+    fn from(e: tiga_compiler::front::FrontError) -> Error {
+        Error::Front(FrontDiagnostic { message: e.message, line: e.line, col: e.col })
+    }
+}
+
 /// The process-wide variant cache: one JIT-compiled variant per (kernel,
 /// dtype, widths, edge-order realization) on this host's ISA.
 pub fn jit() -> &'static Jit {
@@ -92,6 +112,8 @@ pub struct Kernel {
     /// A content hash of the lowered IR, so two kernels with one name never
     /// share a cached variant.
     hash: String,
+    /// The adjoint stages, built on first use (an error is kept as text).
+    adjoint: std::sync::OnceLock<std::result::Result<std::sync::Arc<vjp::AdjointPlan>, String>>,
 }
 
 fn fnv1a(s: &str) -> u64 {
@@ -110,7 +132,7 @@ impl Kernel {
         ir::verify(&compiled.lowered)?;
         let loops = tiga_compiler::loops::schedule(&compiled.lowered)?;
         let hash = format!("{:016x}", fnv1a(&compiled.lowered.to_string()));
-        Ok(Kernel { compiled, loops, hash })
+        Ok(Kernel { compiled, loops, hash, adjoint: std::sync::OnceLock::new() })
     }
 
     /// Capture, check and lower one kernel from a captured IR.

@@ -504,6 +504,20 @@ fn schedule_region(
             out.push(Stmt::Loop { lane, width: w, body });
         }
     }
+    // Outputs first: an edge output may read the state before this edge's
+    // update (a scan), which the state sinks below overwrite.
+    for &(i, o, accumulate) in &scalar_outputs {
+        let v = top_var[i].ok_or_else(|| unsupported("scalar output from a vector"))?;
+        let addr = Addr::Output { out: o, lane: None };
+        if accumulate {
+            let (old, new) = (b.var(VarKind::Num), b.var(VarKind::Num));
+            out.push(Stmt::Set(old, Inst::Load(addr.clone())));
+            out.push(Stmt::Set(new, Inst::Binary(BinOp::Add, old, v)));
+            out.push(Stmt::Store(addr, new));
+        } else {
+            out.push(Stmt::Store(addr, v));
+        }
+    }
     // Scalar sinks, through temporaries so that swaps read old values.
     let mut temps = Vec::new();
     for &(i, slot) in &scalar_sinks {
@@ -519,18 +533,6 @@ fn schedule_region(
     }
     for (dst, t) in temps {
         out.push(Stmt::Set(dst, Inst::Copy(t)));
-    }
-    for &(i, o, accumulate) in &scalar_outputs {
-        let v = top_var[i].ok_or_else(|| unsupported("scalar output from a vector"))?;
-        let addr = Addr::Output { out: o, lane: None };
-        if accumulate {
-            let (old, new) = (b.var(VarKind::Num), b.var(VarKind::Num));
-            out.push(Stmt::Set(old, Inst::Load(addr.clone())));
-            out.push(Stmt::Set(new, Inst::Binary(BinOp::Add, old, v)));
-            out.push(Stmt::Store(addr, new));
-        } else {
-            out.push(Stmt::Store(addr, v));
-        }
     }
     for (from, to, w) in copies {
         let lane = b.lane();

@@ -1,0 +1,13 @@
+//! Reverse-mode differentiation of the kernel IR.
+//!
+//! [`vjp`] holds the vector–Jacobian product of every [`Op`](crate::ir::Op):
+//! [`vjp_region`] copies a region into another and appends its reverse sweep,
+//! yielding the cotangents of the region's leaves (fields, inputs, states,
+//! messages, scans). The kernel-level adjoint construction (reversing the
+//! edge → reduce → node pipeline, reducer adjoints, parameter gradients) lives
+//! beside it in `adjoint/kernel.rs` and is built from these region rules.
+
+pub mod vjp;
+
+pub use vjp::{vjp_region, AdjointError, RegionVjp};
+pub mod kernel;

@@ -1,0 +1,262 @@
+//! Gradients: the vector-Jacobian product of a kernel, run as the adjoint
+//! stages `generate-adjoint` built (ordinary kernels over the forward,
+//! transposed or row-reversed graph), then summed per input.
+
+use std::sync::Arc;
+
+use tiga_compiler::adjoint::kernel::{generate_adjoint, Adjoint, Binding, GraphUse};
+use tiga_compiler::bind::{bind_shapes, output_shapes, Extents};
+use tiga_compiler::ir::Role;
+use tiga_runtime::{DType, Data, Graph, Tensor, TensorView};
+
+use crate::call::{Inputs, Outputs};
+use crate::{Error, Kernel, Result};
+
+/// The adjoint of a kernel, compiled: its stages as runnable kernels.
+#[derive(Debug)]
+pub struct AdjointPlan {
+    pub adjoint: Adjoint,
+    pub stages: Vec<Kernel>,
+}
+
+/// Gradients by input role and name, shaped like the inputs.
+#[derive(Debug, Clone)]
+pub struct Gradients {
+    pub items: Vec<(Role, String, Tensor)>,
+}
+
+impl Gradients {
+    pub fn get(&self, role: Role, name: &str) -> Option<&Tensor> {
+        self.items.iter().find(|(r, n, _)| *r == role && n == name).map(|(_, _, t)| t)
+    }
+    pub fn src(&self, name: &str) -> Option<&Tensor> {
+        self.get(Role::Src, name)
+    }
+    pub fn dst(&self, name: &str) -> Option<&Tensor> {
+        self.get(Role::Dst, name)
+    }
+    pub fn edge(&self, name: &str) -> Option<&Tensor> {
+        self.get(Role::Edge, name)
+    }
+    pub fn param(&self, name: &str) -> Option<&Tensor> {
+        self.get(Role::Param, name)
+    }
+}
+
+fn to_f64(v: &TensorView<'_>) -> Result<Tensor> {
+    Tensor::from_f64(v.shape().to_vec(), v.to_f64_vec()).map_err(|e| Error::Call(e.to_string()))
+}
+
+fn ones_like(dtype: DType, shape: &[usize]) -> Result<Tensor> {
+    let n: usize = shape.iter().product();
+    match dtype {
+        DType::F32 => Tensor::from_f32(shape.to_vec(), vec![1.0; n]),
+        DType::F64 => Tensor::from_f64(shape.to_vec(), vec![1.0; n]),
+    }
+    .map_err(|e| Error::Call(e.to_string()))
+}
+
+fn ranks_tensor(g: &Graph, dtype: DType) -> Result<Tensor> {
+    let r = g.edge_ranks();
+    let n = r.len();
+    if dtype == DType::F32 && g.offsets().windows(2).any(|w| w[1] - w[0] > (1 << 24)) {
+        return Err(Error::Call(
+            "a row has more than 2^24 edges: the f32 backward of max/min cannot name its winning edge exactly; run in f64".into(),
+        ));
+    }
+    match dtype {
+        DType::F32 => Tensor::from_f32(vec![n], r.iter().map(|&x| x as f32).collect()),
+        DType::F64 => Tensor::from_f64(vec![n], r.iter().map(|&x| f64::from(x)).collect()),
+    }
+    .map_err(|e| Error::Call(e.to_string()))
+}
+
+fn add_tensors(a: &mut Tensor, b: &Tensor) {
+    match (a.data_mut(), b.data()) {
+        (tiga_runtime::DataMut::F32(x), Data::F32(y)) => x.iter_mut().zip(y).for_each(|(p, q)| *p += q),
+        (tiga_runtime::DataMut::F64(x), Data::F64(y)) => x.iter_mut().zip(y).for_each(|(p, q)| *p += q),
+        _ => {}
+    }
+}
+
+impl Kernel {
+    /// The adjoint stages, built and lowered on first use.
+    pub fn adjoint_plan(&self) -> Result<Arc<AdjointPlan>> {
+        let cached = self.adjoint.get_or_init(|| {
+            let adjoint = generate_adjoint(self.captured()).map_err(|e| format!("generate-adjoint: {e}"))?;
+            let stages = adjoint
+                .stages
+                .iter()
+                .map(|s| Kernel::from_ir(s.kernel.clone()).map_err(|e| format!("adjoint stage `{}`: {e}", s.kernel.name)))
+                .collect::<std::result::Result<Vec<_>, String>>()?;
+            Ok(Arc::new(AdjointPlan { adjoint, stages }))
+        });
+        cached.clone().map_err(Error::Call)
+    }
+
+    /// The shapes of this call's outputs.
+    pub fn output_shapes(&self, graph: &Graph, inputs: &Inputs<'_>) -> Result<Vec<(String, Vec<usize>)>> {
+        let b = crate::call::bind(self.captured(), graph, inputs)?;
+        let shapes = output_shapes(self.captured(), &b.extents, &b.widths);
+        Ok(self.captured().outputs.iter().map(|o| o.name.clone()).zip(shapes).collect())
+    }
+
+    /// The vector-Jacobian product: given the cotangent of each output (by
+    /// name), the gradient of every input (source, destination, edge and
+    /// parameter fields), computed by the JIT in the call's dtype.
+    pub fn vjp(&self, graph: &Graph, inputs: &Inputs<'_>, cotangents: &[(&str, TensorView<'_>)]) -> Result<Gradients> {
+        self.run_vjp(graph, inputs, cotangents, false)
+    }
+
+    /// The same VJP, every stage run by the f64 reference interpreter.
+    pub fn vjp_reference(
+        &self,
+        graph: &Graph,
+        inputs: &Inputs<'_>,
+        cotangents: &[(&str, TensorView<'_>)],
+    ) -> Result<Gradients> {
+        self.run_vjp(graph, inputs, cotangents, true)
+    }
+
+    /// The gradient of `sum(output)` with respect to every input, like
+    /// `autograd.grad(out.sum(), inputs)` elsewhere.
+    pub fn grad(&self, graph: &Graph, inputs: &Inputs<'_>, output: &str) -> Result<Gradients> {
+        let b = crate::call::bind(self.captured(), graph, inputs)?;
+        let shapes = self.output_shapes(graph, inputs)?;
+        let mut cots = Vec::new();
+        for (name, shape) in &shapes {
+            let t = if name == output {
+                ones_like(b.dtype, shape)?
+            } else {
+                Tensor::zeros(b.dtype, shape.clone()).map_err(|e| Error::Call(e.to_string()))?
+            };
+            cots.push((name.clone(), t));
+        }
+        if !shapes.iter().any(|(n, _)| n == output) {
+            let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(Error::Call(format!("kernel `{}` has no output `{output}` (its outputs: {})", self.name(), names.join(", "))));
+        }
+        let views: Vec<(&str, TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
+        self.vjp(graph, inputs, &views)
+    }
+
+    fn run_vjp(
+        &self,
+        graph: &Graph,
+        inputs: &Inputs<'_>,
+        cotangents: &[(&str, TensorView<'_>)],
+        reference: bool,
+    ) -> Result<Gradients> {
+        let k = self.captured();
+        let b = crate::call::bind(k, graph, inputs)?;
+        let extents = Extents { num_src: graph.num_src(), num_dst: graph.num_dst(), num_edges: graph.num_edges() };
+        // Cotangents: one per output, shaped like it, in the call's dtype.
+        let out_shapes = output_shapes(k, &extents, &b.widths);
+        for (name, _) in cotangents {
+            if !k.outputs.iter().any(|o| o.name == *name) {
+                let names: Vec<&str> = k.outputs.iter().map(|o| o.name.as_str()).collect();
+                return Err(Error::Call(format!("cotangent for `{name}`, but kernel `{}` has outputs: {}", k.name, names.join(", "))));
+            }
+        }
+        for (o, shape) in k.outputs.iter().zip(&out_shapes) {
+            match cotangents.iter().find(|(n, _)| *n == o.name) {
+                None => {
+                    return Err(Error::Call(format!("missing the cotangent of output `{}` (shape {shape:?})", o.name)));
+                }
+                Some((_, v)) if v.shape() != shape.as_slice() => {
+                    return Err(Error::Call(format!(
+                        "the cotangent of output `{}` has shape {:?}, expected {shape:?}",
+                        o.name,
+                        v.shape()
+                    )));
+                }
+                Some((_, v)) if v.dtype() != b.dtype => {
+                    return Err(Error::Call(format!(
+                        "the cotangent of output `{}` is {}, but the inputs are {}",
+                        o.name,
+                        v.dtype(),
+                        b.dtype
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        let _ = bind_shapes;
+        let plan = self.adjoint_plan()?;
+        let dtype = if reference { DType::F64 } else { b.dtype };
+        // In reference mode every array travels as f64.
+        let fwd64: Vec<Tensor> = if reference { b.views.iter().map(|v| to_f64(v)).collect::<Result<_>>()? } else { vec![] };
+        let cot64: Vec<(String, Tensor)> = if reference {
+            cotangents.iter().map(|(n, v)| Ok(((*n).to_string(), to_f64(v)?))).collect::<Result<_>>()?
+        } else {
+            vec![]
+        };
+        let forward_view = |role: Role, name: &str| -> Option<TensorView<'_>> {
+            let i = k.field_by_name(role, name)?.0 as usize;
+            if reference {
+                fwd64.get(i).map(|t| t.view())
+            } else {
+                b.views.get(i).map(|v| (*v).clone())
+            }
+        };
+        let cot_view = |name: &str| -> Option<TensorView<'_>> {
+            if reference {
+                cot64.iter().find(|(n, _)| n == name).map(|(_, t)| t.view())
+            } else {
+                cotangents.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone())
+            }
+        };
+        let ranks = ranks_tensor(graph, dtype)?;
+        let mut stage_outs: Vec<Outputs> = Vec::with_capacity(plan.stages.len());
+        for (si, stage) in plan.adjoint.stages.iter().enumerate() {
+            let g: Arc<Graph>;
+            let g_ref: &Graph = match stage.graph {
+                GraphUse::Forward => graph,
+                GraphUse::Transposed => {
+                    g = graph.transposed();
+                    &g
+                }
+                GraphUse::RowReversed => {
+                    g = graph.row_reversed();
+                    &g
+                }
+            };
+            let outs = {
+                let mut ins = Inputs::new();
+                for (fd, bnd) in stage.kernel.fields.iter().zip(&stage.bindings) {
+                    let view = match bnd {
+                        Binding::Forward(role, name) => forward_view(*role, name),
+                        Binding::Cotangent(name) => cot_view(name),
+                        Binding::Stage { stage: s, output } => stage_outs.get(*s).and_then(|o| o.get(output)).map(|t| t.view()),
+                        Binding::EdgeRank => Some(ranks.view()),
+                    };
+                    let view = view.ok_or_else(|| {
+                        Error::Call(format!("internal: adjoint stage `{}` has no value for field `{}`", stage.kernel.name, fd.name))
+                    })?;
+                    ins = ins.with_role(fd.role, &fd.name, view);
+                }
+                if reference {
+                    plan.stages[si].run_reference(g_ref, &ins)?
+                } else {
+                    plan.stages[si].run(g_ref, &ins)?
+                }
+            };
+            stage_outs.push(outs);
+        }
+        let mut items = Vec::new();
+        for gp in &plan.adjoint.gradients {
+            let i = k.field_by_name(gp.role, &gp.name).map(|f| f.0 as usize).unwrap_or(0);
+            let shape = b.views.get(i).map(|v| v.shape().to_vec()).unwrap_or_default();
+            let mut acc = Tensor::zeros(dtype, shape).map_err(|e| Error::Call(e.to_string()))?;
+            for (s, name) in &gp.parts {
+                if let Some(t) = stage_outs.get(*s).and_then(|o| o.get(name)) {
+                    if t.len() == acc.len() {
+                        add_tensors(&mut acc, t);
+                    }
+                }
+            }
+            items.push((gp.role, gp.name.clone(), acc));
+        }
+        Ok(Gradients { items })
+    }
+}

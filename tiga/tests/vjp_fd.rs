@@ -1,0 +1,171 @@
+//! Gradients of every kernel in examples/kernels/gnn.rs (and the user
+//! reducer example's monoid) against central finite differences of the f64
+//! reference interpreter, on random graphs with empty rows, isolated nodes,
+//! self loops, multi-edges and a bipartite shape; and the JIT's f32 VJP
+//! against the f64 adjoint.
+
+use tiga::compiler::ir::{Role, Type};
+use tiga::{Graph, Inputs, Kernel, Tensor};
+
+const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn uniform(&mut self) -> f64 {
+        (self.next() % 1_000_000) as f64 / 500_000.0 - 1.0
+    }
+}
+
+fn random_graph(rng: &mut Rng, ns: usize, nd: usize, ne: usize) -> Graph {
+    let mut src = Vec::new();
+    let mut dst = Vec::new();
+    for _ in 0..ne {
+        src.push((rng.next() % ns as u64) as u32);
+        dst.push((rng.next() % (nd as u64 - 1).max(1)) as u32);
+    }
+    if ne > 2 {
+        src.push(src[0]);
+        dst.push(dst[0]);
+        src.push(0);
+        dst.push(0);
+    }
+    Graph::from_edges(ns, nd, &src, &dst).expect("valid graph")
+}
+
+type Field = (Role, String, Vec<usize>, Vec<f64>);
+
+fn fields_for(k: &Kernel, g: &Graph, f: usize, rng: &mut Rng) -> Vec<Field> {
+    k.fields()
+        .iter()
+        .map(|fd| {
+            let rows = match fd.role {
+                Role::Src => Some(g.num_src()),
+                Role::Dst => Some(g.num_dst()),
+                Role::Edge => Some(g.num_edges()),
+                Role::Param => None,
+            };
+            let shape = match (rows, fd.ty) {
+                (Some(n), Type::Scalar) => vec![n],
+                (Some(n), _) => vec![n, f],
+                (None, Type::Scalar) => vec![1],
+                (None, _) => vec![f],
+            };
+            let len = shape.iter().product();
+            (fd.role, fd.name.clone(), shape, (0..len).map(|_| rng.uniform()).collect())
+        })
+        .collect()
+}
+
+fn tensors(fields: &[Field], f32: bool) -> Vec<Tensor> {
+    fields
+        .iter()
+        .map(|(_, _, s, d)| {
+            if f32 {
+                Tensor::from_f32(s.clone(), d.iter().map(|&x| x as f32).collect()).expect("shape")
+            } else {
+                Tensor::from_f64(s.clone(), d.clone()).expect("shape")
+            }
+        })
+        .collect()
+}
+
+fn inputs<'a>(fields: &[Field], ts: &'a [Tensor]) -> Inputs<'a> {
+    let mut i = Inputs::new();
+    for ((role, name, _, _), t) in fields.iter().zip(ts) {
+        i = i.with_role(*role, name, t);
+    }
+    i
+}
+
+/// Σ_o <cot_o, out_o> by the reference interpreter.
+fn objective(k: &Kernel, g: &Graph, fields: &[Field], cots: &[Vec<f64>]) -> f64 {
+    let ts = tensors(fields, false);
+    let out = k.run_reference(g, &inputs(fields, &ts)).expect("reference");
+    out.items.iter().zip(cots).map(|((_, t), c)| t.to_f64_vec().iter().zip(c).map(|(a, b)| a * b).sum::<f64>()).sum()
+}
+
+fn check_kernel(k: &Kernel, g: &Graph, gname: &str, rng: &mut Rng) {
+    let f = 3;
+    let mut fields = fields_for(k, g, f, rng);
+    // Keep max/min/top-2 away from ties and kinks: spread values apart.
+    for fd in &mut fields {
+        for (i, x) in fd.3.iter_mut().enumerate() {
+            *x += (i as f64) * 1e-3;
+        }
+    }
+    let ts = tensors(&fields, false);
+    let shapes = k.output_shapes(g, &inputs(&fields, &ts)).expect("shapes");
+    let cots: Vec<Vec<f64>> = shapes.iter().map(|(_, s)| (0..s.iter().product::<usize>()).map(|_| rng.uniform()).collect()).collect();
+    let cot_t: Vec<Tensor> = shapes.iter().zip(&cots).map(|((_, s), c)| Tensor::from_f64(s.clone(), c.clone()).expect("cot")).collect();
+    let cot_v: Vec<(&str, tiga::TensorView<'_>)> = shapes.iter().zip(&cot_t).map(|((n, _), t)| (n.as_str(), t.view())).collect();
+    let grads = k.vjp_reference(g, &inputs(&fields, &ts), &cot_v).expect("vjp reference");
+    let grads_jit64 = k.vjp(g, &inputs(&fields, &ts), &cot_v).expect("vjp jit f64");
+    // Central differences on every input element.
+    let h = 1e-6;
+    for (fi, (role, name, _, data)) in fields.iter().enumerate() {
+        let got = grads.get(*role, name).expect("gradient present").to_f64_vec();
+        let jit = grads_jit64.get(*role, name).expect("gradient present").to_f64_vec();
+        for idx in 0..data.len() {
+            let mut plus = fields.clone();
+            plus[fi].3[idx] += h;
+            let mut minus = fields.clone();
+            minus[fi].3[idx] -= h;
+            let fd = (objective(k, g, &plus, &cots) - objective(k, g, &minus, &cots)) / (2.0 * h);
+            let scale = fd.abs().max(got[idx].abs()).max(1.0);
+            assert!(
+                (fd - got[idx]).abs() <= 1e-6 * scale,
+                "{} on {gname}: d/d {}.{name}[{idx}]: adjoint {} vs finite difference {fd}",
+                k.name(),
+                role.name(),
+                got[idx]
+            );
+            assert!(
+                (jit[idx] - got[idx]).abs() <= 1e-12 * scale,
+                "{} on {gname}: JIT f64 {}.{name}[{idx}] = {} vs reference adjoint {}",
+                k.name(),
+                role.name(),
+                jit[idx],
+                got[idx]
+            );
+        }
+    }
+    // The JIT in f32 against the f64 adjoint.
+    let ts32 = tensors(&fields, true);
+    let cot32: Vec<Tensor> = shapes
+        .iter()
+        .zip(&cots)
+        .map(|((_, s), c)| Tensor::from_f32(s.clone(), c.iter().map(|&x| x as f32).collect()).expect("cot"))
+        .collect();
+    let cot32_v: Vec<(&str, tiga::TensorView<'_>)> = shapes.iter().zip(&cot32).map(|((n, _), t)| (n.as_str(), t.view())).collect();
+    let g32 = k.vjp(g, &inputs(&fields, &ts32), &cot32_v).expect("vjp f32");
+    for (role, name, _, _) in &fields {
+        let a = g32.get(*role, name).expect("f32 gradient").to_f64_vec();
+        let b = grads.get(*role, name).expect("gradient").to_f64_vec();
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-4 * y.abs().max(1.0), "{} on {gname}: f32 {}.{name}: {x} vs f64 {y}", k.name(), role.name());
+        }
+    }
+}
+
+#[test]
+fn every_gnn_kernel_matches_finite_differences() {
+    let kernels = Kernel::all_from_source(GNN).expect("kernels compile");
+    let mut rng = Rng(0xadd0_1234_5678);
+    let graphs = vec![
+        ("random", random_graph(&mut rng, 9, 9, 24)),
+        ("sparse-with-isolated", random_graph(&mut rng, 12, 12, 8)),
+        ("bipartite", random_graph(&mut rng, 5, 8, 14)),
+        ("one-node", Graph::from_edges(1, 1, &[0], &[0]).expect("valid")),
+    ];
+    for (gname, g) in &graphs {
+        for k in &kernels {
+            check_kernel(k, g, gname, &mut rng);
+        }
+    }
+}
