@@ -4,38 +4,22 @@
 //! m, Σ exp(x - m)), `combine` rescales both partial sums to the larger max,
 //! and `finalize` returns m + ln(s). An empty row gives 0.
 //!
+//! The kernel lives in the kernel file examples/kernels/reducers.rs (which
+//! `tigac` reads too); this example includes it under `#[message_passing]`.
+//!
 //! The monoid is declared associative and commutative; tiga checks the
 //! identity law and both declarations on sampled states at build time (a
 //! false declaration is a compile error), then folds rows in parallel.
 
-use tiga::{message_passing, Graph, Inputs};
+use tiga::{Graph, Inputs};
 
-#[message_passing(reduce = monoid(associative, commutative))]
-pub mod LogSumExp {
-    use tiga::lang::*;
-    pub struct Src {
-        pub x: f64,
-    }
-    pub fn edge(src: &Src) -> (f64, f64) {
-        (src.x, 1.0)
-    }
-    pub fn identity() -> (f64, f64) {
-        (f64::NEG_INFINITY, 0.0)
-    }
-    pub fn combine(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
-        let m = max(a.0, b.0);
-        let sa = if a.1 == 0.0 { 0.0 } else { a.1 * exp(a.0 - m) };
-        let sb = if b.1 == 0.0 { 0.0 } else { b.1 * exp(b.0 - m) };
-        (m, sa + sb)
-    }
-    pub fn finalize(s: (f64, f64)) -> f64 {
-        if s.1 == 0.0 {
-            0.0
-        } else {
-            s.0 + ln(s.1)
-        }
-    }
+#[allow(clippy::all)]
+mod reducers {
+    use tiga::message_passing;
+    include!("kernels/reducers.rs");
 }
+
+use reducers::LogSumExp;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A small ring with chords, plus node 9 with no in-edges.

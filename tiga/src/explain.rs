@@ -2,9 +2,11 @@
 
 use std::fmt::Write as _;
 
-use tiga_compiler::passes::RemarkKind;
+use tiga_compiler::adjoint::kernel::{Binding, GraphUse};
+use tiga_compiler::ir::{FieldDecl, Role};
+use tiga_compiler::passes::{PassRecord, RemarkKind};
 
-use crate::Kernel;
+use crate::{AdjointPlan, Kernel};
 
 pub(crate) fn explain(k: &Kernel) -> String {
     let mut s = String::new();
@@ -36,18 +38,7 @@ pub(crate) fn explain(k: &Kernel) -> String {
     let _ = writeln!(s, "  outputs:   {}", outs.join(", "));
     let _ = writeln!(s);
     let _ = writeln!(s, "passes (in order):");
-    for (i, p) in k.compiled().passes.iter().enumerate() {
-        let _ = writeln!(s, "  {}. {}", i + 1, p.name);
-        for rm in &p.remarks {
-            let kind = match rm.kind {
-                RemarkKind::Applied => "applied",
-                RemarkKind::Missed => "missed",
-                RemarkKind::Analysis => "analysis",
-            };
-            let at = rm.span.map(|sp| format!(" @{}:{}", sp.line, sp.col)).unwrap_or_default();
-            let _ = writeln!(s, "       [{kind}]{at} {}", rm.message);
-        }
-    }
+    write_passes(&mut s, &k.compiled().passes, "  ");
     let _ = writeln!(s);
     let _ = writeln!(s, "loop nest:");
     for line in k.loop_kernel().to_string().lines() {
@@ -71,5 +62,162 @@ pub(crate) fn explain(k: &Kernel) -> String {
             ms
         );
     }
+    let _ = writeln!(s);
+    adjoint(&mut s, k);
     s
+}
+
+/// Each pass, numbered, with every remark indented under it.
+fn write_passes(s: &mut String, passes: &[PassRecord], indent: &str) {
+    for (i, p) in passes.iter().enumerate() {
+        let _ = writeln!(s, "{indent}{}. {}", i + 1, p.name);
+        for rm in &p.remarks {
+            let kind = match rm.kind {
+                RemarkKind::Applied => "applied",
+                RemarkKind::Missed => "missed",
+                RemarkKind::Analysis => "analysis",
+            };
+            let at = rm.span.map(|sp| format!(" @{}:{}", sp.line, sp.col)).unwrap_or_default();
+            let _ = writeln!(s, "{indent}     [{kind}]{at} {}", rm.message);
+        }
+    }
+}
+
+fn graph_words(g: GraphUse) -> &'static str {
+    match g {
+        GraphUse::Forward => "forward graph",
+        GraphUse::Transposed => "transposed graph (sources and destinations swapped, edge ids kept)",
+        GraphUse::RowReversed => "row-reversed graph (each row's edges in reverse order, edge ids kept)",
+    }
+}
+
+fn graph_short(g: GraphUse) -> &'static str {
+    match g {
+        GraphUse::Forward => "forward graph",
+        GraphUse::Transposed => "transposed graph",
+        GraphUse::RowReversed => "row-reversed graph",
+    }
+}
+
+/// A stage field's binding, in short form: `stage field <- where it comes from`.
+fn binding_short(plan: &AdjointPlan, field: &FieldDecl, b: &Binding) -> String {
+    let from = match b {
+        Binding::Forward(role, name) => format!("forward {}.{name}", role.name()),
+        Binding::Cotangent(name) => format!("cotangent of `{name}`"),
+        Binding::Stage { stage, output } => {
+            let stage_name = plan.adjoint.stages.get(*stage).map(|s| s.kernel.name.as_str()).unwrap_or("?");
+            format!("{stage_name}:{output}")
+        }
+        Binding::EdgeRank => "edge rank within its forward row".to_string(),
+    };
+    format!("{}.{} <- {from}", field.role.name(), field.name)
+}
+
+/// The adjoint section: the VJP's stages (each a kernel with its own passes),
+/// which graph each runs over, what it produces, and the plan's notes.
+fn adjoint(s: &mut String, k: &Kernel) {
+    let _ = writeln!(s, "adjoint (vector-Jacobian product: `Kernel::vjp`, `tigac run --grads`):");
+    let plan = match k.adjoint_plan() {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = writeln!(s, "  not available: {e}");
+            let _ = writeln!(s, "  (the forward kernel above is unaffected; only its gradients cannot be computed)");
+            return;
+        }
+    };
+    let stages = &plan.adjoint.stages;
+    let _ = writeln!(s, "  {} stage(s), run in order; each is an ordinary kernel (same passes, scheduler, back end)", stages.len());
+
+    // Which gradients come from which graph, by forward role.
+    let _ = writeln!(s, "  gradients:");
+    if plan.adjoint.gradients.is_empty() {
+        let _ = writeln!(s, "    none (the kernel reads no fields)");
+    }
+    for role in [Role::Src, Role::Dst, Role::Edge, Role::Param] {
+        let grads: Vec<_> = plan.adjoint.gradients.iter().filter(|g| g.role == role).collect();
+        if grads.is_empty() {
+            continue;
+        }
+        let names: Vec<&str> = grads.iter().map(|g| g.name.as_str()).collect();
+        let mut from: Vec<usize> = grads.iter().flat_map(|g| g.parts.iter().map(|(i, _)| *i)).collect();
+        from.sort_unstable();
+        from.dedup();
+        let graphs: Vec<GraphUse> = {
+            let mut v: Vec<GraphUse> = Vec::new();
+            for &i in &from {
+                if let Some(st) = stages.get(i) {
+                    if !v.contains(&st.graph) {
+                        v.push(st.graph);
+                    }
+                }
+            }
+            v
+        };
+        let stage_names: Vec<&str> = from.iter().filter_map(|&i| stages.get(i)).map(|st| st.kernel.name.as_str()).collect();
+        let how = match role {
+            Role::Src if graphs == [GraphUse::Transposed] => {
+                "transposed graph, no atomics (a sum over each source's out-edges is a row of the transposed graph)".to_string()
+            }
+            Role::Edge => format!("{}, one value per edge, in the graph file's edge order", graphs_text(&graphs)),
+            Role::Dst => format!("{}, summed over each destination's row", graphs_text(&graphs)),
+            Role::Param => format!("{}, summed over every row and edge", graphs_text(&graphs)),
+            Role::Src => graphs_text(&graphs),
+        };
+        let _ = writeln!(
+            s,
+            "    {} gradients ({}): {how}; from {}",
+            role.name(),
+            names.join(", "),
+            if stage_names.is_empty() { "no stage (zero)".to_string() } else { stage_names.join(" + ") }
+        );
+    }
+
+    for (i, (stage, compiled)) in stages.iter().zip(&plan.stages).enumerate() {
+        let _ = writeln!(s);
+        let _ = writeln!(s, "  stage {}: {}", i + 1, stage.kernel.name);
+        let _ = writeln!(s, "    purpose:   {}", stage.purpose);
+        let _ = writeln!(s, "    graph:     {}", graph_words(stage.graph));
+        let produced: Vec<&str> =
+            stage.kernel.outputs.iter().map(|o| o.name.as_str()).filter(|n| n.starts_with("grad.")).collect();
+        let _ = writeln!(
+            s,
+            "    produces:  {}",
+            if produced.is_empty() { "no gradients (row statistics for later stages)".to_string() } else { produced.join(", ") }
+        );
+        let other: Vec<&str> =
+            stage.kernel.outputs.iter().map(|o| o.name.as_str()).filter(|n| !n.starts_with("grad.")).collect();
+        if !other.is_empty() {
+            let _ = writeln!(s, "    also:      {} (for later stages)", other.join(", "));
+        }
+        let lk = compiled.lowered();
+        let _ = writeln!(
+            s,
+            "    reducer:   {} (class {}); edge and node regions {}",
+            lk.reducer.kind.name(),
+            lk.reducer.class.map(|c| c.name()).unwrap_or("unclassified"),
+            if lk.segment.as_ref().is_some_and(|g| g.fused) { "fused" } else { "not fused" }
+        );
+        let _ = writeln!(s, "    bindings:");
+        for (f, b) in stage.kernel.fields.iter().zip(&stage.bindings) {
+            let _ = writeln!(s, "      {}", binding_short(&plan, f, b));
+        }
+        let _ = writeln!(s, "    passes (in order):");
+        write_passes(s, &compiled.compiled().passes, "      ");
+    }
+    let _ = writeln!(s);
+    if plan.adjoint.notes.is_empty() {
+        let _ = writeln!(s, "  notes: none");
+    } else {
+        let _ = writeln!(s, "  notes:");
+        for n in &plan.adjoint.notes {
+            let _ = writeln!(s, "    - {n}");
+        }
+    }
+}
+
+fn graphs_text(graphs: &[GraphUse]) -> String {
+    if graphs.is_empty() {
+        return "no stage".to_string();
+    }
+    graphs.iter().map(|g| graph_short(*g)).collect::<Vec<_>>().join(" and ")
 }

@@ -1,13 +1,14 @@
-//! Gradients of every kernel in examples/kernels/gnn.rs (and the user
-//! reducer example's monoid) against central finite differences of the f64
-//! reference interpreter, on random graphs with empty rows, isolated nodes,
-//! self loops, multi-edges and a bipartite shape; and the JIT's f32 VJP
-//! against the f64 adjoint.
+//! Gradients of every kernel in examples/kernels/gnn.rs and
+//! examples/kernels/reducers.rs (the user reducer example's monoid) against
+//! central finite differences of the f64 reference interpreter, on random
+//! graphs with empty rows, isolated nodes, self loops, multi-edges and a
+//! bipartite shape; and the JIT's f32 VJP against the f64 adjoint.
 
 use tiga::compiler::ir::{Role, Type};
 use tiga::{Graph, Inputs, Kernel, Tensor};
 
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
+const REDUCERS: &str = include_str!("../../examples/kernels/reducers.rs");
 
 struct Rng(u64);
 impl Rng {
@@ -157,6 +158,24 @@ fn check_kernel(k: &Kernel, g: &Graph, gname: &str, rng: &mut Rng) {
 fn every_gnn_kernel_matches_finite_differences() {
     let kernels = Kernel::all_from_source(GNN).expect("kernels compile");
     let mut rng = Rng(0xadd0_1234_5678);
+    let graphs = vec![
+        ("random", random_graph(&mut rng, 9, 9, 24)),
+        ("sparse-with-isolated", random_graph(&mut rng, 12, 12, 8)),
+        ("bipartite", random_graph(&mut rng, 5, 8, 14)),
+        ("one-node", Graph::from_edges(1, 1, &[0], &[0]).expect("valid")),
+    ];
+    for (gname, g) in &graphs {
+        for k in &kernels {
+            check_kernel(k, g, gname, &mut rng);
+        }
+    }
+}
+
+#[test]
+fn every_user_reducer_kernel_matches_finite_differences() {
+    let kernels = Kernel::all_from_source(REDUCERS).expect("kernels compile");
+    assert!(!kernels.is_empty(), "examples/kernels/reducers.rs holds no kernel");
+    let mut rng = Rng(0x5eed_cafe_f00d);
     let graphs = vec![
         ("random", random_graph(&mut rng, 9, 9, 24)),
         ("sparse-with-isolated", random_graph(&mut rng, 12, 12, 8)),

@@ -8,11 +8,13 @@
 //! analyze-reducer-algebra       classify the reducer, prove or refuse properties
 //! lower-csr-to-gather-segment   accumulator state + init/step/finish over CSR rows
 //! fuse-edge-node-regions        edge into the step, node into the finish
-//! fold-constants, eliminate-dead-code   again, on the fused regions
+//! fold-constants, eliminate-common-subexpressions, eliminate-dead-code
+//!                               again, on the fused regions
 //! ```
 
 mod analyze_reducer;
 mod capture;
+mod cse;
 mod dce;
 mod fold;
 mod fuse;
@@ -24,6 +26,7 @@ use crate::ir::{self, Kernel, Span};
 
 pub use analyze_reducer::analyze_reducer_algebra;
 pub use capture::capture_message_passing_udf;
+pub use cse::eliminate_common_subexpressions;
 pub use dce::eliminate_dead_code;
 pub use fold::fold_constants;
 pub use fuse::fuse_edge_node_regions;
@@ -100,7 +103,7 @@ impl Remarks<'_> {
 type PassFn = fn(&mut Kernel, &mut Remarks<'_>) -> Result<(), PassError>;
 
 /// The pipeline as one readable list.
-pub const PIPELINE: [(&str, PassFn); 8] = [
+pub const PIPELINE: [(&str, PassFn); 9] = [
     ("capture-message-passing-udf", capture_message_passing_udf),
     ("fold-constants", fold_constants),
     ("eliminate-dead-code", eliminate_dead_code),
@@ -108,6 +111,7 @@ pub const PIPELINE: [(&str, PassFn); 8] = [
     ("lower-csr-to-gather-segment", lower_csr_to_gather_segment),
     ("fuse-edge-node-regions", fuse_edge_node_regions),
     ("fold-constants", fold_constants),
+    ("eliminate-common-subexpressions", eliminate_common_subexpressions),
     ("eliminate-dead-code", eliminate_dead_code),
 ];
 
