@@ -2,8 +2,9 @@
 //!
 //! Three commands cover the life of a kernel outside a Rust build:
 //! `compile` checks and lowers a kernel file into an artifact (and can dump
-//! each stage as text), `explain` says what the compiler did, and `run`
-//! executes a kernel on a graph file with `.npy` fields.
+//! each stage as text), `explain` says what the compiler did (the forward
+//! kernel and its adjoint stages), and `run` executes a kernel on a graph
+//! file with `.npy` fields, and with `--grads` its vector-Jacobian product.
 //!
 //! This file only parses flags (clap; usage errors exit 2) and reports
 //! failures: every command returns a [`report::Failure`] on bad input,
@@ -37,7 +38,7 @@ enum Command {
     Compile(CompileArgs),
     /// Print what the compiler did to a kernel: reducer class, fusion, every pass and the loop nest.
     Explain(ExplainArgs),
-    /// Run a kernel on a graph file with .npy fields and write its outputs as .npy.
+    /// Run a kernel on a graph file with .npy fields and write its outputs (and, with --grads, its gradients) as .npy.
     Run(RunArgs),
 }
 
@@ -96,9 +97,20 @@ struct RunArgs {
     /// Run the kernel this many times.
     #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
-    /// Print one JSON line on stdout: {"compile_ms", "run_ms_median", "runs"}.
+    /// Print one JSON line on stdout: {"compile_ms", "run_ms_median", "runs"}, plus "vjp_ms_median" with --grads.
     #[arg(long)]
     timing: bool,
+    /// Also compute gradients (the vector-Jacobian product) and write one .npy per input field into DIR
+    /// (created if missing): src.NAME.npy, dst.NAME.npy, edge.NAME.npy (in the graph file's edge order),
+    /// param.NAME.npy, each shaped like its input and in the inputs' dtype. Without --cotangent, a kernel
+    /// with one output uses a cotangent of ones (the gradient of the sum of its output); a kernel with
+    /// several outputs needs --cotangent NAME=FILE.npy for each.
+    #[arg(long, value_name = "DIR")]
+    grads: Option<PathBuf>,
+    /// The cotangent (upstream gradient) of the output for --grads: FILE.npy for a kernel with one output,
+    /// NAME=FILE.npy for each of several; shaped like the output, in the inputs' dtype.
+    #[arg(long = "cotangent", value_name = "[NAME=]FILE.npy", value_parser = parse_out)]
+    cotangent: Vec<OutSpec>,
 }
 
 fn dispatch(command: Command) -> Result<(), report::Failure> {
@@ -119,6 +131,8 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
                 outs: a.out,
                 repeat: a.repeat as usize,
                 timing: a.timing,
+                grads: a.grads,
+                cotangents: a.cotangent,
             })
         }
     }

@@ -5,6 +5,14 @@
 //! checks everything it can before any compile or run (outputs named, files
 //! readable) and times only what it claims to: the JIT compile of the
 //! variant, then each `Kernel::run` alone, never file I/O.
+//!
+//! With `--grads DIR` it then runs the kernel's vector-Jacobian product
+//! (`Kernel::vjp`, the adjoint stages `tigac explain` lists) against the
+//! cotangents given with `--cotangent` (or ones, for a kernel with a single
+//! output: the gradient of the sum of that output), and writes one `.npy`
+//! per input field, `ROLE.NAME.npy`, shaped like the field and in the
+//! inputs' dtype. `--timing` then also reports the median of the `vjp`
+//! calls alone.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -28,15 +36,34 @@ pub struct RunRequest {
     pub outs: Vec<OutSpec>,
     pub repeat: usize,
     pub timing: bool,
+    /// Where gradients go (`--grads`); `None`: no backward.
+    pub grads: Option<PathBuf>,
+    /// `--cotangent` flags: one per output (a plain path for a single output).
+    pub cotangents: Vec<OutSpec>,
+}
+
+/// Where the output cotangents of `--grads` come from.
+enum Cotangents {
+    /// Ones shaped like the kernel's single output.
+    Ones,
+    /// One file per output, by output name.
+    Files(Vec<(String, PathBuf)>),
 }
 
 /// Match `--out` flags to the kernel's outputs: a plain path for a kernel
 /// with one output, `NAME=PATH` for each output otherwise.
 fn plan_outputs(k: &Kernel, outs: &[OutSpec]) -> Result<Vec<(String, PathBuf)>, Failure> {
+    plan_per_output(k, outs, "--out")
+}
+
+/// Match `FLAG [NAME=]FILE` values to the kernel's outputs (`--out`,
+/// `--cotangent`): a plain path for a kernel with one output, `NAME=PATH`
+/// for each output otherwise; every output exactly once.
+fn plan_per_output(k: &Kernel, outs: &[OutSpec], flag: &str) -> Result<Vec<(String, PathBuf)>, Failure> {
     let names: Vec<String> = k.output_names().iter().map(|s| s.to_string()).collect();
     let listed = names.join(", ");
     if outs.is_empty() {
-        return Err(Failure::new(format!("kernel `{}` has outputs {listed}; pass --out", k.name())));
+        return Err(Failure::new(format!("kernel `{}` has outputs {listed}; pass {flag}", k.name())));
     }
     if let [OutSpec { name: None, path }] = outs {
         if names.len() == 1 {
@@ -47,29 +74,111 @@ fn plan_outputs(k: &Kernel, outs: &[OutSpec]) -> Result<Vec<(String, PathBuf)>, 
     for o in outs {
         let Some(name) = &o.name else {
             return Err(Failure::new(format!(
-                "kernel `{}` has {} outputs ({listed}); name each one: --out NAME=FILE.npy (got `{}`)",
+                "kernel `{}` has {} outputs ({listed}); name each one: {flag} NAME=FILE.npy (got `{}`)",
                 k.name(),
                 names.len(),
                 o.path.display()
             )));
         };
         if !names.contains(name) {
-            return Err(Failure::new(format!("kernel `{}` has no output `{name}`; its outputs: {listed}", k.name())));
+            return Err(Failure::new(format!(
+                "{flag} {name}=...: kernel `{}` has no output `{name}`; its outputs: {listed}",
+                k.name()
+            )));
         }
         if plan.iter().any(|(n, _)| n == name) {
-            return Err(Failure::new(format!("--out {name}=... is given twice")));
+            return Err(Failure::new(format!("{flag} {name}=... is given twice")));
         }
         plan.push((name.clone(), o.path.clone()));
     }
     let missing: Vec<&str> = names.iter().filter(|n| !plan.iter().any(|(p, _)| p == *n)).map(String::as_str).collect();
     if !missing.is_empty() {
         return Err(Failure::new(format!(
-            "kernel `{}` has outputs {listed}; missing --out for {} (use --out NAME=FILE.npy for each)",
+            "kernel `{}` has outputs {listed}; missing {flag} for {} (use {flag} NAME=FILE.npy for each)",
             k.name(),
             missing.join(", ")
         )));
     }
     Ok(plan)
+}
+
+/// What `--grads` and `--cotangent` ask for; `None` when there is no backward.
+fn plan_cotangents(k: &Kernel, req: &RunRequest) -> Result<Option<(PathBuf, Cotangents)>, Failure> {
+    let Some(dir) = &req.grads else {
+        if !req.cotangents.is_empty() {
+            return Err(Failure::new(
+                "--cotangent is only used for gradients: pass --grads DIR too (the folder the gradients are written to)",
+            ));
+        }
+        return Ok(None);
+    };
+    let names = k.output_names();
+    if req.cotangents.is_empty() {
+        if names.len() == 1 {
+            return Ok(Some((dir.clone(), Cotangents::Ones)));
+        }
+        return Err(Failure::new(format!(
+            "--grads needs the cotangent of each output of kernel `{}` ({}): pass --cotangent NAME=FILE.npy for each              (a cotangent of ones is the default only for a kernel with one output)",
+            k.name(),
+            names.join(", ")
+        )));
+    }
+    Ok(Some((dir.clone(), Cotangents::Files(plan_per_output(k, &req.cotangents, "--cotangent")?))))
+}
+
+/// Create the gradient folder (and its parents) and check that a file can
+/// be written there, before anything runs.
+fn prepare_dir(dir: &std::path::Path) -> Result<(), Failure> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(Failure::new(format!("--grads {}: exists and is not a directory", dir.display())));
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Failure::new(format!("--grads {}: cannot create the directory: {e}", dir.display())))?;
+    tempfile::NamedTempFile::new_in(dir)
+        .map_err(|e| Failure::new(format!("--grads {}: cannot write into the directory: {e}", dir.display())))?;
+    Ok(())
+}
+
+/// One cotangent file, read (shape and dtype are checked against the call).
+fn load_cotangent(output: &str, path: &std::path::Path) -> Result<Tensor, Failure> {
+    let what = format!("--cotangent of output `{output}`");
+    match tiga::read_npy(path) {
+        Ok(t) => Ok(t),
+        Err(tiga::NpyError::UnsupportedDtype { path, found }) => Err(Failure::new(format!(
+            "{what}: {path} has dtype '{found}'; expected '<f4' (float32) or '<f8' (float64), little-endian, like the inputs"
+        ))),
+        Err(e) => Err(Failure::new(format!("{what}: {e}"))),
+    }
+}
+
+/// A cotangent must be shaped like its output and in the inputs' dtype.
+fn check_cotangent(output: &str, path: &std::path::Path, t: &Tensor, shape: &[usize], dtype: tiga::DType) -> Result<(), Failure> {
+    if t.shape() != shape {
+        return Err(Failure::new(format!(
+            "--cotangent of output `{output}` ({}) has shape {:?}; expected {shape:?}, the shape of the output",
+            path.display(),
+            t.shape()
+        )));
+    }
+    if t.dtype() != dtype {
+        return Err(Failure::new(format!(
+            "--cotangent of output `{output}` ({}) is {}, but the inputs are {}; save it as {}",
+            path.display(),
+            t.dtype().name(),
+            dtype.name(),
+            if dtype == tiga::DType::F32 { "float32 ('<f4')" } else { "float64 ('<f8')" }
+        )));
+    }
+    Ok(())
+}
+
+fn ones_like(t: &Tensor) -> Result<Tensor, Failure> {
+    let n = t.len();
+    match t.dtype() {
+        tiga::DType::F32 => Tensor::from_f32(t.shape().to_vec(), vec![1.0; n]),
+        tiga::DType::F64 => Tensor::from_f64(t.shape().to_vec(), vec![1.0; n]),
+    }
+    .map_err(|e| Failure::new(format!("cannot build the default cotangent: {e}")))
 }
 
 fn median_ms(mut xs: Vec<f64>) -> f64 {
@@ -85,6 +194,14 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     let mut kernels = load_kernels(&req.file, Some(&req.kernel))?;
     let kernel = kernels.pop().ok_or_else(|| Failure::new(format!("no kernel named `{}`", req.kernel)))?;
     let plan = plan_outputs(&kernel, &req.outs)?;
+    let backward = plan_cotangents(&kernel, req)?;
+    if backward.is_some() {
+        // Build the adjoint stages now: a kernel that cannot be
+        // differentiated is refused before anything runs.
+        kernel
+            .adjoint_plan()
+            .map_err(|e| Failure::new(format!("kernel `{}`: cannot compute gradients: {e}", kernel.name())))?;
+    }
 
     let mut seen: Vec<(Role, &str)> = Vec::new();
     for (role, b) in &req.fields {
@@ -96,6 +213,15 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     let graph = load_graph(&req.graph, req.num_nodes)?;
     let tensors: Vec<(Role, &Binding, Tensor)> =
         req.fields.iter().map(|(r, b)| Ok((*r, b, load_field(*r, b)?))).collect::<Result<_, Failure>>()?;
+    let cot_files: Vec<(String, PathBuf, Tensor)> = match &backward {
+        Some((_, Cotangents::Files(files))) => {
+            files.iter().map(|(n, p)| Ok((n.clone(), p.clone(), load_cotangent(n, p)?))).collect::<Result<_, Failure>>()?
+        }
+        _ => Vec::new(),
+    };
+    if let Some((dir, _)) = &backward {
+        prepare_dir(dir)?;
+    }
     let inputs = tensors.iter().fold(Inputs::new(), |acc, (r, b, t)| acc.with_role(*r, &b.name, t));
     let file_of = |role: &str, name: &str| {
         tensors.iter().find(|(r, b, _)| r.name() == role && b.name == name).map(|(_, b, _)| b.path.display().to_string())
@@ -134,6 +260,20 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         }
     }
 
+    // Cotangents that do not fit the outputs are refused before the forward
+    // runs. (When the fields do not bind, the forward reports that first.)
+    if !cot_files.is_empty() {
+        if let (Ok(shapes), Some(dtype)) =
+            (kernel.output_shapes(&graph, &inputs), common_dtype(tensors.iter().map(|(_, _, t)| t)))
+        {
+            for (name, path, t) in &cot_files {
+                if let Some((_, shape)) = shapes.iter().find(|(n, _)| n == name) {
+                    check_cotangent(name, path, t, shape, dtype)?;
+                }
+            }
+        }
+    }
+
     let mut times = Vec::with_capacity(req.repeat);
     let mut outputs = None;
     for _ in 0..req.repeat.max(1) {
@@ -149,14 +289,57 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         tiga::write_npy(path, &t.view()).map_err(|e| Failure::new(format!("output `{name}`: {e}")))?;
     }
 
+    // The backward: the VJP against the cotangents, timed alone.
+    let mut vjp_times = Vec::new();
+    let mut written_grads: Vec<String> = Vec::new();
+    if let Some((dir, source)) = &backward {
+        let cots: Vec<(String, Tensor)> = match source {
+            Cotangents::Ones => {
+                let name = kernel.output_names().first().map(|s| s.to_string()).unwrap_or_default();
+                let t = outputs
+                    .get(&name)
+                    .ok_or_else(|| Failure::new(format!("kernel `{}` produced no output `{name}`", kernel.name())))?;
+                vec![(name, ones_like(t)?)]
+            }
+            Cotangents::Files(_) => {
+                for (name, path, t) in &cot_files {
+                    if let Some(out) = outputs.get(name) {
+                        check_cotangent(name, path, t, out.shape(), out.dtype())?;
+                    }
+                }
+                cot_files.iter().map(|(n, _, t)| (n.clone(), t.clone())).collect()
+            }
+        };
+        let views: Vec<(&str, tiga::TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
+        let mut grads = None;
+        for _ in 0..req.repeat.max(1) {
+            let start = Instant::now();
+            let g = kernel
+                .vjp(&graph, &inputs, &views)
+                .map_err(|e| Failure::new(format!("gradients of kernel `{}`: {}", kernel.name(), explain_call(e))))?;
+            vjp_times.push(start.elapsed().as_secs_f64() * 1e3);
+            grads = Some(g);
+        }
+        let grads = grads.ok_or_else(|| Failure::new("the vjp did not run"))?;
+        for (role, name, t) in &grads.items {
+            let path = dir.join(format!("{}.{name}.npy", role.name()));
+            tiga::write_npy(&path, &t.view())
+                .map_err(|e| Failure::new(format!("gradient of {} field `{name}`: {e}", role.name())))?;
+            written_grads.push(format!("{}.{name} -> {}", role.name(), path.display()));
+        }
+    }
+
     let runs = times.len();
     let median = median_ms(times);
     if req.timing {
-        let line = serde_json::json!({
+        let mut line = serde_json::json!({
             "compile_ms": compile_ms.unwrap_or(0.0),
             "run_ms_median": median,
             "runs": runs,
         });
+        if backward.is_some() {
+            line["vjp_ms_median"] = serde_json::json!(median_ms(vjp_times));
+        }
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{line}");
         let _ = out.flush();
@@ -171,6 +354,15 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
             graph.num_edges(),
             wrote.join(", ")
         );
+        if backward.is_some() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "gradients ({} vjp run(s), median {:.3} ms): {}",
+                vjp_times.len(),
+                median_ms(vjp_times.clone()),
+                if written_grads.is_empty() { "none (the kernel reads no fields)".to_string() } else { written_grads.join(", ") }
+            );
+        }
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! Golden files: the IR after each pass, the loop IR and the CLIF of a few
-//! canonical kernels. Any diff fails; re-bless with `TIGA_BLESS=1 cargo test
+//! canonical kernels, and the same for every stage of their adjoints
+//! (`generate-adjoint`). Any diff fails; re-bless with `TIGA_BLESS=1 cargo test
 //! -p tiga-compiler --test golden` after checking the change is intended.
 
 use std::path::PathBuf;
@@ -45,6 +46,49 @@ fn ir_after_each_pass_and_loop_ir() {
         check(&format!("{name}.passes.txt"), &text);
         let lk = tiga_compiler::loops::schedule(&c.lowered).expect("schedules");
         check(&format!("{name}.loop.txt"), &lk.to_string());
+    }
+}
+
+/// Every stage of `generate-adjoint`'s output: its bindings, the captured
+/// stage IR, the IR after each pass and the loop IR, one file per kernel.
+#[test]
+fn adjoint_ir_after_each_pass_and_loop_ir() {
+    use std::fmt::Write;
+    use tiga_compiler::adjoint::kernel::generate_adjoint;
+    let ks = parse_kernel_file(GNN).expect("parses");
+    for name in ["GcnNorm", "MaxPool", "GatAttention", "Top2Sum"] {
+        let k = ks.iter().find(|k| k.name == name).expect("kernel").clone();
+        let adj = generate_adjoint(&k).unwrap_or_else(|e| panic!("generate-adjoint of {name}: {e}"));
+        let mut text = String::new();
+        writeln!(text, ";; adjoint of {name}: {} stage(s)", adj.stages.len()).expect("write");
+        for g in &adj.gradients {
+            let parts: Vec<String> = g.parts.iter().map(|(s, o)| format!("stage {s} `{o}`")).collect();
+            let parts = if parts.is_empty() { "zero".to_string() } else { parts.join(" + ") };
+            writeln!(text, ";; gradient {}.{} = {parts}", g.role.name(), g.name).expect("write");
+        }
+        for n in &adj.notes {
+            writeln!(text, ";; note: {n}").expect("write");
+        }
+        for (si, stage) in adj.stages.iter().enumerate() {
+            writeln!(text, ";; stage {} ({}, graph {:?})", stage.kernel.name, stage.purpose, stage.graph).expect("write");
+            writeln!(text, ";; stage index {si}; bindings:").expect("write");
+            assert_eq!(stage.kernel.fields.len(), stage.bindings.len(), "{}: one binding per field", stage.kernel.name);
+            for (fd, b) in stage.kernel.fields.iter().zip(&stage.bindings) {
+                writeln!(text, ";;   {} {} <- {b:?}", fd.role.name(), fd.name).expect("write");
+            }
+            let c = run_pipeline(stage.kernel.clone()).unwrap_or_else(|e| panic!("passes on {}: {e}", stage.kernel.name));
+            text.push_str(";; captured\n");
+            text.push_str(&c.captured.to_string());
+            for p in &c.passes {
+                writeln!(text, ";; after {}", p.name).expect("write");
+                text.push_str(&p.ir_after);
+            }
+            let lk = tiga_compiler::loops::schedule(&c.lowered)
+                .unwrap_or_else(|e| panic!("schedule of {}: {e}", stage.kernel.name));
+            text.push_str(";; loop\n");
+            text.push_str(&lk.to_string());
+        }
+        check(&format!("{name}.adjoint.txt"), &text);
     }
 }
 

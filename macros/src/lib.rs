@@ -43,6 +43,7 @@ pub fn message_passing(attr: TokenStream, item: TokenStream) -> TokenStream {
                 }
             };
             let name = ident.to_string();
+            let aot = aot_variants(&c);
             quote! {
                 #(#attrs)*
                 #allow
@@ -53,11 +54,13 @@ pub fn message_passing(attr: TokenStream, item: TokenStream) -> TokenStream {
                     #[doc(hidden)]
                     pub const __TIGA_COMPILED: &str = #json;
 
-                    /// This kernel, ready to run (compiled by the JIT on first call
-                    /// per dtype and widths).
+                    #aot
+
+                    /// This kernel, ready to run: variants compiled ahead of time by
+                    /// rustc/LLVM for common widths, the JIT for the rest.
                     pub fn kernel() -> &'static ::tiga::Kernel {
                         static K: ::std::sync::OnceLock<::tiga::Kernel> = ::std::sync::OnceLock::new();
-                        K.get_or_init(|| match ::tiga::Kernel::from_embedded(__TIGA_COMPILED) {
+                        K.get_or_init(|| match ::tiga::Kernel::from_embedded_aot(__TIGA_COMPILED, __TIGA_AOT) {
                             Ok(k) => k,
                             // The IR was produced and verified by this macro; a
                             // failure here means tiga itself is broken.
@@ -78,5 +81,44 @@ pub fn message_passing(attr: TokenStream, item: TokenStream) -> TokenStream {
             }
             .into()
         }
+    }
+}
+
+/// The ahead-of-time variants of a kernel: its lowered loops as Rust for each
+/// dtype and each common width (kernels with at most one width symbol; the
+/// JIT covers the rest). Emitted as functions plus a table the runtime
+/// searches before compiling with the JIT.
+fn aot_variants(c: &tiga_compiler::passes::Compiled) -> proc_macro2::TokenStream {
+    use tiga_compiler::back::rust_source::{emit_variant, AOT_WIDTHS};
+    use tiga_compiler::ir::DType;
+    let empty = quote! {
+        #[doc(hidden)]
+        pub static __TIGA_AOT: &[::tiga::AotVariant] = &[];
+    };
+    let Ok(lk) = tiga_compiler::loops::schedule(&c.lowered) else { return empty };
+    let width_sets: Vec<Vec<usize>> = match lk.widths.len() {
+        0 => vec![vec![]],
+        1 => AOT_WIDTHS.iter().map(|w| vec![*w]).collect(),
+        _ => return empty,
+    };
+    let mut fns = String::new();
+    let mut entries = Vec::new();
+    for (d, dname) in [(DType::F32, "F32"), (DType::F64, "F64")] {
+        for ws in &width_sets {
+            let name = format!("__tiga_aot_{}_{}", dname.to_lowercase(), ws.iter().map(|w| w.to_string()).collect::<Vec<_>>().join("_"));
+            match emit_variant(&lk, d, ws, false, &name, "::tiga::RawArgs") {
+                Ok(src) => fns.push_str(&src),
+                Err(_) => return empty,
+            }
+            let fname = proc_macro2::Ident::new(&name, proc_macro2::Span::call_site());
+            let dt = proc_macro2::Ident::new(dname, proc_macro2::Span::call_site());
+            entries.push(quote! { ::tiga::AotVariant { dtype: ::tiga::DType::#dt, widths: &[#(#ws),*], entry: #fname } });
+        }
+    }
+    let Ok(fn_tokens) = fns.parse::<proc_macro2::TokenStream>() else { return empty };
+    quote! {
+        #fn_tokens
+        #[doc(hidden)]
+        pub static __TIGA_AOT: &[::tiga::AotVariant] = &[#(#entries),*];
     }
 }

@@ -171,7 +171,15 @@ impl Kernel {
     /// the call's dtype.
     pub fn run(&self, graph: &Graph, inputs: &Inputs<'_>) -> Result<Outputs> {
         let b = bind(self.captured(), graph, inputs)?;
-        let (variant, _) = self.variant(b.dtype, &b.widths, graph.edge_ids().is_some())?;
+        // The macro's ahead-of-time variant when one fits, else the JIT's.
+        let jit_variant;
+        let entry: tiga_compiler::back::abi::EntryFn = match self.aot_variant(b.dtype, &b.widths) {
+            Some(v) => v.entry,
+            None => {
+                jit_variant = self.variant(b.dtype, &b.widths, graph.edge_ids().is_some())?.0;
+                jit_variant.entry()
+            }
+        };
         let shapes = output_shapes(self.captured(), &b.extents, &b.widths);
         let mut outs: Vec<Tensor> = shapes
             .iter()
@@ -201,7 +209,7 @@ impl Kernel {
                 // SAFETY: the variant was compiled for this kernel, dtype, widths
                 // and edge-order flag; `bind` checked every field's length against
                 // the graph, and the graph's CSR was validated when built.
-                unsafe { variant.run(&args.0, rows.start as u64..rows.end as u64) };
+                unsafe { entry(&args.0, rows.start as u64, rows.end as u64) };
             });
         } else {
             // Parameter outputs are sums over all rows and edges: each chunk
@@ -229,7 +237,7 @@ impl Kernel {
                         args.outputs = ptrs.as_ptr();
                         // SAFETY: as above; this chunk's parameter outputs point
                         // at buffers only this chunk writes.
-                        unsafe { variant.run(&args, rows.start as u64..rows.end as u64) };
+                        unsafe { entry(&args, rows.start as u64, rows.end as u64) };
                         Ok(mine)
                     })
                     .collect()

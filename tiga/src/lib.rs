@@ -41,6 +41,16 @@ pub use tiga_runtime::{
 };
 
 pub use call::{Inputs, Outputs};
+pub use tiga_compiler::back::abi::RawArgs;
+
+/// A variant the macro compiled ahead of time: the kernel's loops as Rust,
+/// for one dtype and one set of widths.
+#[derive(Debug, Clone, Copy)]
+pub struct AotVariant {
+    pub dtype: DType,
+    pub widths: &'static [usize],
+    pub entry: tiga_compiler::back::abi::EntryFn,
+}
 pub use vjp::{AdjointPlan, Gradients};
 pub use tiga_compiler as compiler;
 pub use tiga_runtime as runtime;
@@ -112,6 +122,8 @@ pub struct Kernel {
     /// A content hash of the lowered IR, so two kernels with one name never
     /// share a cached variant.
     hash: String,
+    /// Variants compiled ahead of time by the macro (empty for kernel files).
+    aot: &'static [AotVariant],
     /// The adjoint stages, built on first use (an error is kept as text).
     adjoint: std::sync::OnceLock<std::result::Result<std::sync::Arc<vjp::AdjointPlan>, String>>,
 }
@@ -132,7 +144,7 @@ impl Kernel {
         ir::verify(&compiled.lowered)?;
         let loops = tiga_compiler::loops::schedule(&compiled.lowered)?;
         let hash = format!("{:016x}", fnv1a(&compiled.lowered.to_string()));
-        Ok(Kernel { compiled, loops, hash, adjoint: std::sync::OnceLock::new() })
+        Ok(Kernel { compiled, loops, hash, aot: &[], adjoint: std::sync::OnceLock::new() })
     }
 
     /// Capture, check and lower one kernel from a captured IR.
@@ -160,6 +172,33 @@ impl Kernel {
         let compiled: Compiled = serde_json::from_str(json)
             .map_err(|e| Error::Artifact { path: "<embedded>".into(), message: e.to_string() })?;
         Kernel::from_compiled(compiled)
+    }
+
+    /// What the macro embeds with its ahead-of-time variants.
+    pub fn from_embedded_aot(json: &str, aot: &'static [AotVariant]) -> Result<Kernel> {
+        let mut k = Kernel::from_embedded(json)?;
+        k.aot = aot;
+        Ok(k)
+    }
+
+    /// The ahead-of-time variant for this dtype and these widths, if the
+    /// macro compiled one.
+    pub fn aot_variant(&self, dtype: DType, widths: &[usize]) -> Option<&'static AotVariant> {
+        self.aot.iter().find(|v| v.dtype == dtype && v.widths == widths)
+    }
+
+    /// The ahead-of-time variants compiled into this kernel.
+    pub fn aot_variants(&self) -> &'static [AotVariant] {
+        self.aot
+    }
+
+    /// Which back end runs a call with this dtype and these widths.
+    pub fn backend_for(&self, dtype: DType, widths: &[usize]) -> &'static str {
+        if self.aot_variant(dtype, widths).is_some() {
+            "rust-aot (rustc/LLVM, macro path)"
+        } else {
+            "cranelift (JIT)"
+        }
     }
 
     pub fn name(&self) -> &str {

@@ -77,7 +77,7 @@ fn make_fields(k: &Kernel, g: &Graph, f: usize, rng: &mut Rng) -> Vec<(Role, Str
 }
 
 fn check(k: &Kernel, g: &Graph, gname: &str, rng: &mut Rng) {
-    for f in [1usize, 3, 8] {
+    for f in [1usize, 3, 8, 64] {
         let fields = make_fields(k, g, f, rng);
         for dtype in ["f32", "f64"] {
             let tensors: Vec<Tensor> = fields
@@ -122,6 +122,13 @@ fn macro_kernels_match_reference() {
         gnn::Top2Sum::kernel(),
         gnn::EdgeGate::kernel(),
     ];
+    // The macro compiled ahead-of-time variants: common widths run through
+    // rustc/LLVM, others (F = 3 here) through the JIT; both are checked.
+    for k in &kernels {
+        assert!(!k.aot_variants().is_empty(), "{} has no ahead-of-time variants", k.name());
+    }
+    assert!(gnn::VecSum::kernel().backend_for(tiga::DType::F32, &[8]).starts_with("rust-aot"));
+    assert!(gnn::VecSum::kernel().backend_for(tiga::DType::F32, &[3]).starts_with("cranelift"));
     let mut rng = Rng(0x5eed_1234_abcd);
     for (gname, g) in graphs(&mut rng) {
         for k in &kernels {

@@ -8,6 +8,13 @@
 //!
 //! - [`cranelift`] (feature `cranelift`): a JIT for the host CPU, one
 //!   `extern "C"` function per variant, cached per process.
+//! - [`rust_source`]: Rust source text of a variant, with every width a
+//!   constant, for the macro path: the user's rustc/LLVM compiles it with the
+//!   user's target features (wider vectors than Cranelift's, unrolling).
+//!
+//! Both compile to the same ABI ([`abi`]), so the runtime calls either.
 
+pub mod abi;
 #[cfg(feature = "cranelift")]
 pub mod cranelift;
+pub mod rust_source;

@@ -78,23 +78,7 @@ use cranelift_module::{default_libcall_names, Linkage, Module, ModuleError};
 use crate::ir::DType;
 use crate::loops::LoopKernel;
 
-/// The argument block of a compiled variant (see the module doc for the
-/// layout of each array).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct RawArgs {
-    /// CSR row offsets, `num_dst + 1` of them.
-    pub offsets: *const u64,
-    /// Source id per CSR position.
-    pub cols: *const u32,
-    /// CSR position → user edge index. Ignored (may be null) when the
-    /// variant was compiled with `edge_ids = false` (the identity).
-    pub edge_ids: *const u64,
-    /// One pointer per kernel field, in declaration order.
-    pub fields: *const *const u8,
-    /// One pointer per kernel output, in declaration order.
-    pub outputs: *const *mut u8,
-}
+pub use super::abi::RawArgs;
 
 /// Everything that selects one compiled function for a loop kernel.
 ///

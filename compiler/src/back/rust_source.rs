@@ -1,0 +1,250 @@
+//! The Rust-source back end: a loop-kernel variant as Rust text.
+//!
+//! The `#[message_passing]` macro emits this text into the user's crate for
+//! a set of common widths (see [`AOT_WIDTHS`]), so rustc/LLVM compiles the
+//! lowered loops ahead of time with the user's target features: feature
+//! loops have constant trip counts and unit stride, which LLVM unrolls and
+//! vectorizes to the machine's full vector width (256-bit AVX2 here, where
+//! Cranelift's x64 vectors are 128-bit). The runtime prefers such a variant
+//! when one matches the call and falls back to the Cranelift JIT otherwise.
+//!
+//! The emitted function has the same ABI as the JIT's ([`crate::back::abi`])
+//! and the same scalar semantics (`interp::apply_unary`/`apply_binary`:
+//! relu and leaky_relu by comparison, min/max as Rust's, `powi` as
+//! `f32::powi`, `exp`/`ln`/`tanh` from std).
+
+use std::fmt::Write as _;
+
+use crate::ir::{BinOp, CmpOp, DType, Role, Type, UnOp};
+use crate::loops::{Addr, Inst, LoopKernel, LoopVar, Stmt, Var, VarKind};
+
+/// Widths the macro compiles ahead of time, for kernels with one width
+/// symbol (other widths, and kernels with several symbols, use the JIT).
+pub const AOT_WIDTHS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+
+#[derive(Debug, thiserror::Error)]
+pub enum RustSourceError {
+    #[error("kernel `{kernel}`: {message}")]
+    Malformed { kernel: String, message: String },
+}
+
+struct Emitter<'a> {
+    k: &'a LoopKernel,
+    widths: &'a [usize],
+    t: &'static str,
+    out: String,
+}
+
+fn lit(c: f64, t: &str) -> String {
+    if c.is_nan() {
+        format!("({t}::NAN)")
+    } else if c == f64::INFINITY {
+        format!("({t}::INFINITY)")
+    } else if c == f64::NEG_INFINITY {
+        format!("({t}::NEG_INFINITY)")
+    } else {
+        format!("({c:?}f64 as {t})")
+    }
+}
+
+impl Emitter<'_> {
+    fn err(&self, m: impl Into<String>) -> RustSourceError {
+        RustSourceError::Malformed { kernel: self.k.name.clone(), message: m.into() }
+    }
+
+    fn width(&self, w: crate::ir::WidthId) -> Result<usize, RustSourceError> {
+        self.widths.get(w.0 as usize).copied().ok_or_else(|| self.err(format!("width {} not given", w.0)))
+    }
+
+    fn per_row(&self, ty: Type) -> Result<usize, RustSourceError> {
+        Ok(match ty {
+            Type::Vector(w) => self.width(w)?,
+            Type::Matrix(r, c) => self.width(r)? * self.width(c)?,
+            _ => 1,
+        })
+    }
+
+    fn lane_index(&self, ty: Type, lanes: &[LoopVar]) -> Result<String, RustSourceError> {
+        Ok(match (ty, lanes) {
+            (_, []) => "0".into(),
+            (Type::Vector(_), [k]) => format!("k{}", k.0),
+            (Type::Matrix(_, c), [r, k]) => format!("k{} * {} + k{}", r.0, self.width(c)?, k.0),
+            _ => return Err(self.err("lane count does not fit the type")),
+        })
+    }
+
+    fn addr(&self, a: &Addr) -> Result<String, RustSourceError> {
+        match a {
+            Addr::Field { field, lanes } => {
+                let fd = self.k.fields.get(field.0 as usize).ok_or_else(|| self.err("unknown field"))?;
+                let per = self.per_row(fd.ty)?;
+                let row = match fd.role {
+                    Role::Src => format!("j * {per} + "),
+                    Role::Dst => format!("i * {per} + "),
+                    Role::Edge => format!("e * {per} + "),
+                    Role::Param => String::new(),
+                };
+                Ok(format!("*f{}.add({row}{})", field.0, self.lane_index(fd.ty, lanes)?))
+            }
+            Addr::Scratch { buf, lane } => Ok(format!("s{buf}[k{}]", lane.0)),
+            Addr::Output { out, lane } => {
+                let od = self.k.outputs.get(*out as usize).ok_or_else(|| self.err("unknown output"))?;
+                let per = self.per_row(od.ty)?;
+                let row = match od.role {
+                    Role::Edge => format!("e * {per} + "),
+                    Role::Param => String::new(),
+                    _ => format!("i * {per} + "),
+                };
+                let l = lane.map(|l| format!("k{}", l.0)).unwrap_or_else(|| "0".into());
+                Ok(format!("*o{out}.add({row}{l})"))
+            }
+        }
+    }
+
+    fn inst(&self, i: &Inst) -> Result<String, RustSourceError> {
+        let t = self.t;
+        let v = |x: &Var| format!("v{}", x.0);
+        Ok(match i {
+            Inst::Const(c) => {
+                // A boolean constant comes from folding a comparison.
+                lit(*c, t)
+            }
+            Inst::Load(a) => self.addr(a)?,
+            Inst::Copy(x) => v(x),
+            Inst::Degree => format!("(deg as {t})"),
+            Inst::Rank => format!("(rank as {t})"),
+            Inst::Unary(u, x) => {
+                let x = v(x);
+                match u {
+                    UnOp::Neg => format!("-{x}"),
+                    UnOp::Abs => format!("{x}.abs()"),
+                    UnOp::Exp => format!("{x}.exp()"),
+                    UnOp::Ln => format!("{x}.ln()"),
+                    UnOp::Sqrt => format!("{x}.sqrt()"),
+                    UnOp::Tanh => format!("{x}.tanh()"),
+                    UnOp::Sigmoid => format!("(1.0 as {t}) / ((1.0 as {t}) + (-{x}).exp())"),
+                    UnOp::Relu => format!("if {x} > (0.0 as {t}) {{ {x} }} else {{ 0.0 as {t} }}"),
+                    UnOp::Not => format!("!{x}"),
+                }
+            }
+            Inst::Binary(b, x, y) => {
+                let (x, y) = (v(x), v(y));
+                match b {
+                    BinOp::Add => format!("{x} + {y}"),
+                    BinOp::Sub => format!("{x} - {y}"),
+                    BinOp::Mul => format!("{x} * {y}"),
+                    BinOp::Div => format!("{x} / {y}"),
+                    BinOp::Min => format!("{x}.min({y})"),
+                    BinOp::Max => format!("{x}.max({y})"),
+                    BinOp::LeakyRelu => format!("if {x} > (0.0 as {t}) {{ {x} }} else {{ {y} * {x} }}"),
+                    BinOp::And => format!("{x} & {y}"),
+                    BinOp::Or => format!("{x} | {y}"),
+                }
+            }
+            Inst::Powi(x, n) => format!("{}.powi({n})", v(x)),
+            Inst::Cmp(c, x, y) => {
+                let op = match c {
+                    CmpOp::Lt => "<",
+                    CmpOp::Le => "<=",
+                    CmpOp::Gt => ">",
+                    CmpOp::Ge => ">=",
+                    CmpOp::Eq => "==",
+                    CmpOp::Ne => "!=",
+                };
+                format!("{} {op} {}", v(x), v(y))
+            }
+            Inst::Select(c, x, y) => format!("if {} {{ {} }} else {{ {} }}", v(c), v(x), v(y)),
+        })
+    }
+
+    fn stmts(&mut self, s: &[Stmt], depth: usize) -> Result<(), RustSourceError> {
+        let pad = "    ".repeat(depth);
+        for st in s {
+            match st {
+                Stmt::Set(x, i) => {
+                    let kind = self.k.vars.get(x.0 as usize).copied().ok_or_else(|| self.err("unknown variable"))?;
+                    let rhs = match (kind, i) {
+                        (VarKind::Bool, Inst::Const(c)) => format!("{}", *c != 0.0),
+                        _ => self.inst(i)?,
+                    };
+                    let _ = writeln!(self.out, "{pad}v{} = {rhs};", x.0);
+                }
+                Stmt::Store(a, x) => {
+                    let a = self.addr(a)?;
+                    let _ = writeln!(self.out, "{pad}{a} = v{};", x.0);
+                }
+                Stmt::Loop { lane, width, body } => {
+                    let w = self.width(*width)?;
+                    let _ = writeln!(self.out, "{pad}for k{} in 0..{w}usize {{", lane.0);
+                    self.stmts(body, depth + 1)?;
+                    let _ = writeln!(self.out, "{pad}}}");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The source of one variant: an `unsafe extern "C" fn NAME(args, begin,
+/// end)` with the ABI of [`crate::back::abi`]. `abi_path` is how the emitted
+/// code names `RawArgs` (e.g. `::tiga::RawArgs`). With `edge_ids = false`
+/// the function reads `edge_ids` only when it is non-null, so it serves
+/// graphs with and without an edge permutation.
+pub fn emit_variant(
+    k: &LoopKernel,
+    dtype: DType,
+    widths: &[usize],
+    edge_ids: bool,
+    fn_name: &str,
+    abi_path: &str,
+) -> Result<String, RustSourceError> {
+    let t = match dtype {
+        DType::F32 => "f32",
+        DType::F64 => "f64",
+    };
+    let mut e = Emitter { k, widths, t, out: String::new() };
+    let _ = writeln!(e.out, "#[allow(unused_mut, unused_variables, unused_assignments, clippy::all)]");
+    let _ = writeln!(e.out, "unsafe extern \"C\" fn {fn_name}(args: *const {abi_path}, row_begin: u64, row_end: u64) {{ unsafe {{");
+    let _ = writeln!(e.out, "    let a = &*args;");
+    for f in 0..k.fields.len() {
+        let _ = writeln!(e.out, "    let f{f} = *a.fields.add({f}) as *const {t};");
+    }
+    for o in 0..k.outputs.len() {
+        let _ = writeln!(e.out, "    let o{o} = *a.outputs.add({o}) as *mut {t};");
+    }
+    for (b, w) in k.scratch.iter().enumerate() {
+        let w = e.width(*w)?;
+        let _ = writeln!(e.out, "    let mut s{b} = [0.0 as {t}; {w}];");
+    }
+    for (i, kind) in k.vars.iter().enumerate() {
+        match kind {
+            VarKind::Num => {
+                let _ = writeln!(e.out, "    let mut v{i}: {t} = 0.0;");
+            }
+            VarKind::Bool => {
+                let _ = writeln!(e.out, "    let mut v{i}: bool = false;");
+            }
+        }
+    }
+    let _ = writeln!(e.out, "    for i in row_begin as usize..row_end as usize {{");
+    let _ = writeln!(e.out, "        let first = *a.offsets.add(i) as usize;");
+    let _ = writeln!(e.out, "        let end = *a.offsets.add(i + 1) as usize;");
+    let _ = writeln!(e.out, "        let deg = end - first;");
+    e.stmts(&k.init, 2)?;
+    let _ = writeln!(e.out, "        for p in first..end {{");
+    let _ = writeln!(e.out, "            let j = *a.cols.add(p) as usize;");
+    if edge_ids {
+        let _ = writeln!(e.out, "            let e = *a.edge_ids.add(p) as usize;");
+    } else {
+        // One function serves both realizations: a null `edge_ids` is the
+        // identity (the branch is loop-invariant).
+        let _ = writeln!(e.out, "            let e = if a.edge_ids.is_null() {{ p }} else {{ *a.edge_ids.add(p) as usize }};");
+    }
+    let _ = writeln!(e.out, "            let rank = p - first;");
+    e.stmts(&k.body, 3)?;
+    let _ = writeln!(e.out, "        }}");
+    e.stmts(&k.finish, 2)?;
+    let _ = writeln!(e.out, "    }}");
+    let _ = writeln!(e.out, "}} }}");
+    Ok(e.out)
+}
