@@ -182,7 +182,7 @@ fn adjoint(s: &mut String, k: &Kernel) {
         let _ = writeln!(
             s,
             "    produces:  {}",
-            if produced.is_empty() { "no gradients (row statistics for later stages)".to_string() } else { produced.join(", ") }
+            if produced.is_empty() { "no gradients (intermediate values for later stages)".to_string() } else { produced.join(", ") }
         );
         let other: Vec<&str> =
             stage.kernel.outputs.iter().map(|o| o.name.as_str()).filter(|n| !n.starts_with("grad.")).collect();

@@ -206,7 +206,8 @@ impl Kernel {
                 cotangents.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone())
             }
         };
-        let ranks = ranks_tensor(graph, dtype)?;
+        let needs_ranks = plan.adjoint.stages.iter().any(|s| s.bindings.contains(&Binding::EdgeRank));
+        let ranks = if needs_ranks { ranks_tensor(graph, dtype)? } else { Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))? };
         let mut stage_outs: Vec<Outputs> = Vec::with_capacity(plan.stages.len());
         for (si, stage) in plan.adjoint.stages.iter().enumerate() {
             let g: Arc<Graph>;

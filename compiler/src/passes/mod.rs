@@ -8,14 +8,15 @@
 //! analyze-reducer-algebra       classify the reducer, prove or refuse properties
 //! lower-csr-to-gather-segment   accumulator state + init/step/finish over CSR rows
 //! fuse-edge-node-regions        edge into the step, node into the finish
-//! fold-constants, eliminate-common-subexpressions, eliminate-dead-code
-//!                               again, on the fused regions
+//! fold-constants, eliminate-common-subexpressions, eliminate-dead-state,
+//! eliminate-dead-code           again, on the fused regions
 //! ```
 
 mod analyze_reducer;
 mod capture;
 mod cse;
 mod dce;
+mod dead_state;
 mod fold;
 mod fuse;
 mod lower_csr;
@@ -28,6 +29,7 @@ pub use analyze_reducer::analyze_reducer_algebra;
 pub use capture::capture_message_passing_udf;
 pub use cse::eliminate_common_subexpressions;
 pub use dce::eliminate_dead_code;
+pub use dead_state::eliminate_dead_state;
 pub use fold::fold_constants;
 pub use fuse::fuse_edge_node_regions;
 pub use lower_csr::lower_csr_to_gather_segment;
@@ -103,7 +105,7 @@ impl Remarks<'_> {
 type PassFn = fn(&mut Kernel, &mut Remarks<'_>) -> Result<(), PassError>;
 
 /// The pipeline as one readable list.
-pub const PIPELINE: [(&str, PassFn); 9] = [
+pub const PIPELINE: [(&str, PassFn); 10] = [
     ("capture-message-passing-udf", capture_message_passing_udf),
     ("fold-constants", fold_constants),
     ("eliminate-dead-code", eliminate_dead_code),
@@ -112,6 +114,7 @@ pub const PIPELINE: [(&str, PassFn); 9] = [
     ("fuse-edge-node-regions", fuse_edge_node_regions),
     ("fold-constants", fold_constants),
     ("eliminate-common-subexpressions", eliminate_common_subexpressions),
+    ("eliminate-dead-state", eliminate_dead_state),
     ("eliminate-dead-code", eliminate_dead_code),
 ];
 

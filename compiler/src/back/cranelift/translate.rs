@@ -208,40 +208,43 @@ impl<'a> Translator<'a> {
         let k = self.k;
         self.stmts(&k.init)?;
 
-        // for p in off[i]..off[i+1]
-        let edge_hdr = self.b.create_block();
-        let edge_body = self.b.create_block();
-        let edge_exit = self.b.create_block();
-        let p = self.b.append_block_param(edge_hdr, types::I64);
-        self.b.ins().jump(edge_hdr, &[BlockArg::Value(first)]);
-        self.b.switch_to_block(edge_hdr);
-        let more = self.b.ins().icmp(IntCC::UnsignedLessThan, p, end);
-        self.b.ins().brif(more, edge_body, &[], edge_exit, &[]);
-        self.b.seal_block(edge_body);
-        self.b.seal_block(edge_exit);
+        // for p in off[i]..off[i+1] (skipped when the body is empty: a
+        // kernel whose rows need no edges, like an adjoint's row stage)
+        if !k.body.is_empty() {
+            // for p in off[i]..off[i+1]
+            let edge_hdr = self.b.create_block();
+            let edge_body = self.b.create_block();
+            let edge_exit = self.b.create_block();
+            let p = self.b.append_block_param(edge_hdr, types::I64);
+            self.b.ins().jump(edge_hdr, &[BlockArg::Value(first)]);
+            self.b.switch_to_block(edge_hdr);
+            let more = self.b.ins().icmp(IntCC::UnsignedLessThan, p, end);
+            self.b.ins().brif(more, edge_body, &[], edge_exit, &[]);
+            self.b.seal_block(edge_body);
+            self.b.seal_block(edge_exit);
 
-        self.b.switch_to_block(edge_body);
-        if let Some(cols) = cols {
-            let a = self.b.ins().ishl_imm_u(p, 2);
-            let a = self.b.ins().iadd(cols, a);
-            let j = self.b.ins().uload32(flags(), a, 0);
-            self.cur.src = Some(j);
-        }
-        self.cur.edge = Some(match edge_ids {
-            Some(ids) => {
-                let a = self.b.ins().ishl_imm_u(p, 3);
-                let a = self.b.ins().iadd(ids, a);
-                self.b.ins().load(types::I64, flags(), a, 0)
+            self.b.switch_to_block(edge_body);
+            if let Some(cols) = cols {
+                let a = self.b.ins().ishl_imm_u(p, 2);
+                let a = self.b.ins().iadd(cols, a);
+                let j = self.b.ins().uload32(flags(), a, 0);
+                self.cur.src = Some(j);
             }
-            None => p,
-        });
-        self.cur.rank = Some((p, first));
-        self.stmts(&k.body)?;
-        let p1 = self.b.ins().iadd_imm_s(p, 1);
-        self.b.ins().jump(edge_hdr, &[BlockArg::Value(p1)]);
-        self.b.seal_block(edge_hdr);
-
-        self.b.switch_to_block(edge_exit);
+            self.cur.edge = Some(match edge_ids {
+                Some(ids) => {
+                    let a = self.b.ins().ishl_imm_u(p, 3);
+                    let a = self.b.ins().iadd(ids, a);
+                    self.b.ins().load(types::I64, flags(), a, 0)
+                }
+                None => p,
+            });
+            self.cur.rank = Some((p, first));
+            self.stmts(&k.body)?;
+            let p1 = self.b.ins().iadd_imm_s(p, 1);
+            self.b.ins().jump(edge_hdr, &[BlockArg::Value(p1)]);
+            self.b.seal_block(edge_hdr);
+            self.b.switch_to_block(edge_exit);
+        }
         self.cur.src = None;
         self.cur.edge = None;
         self.cur.rank = None;
