@@ -60,7 +60,7 @@ pub fn message_passing(attr: TokenStream, item: TokenStream) -> TokenStream {
                     /// rustc/LLVM for common widths, the JIT for the rest.
                     pub fn kernel() -> &'static ::tiga::Kernel {
                         static K: ::std::sync::OnceLock<::tiga::Kernel> = ::std::sync::OnceLock::new();
-                        K.get_or_init(|| match ::tiga::Kernel::from_embedded_aot(__TIGA_COMPILED, __TIGA_AOT) {
+                        K.get_or_init(|| match ::tiga::Kernel::from_embedded_aot(__TIGA_COMPILED, __TIGA_AOT, __TIGA_ADJOINT_AOT) {
                             Ok(k) => k,
                             // The IR was produced and verified by this macro; a
                             // failure here means tiga itself is broken.
@@ -84,41 +84,71 @@ pub fn message_passing(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-/// The ahead-of-time variants of a kernel: its lowered loops as Rust for each
-/// dtype and each common width (kernels with at most one width symbol; the
-/// JIT covers the rest). Emitted as functions plus a table the runtime
-/// searches before compiling with the JIT.
+/// The ahead-of-time variants of a kernel and of its adjoint stages: the
+/// lowered loops as Rust for each dtype and each common width (kernels with
+/// at most one width symbol; the JIT covers the rest). Emitted as functions
+/// plus tables the runtime searches before compiling with the JIT.
 fn aot_variants(c: &tiga_compiler::passes::Compiled) -> proc_macro2::TokenStream {
+    let (fns, entries) = variant_table(&c.lowered, "__tiga_aot");
+    // The adjoint stages (deterministic: the runtime rebuilds the same ones).
+    let mut stage_fns = String::new();
+    let mut stage_tables = Vec::new();
+    if let Ok(adj) = tiga_compiler::adjoint::kernel::generate_adjoint(&c.captured) {
+        for (i, st) in adj.stages.iter().enumerate() {
+            let lowered = match tiga_compiler::passes::run_pipeline(st.kernel.clone()) {
+                Ok(l) => l.lowered,
+                Err(_) => {
+                    stage_tables.push(quote! { &[] });
+                    continue;
+                }
+            };
+            let (f, e) = variant_table(&lowered, &format!("__tiga_aot_s{i}"));
+            stage_fns.push_str(&f);
+            stage_tables.push(quote! { &[#(#e),*] });
+        }
+    }
+    let all = format!("{fns}{stage_fns}");
+    let Ok(fn_tokens) = all.parse::<proc_macro2::TokenStream>() else {
+        return quote! {
+            #[doc(hidden)]
+            pub static __TIGA_AOT: &[::tiga::AotVariant] = &[];
+            #[doc(hidden)]
+            pub static __TIGA_ADJOINT_AOT: &[&[::tiga::AotVariant]] = &[];
+        };
+    };
+    quote! {
+        #fn_tokens
+        #[doc(hidden)]
+        pub static __TIGA_AOT: &[::tiga::AotVariant] = &[#(#entries),*];
+        #[doc(hidden)]
+        pub static __TIGA_ADJOINT_AOT: &[&[::tiga::AotVariant]] = &[#(#stage_tables),*];
+    }
+}
+
+/// Rust source of every ahead-of-time variant of one lowered kernel, and
+/// the table entries naming them.
+fn variant_table(lowered: &tiga_compiler::ir::Kernel, prefix: &str) -> (String, Vec<proc_macro2::TokenStream>) {
     use tiga_compiler::back::rust_source::{emit_variant, AOT_WIDTHS};
     use tiga_compiler::ir::DType;
-    let empty = quote! {
-        #[doc(hidden)]
-        pub static __TIGA_AOT: &[::tiga::AotVariant] = &[];
-    };
-    let Ok(lk) = tiga_compiler::loops::schedule(&c.lowered) else { return empty };
+    let Ok(lk) = tiga_compiler::loops::schedule(lowered) else { return (String::new(), vec![]) };
     let width_sets: Vec<Vec<usize>> = match lk.widths.len() {
         0 => vec![vec![]],
         1 => AOT_WIDTHS.iter().map(|w| vec![*w]).collect(),
-        _ => return empty,
+        _ => return (String::new(), vec![]),
     };
     let mut fns = String::new();
     let mut entries = Vec::new();
     for (d, dname) in [(DType::F32, "F32"), (DType::F64, "F64")] {
         for ws in &width_sets {
-            let name = format!("__tiga_aot_{}_{}", dname.to_lowercase(), ws.iter().map(|w| w.to_string()).collect::<Vec<_>>().join("_"));
+            let name = format!("{prefix}_{}_{}", dname.to_lowercase(), ws.iter().map(|w| w.to_string()).collect::<Vec<_>>().join("_"));
             match emit_variant(&lk, d, ws, false, &name, "::tiga::RawArgs") {
                 Ok(src) => fns.push_str(&src),
-                Err(_) => return empty,
+                Err(_) => return (String::new(), vec![]),
             }
             let fname = proc_macro2::Ident::new(&name, proc_macro2::Span::call_site());
             let dt = proc_macro2::Ident::new(dname, proc_macro2::Span::call_site());
             entries.push(quote! { ::tiga::AotVariant { dtype: ::tiga::DType::#dt, widths: &[#(#ws),*], entry: #fname } });
         }
     }
-    let Ok(fn_tokens) = fns.parse::<proc_macro2::TokenStream>() else { return empty };
-    quote! {
-        #fn_tokens
-        #[doc(hidden)]
-        pub static __TIGA_AOT: &[::tiga::AotVariant] = &[#(#entries),*];
-    }
+    (fns, entries)
 }

@@ -124,6 +124,8 @@ pub struct Kernel {
     hash: String,
     /// Variants compiled ahead of time by the macro (empty for kernel files).
     aot: &'static [AotVariant],
+    /// The same for each adjoint stage, in stage order.
+    adjoint_aot: &'static [&'static [AotVariant]],
     /// The adjoint stages, built on first use (an error is kept as text).
     adjoint: std::sync::OnceLock<std::result::Result<std::sync::Arc<vjp::AdjointPlan>, String>>,
 }
@@ -144,7 +146,7 @@ impl Kernel {
         ir::verify(&compiled.lowered)?;
         let loops = tiga_compiler::loops::schedule(&compiled.lowered)?;
         let hash = format!("{:016x}", fnv1a(&compiled.lowered.to_string()));
-        Ok(Kernel { compiled, loops, hash, aot: &[], adjoint: std::sync::OnceLock::new() })
+        Ok(Kernel { compiled, loops, hash, aot: &[], adjoint_aot: &[], adjoint: std::sync::OnceLock::new() })
     }
 
     /// Capture, check and lower one kernel from a captured IR.
@@ -175,9 +177,14 @@ impl Kernel {
     }
 
     /// What the macro embeds with its ahead-of-time variants.
-    pub fn from_embedded_aot(json: &str, aot: &'static [AotVariant]) -> Result<Kernel> {
+    pub fn from_embedded_aot(
+        json: &str,
+        aot: &'static [AotVariant],
+        adjoint_aot: &'static [&'static [AotVariant]],
+    ) -> Result<Kernel> {
         let mut k = Kernel::from_embedded(json)?;
         k.aot = aot;
+        k.adjoint_aot = adjoint_aot;
         Ok(k)
     }
 

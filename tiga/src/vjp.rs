@@ -87,7 +87,14 @@ impl Kernel {
             let stages = adjoint
                 .stages
                 .iter()
-                .map(|s| Kernel::from_ir(s.kernel.clone()).map_err(|e| format!("adjoint stage `{}`: {e}", s.kernel.name)))
+                .enumerate()
+                .map(|(i, s)| {
+                    let mut stage =
+                        Kernel::from_ir(s.kernel.clone()).map_err(|e| format!("adjoint stage `{}`: {e}", s.kernel.name))?;
+                    // The macro compiled this stage ahead of time too.
+                    stage.aot = self.adjoint_aot.get(i).copied().unwrap_or(&[]);
+                    Ok(stage)
+                })
                 .collect::<std::result::Result<Vec<_>, String>>()?;
             Ok(Arc::new(AdjointPlan { adjoint, stages }))
         });

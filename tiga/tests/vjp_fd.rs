@@ -188,3 +188,24 @@ fn every_user_reducer_kernel_matches_finite_differences() {
         }
     }
 }
+
+/// Exact ties inside a smooth combination: Top2Sum's output is the sum of the
+/// two largest inputs, which is differentiable where they tie; `max`/`min`
+/// split a tie evenly, so the gradient is exact there too.
+#[test]
+fn top2_sum_gradient_at_exact_ties() {
+    let k = Kernel::from_source(GNN, "Top2Sum").expect("kernel");
+    let g = Graph::from_edges(3, 1, &[0, 1, 2], &[0, 0, 0]).expect("graph");
+    for (x, want) in [([1.0, 1.0, 0.0], [1.0, 1.0, 0.0]), ([1.0, 0.5, 1.0], [1.0, 0.0, 1.0])] {
+        let xt = Tensor::from_f64(vec![3], x.to_vec()).expect("x");
+        let ins = Inputs::new().src("x", &xt);
+        for grads in [k.grad(&g, &ins, "out").expect("jit"), {
+            let one = Tensor::from_f64(vec![1], vec![1.0]).expect("cot");
+            k.vjp_reference(&g, &ins, &[("out", one.view())]).expect("reference")
+        }] {
+            let got = grads.src("x").expect("grad").to_f64_vec();
+            let ok = got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-12);
+            assert!(ok, "x = {x:?}: gradient {got:?}, expected {want:?}");
+        }
+    }
+}

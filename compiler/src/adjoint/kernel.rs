@@ -24,10 +24,12 @@
 //!    a message-passing kernel over the transposed graph, so the backward needs
 //!    no atomics.
 //!
-//! Conventions at non-differentiable points: relu'(0) = 0, `max`/`min` of two
-//! operands give the gradient to the first on ties, an `if` differentiates the
-//! branch taken, and a `max`/`min` reduction gives each feature's gradient to
-//! the first edge in CSR order (the user's order within a row) that attains it.
+//! Conventions at non-differentiable points (one set, everywhere): relu'(0) =
+//! 0, |x|'(0) = 0, leaky_relu'(0) = slope; `max`/`min` of two operands split
+//! the gradient evenly on a tie (so `max(a, b) + min(a, b)` is exact); an `if`
+//! differentiates the branch taken; and a `max`/`min` *reduction* gives each
+//! feature's gradient to the first edge in CSR order (the user's order within
+//! a row) that attains it.
 
 use super::vjp::{vjp_region, AdjointError};
 use crate::ir::{

@@ -165,6 +165,29 @@ impl Sweep<'_> {
         self.select(c, zero, g, span)
     }
 
+    /// Cotangents of `min`/`max`: the strict winner (`wins` = Lt for min, Gt
+    /// for max) takes ḡ, and a tie gives each operand half, so that smooth
+    /// combinations such as `max(a, b) + min(a, b)` differentiate exactly.
+    fn split_ties(
+        &mut self,
+        wins: CmpOp,
+        a: ValueId,
+        b: ValueId,
+        g: ValueId,
+        span: Span,
+    ) -> Result<(ValueId, ValueId), AdjointError> {
+        let loses = if wins == CmpOp::Lt { CmpOp::Gt } else { CmpOp::Lt };
+        let a_wins = self.cmp(wins, a, b, span)?;
+        let b_wins = self.cmp(loses, a, b, span)?;
+        let tie = self.cmp(CmpOp::Eq, a, b, span)?;
+        let half_c = self.konst(0.5, span);
+        let half = self.mul(g, half_c, span)?;
+        let on_tie = self.keep_if(tie, half, span)?;
+        let ca = self.select(a_wins, g, on_tie, span)?;
+        let cb = self.select(b_wins, g, on_tie, span)?;
+        Ok((ca, cb))
+    }
+
     /// Add `contrib` to the cotangent `adj` of a node of type `target`,
     /// reconciling shapes: a scalar contribution to a vector is broadcast, a
     /// vector contribution to a scalar is summed (the adjoint of the implicit
@@ -351,20 +374,16 @@ pub fn vjp_region(
                 let cr = b.un(UnOp::Neg, q, sp)?;
                 acc!(r, cr)
             }
-            // y = min(a, b), ties to a: ā += select(a ≤ b, ḡ, 0), b̄ += select(a ≤ b, 0, ḡ)
+            // y = min(a, b), ties split evenly: ā += ḡ·[a<b] + ½ḡ·[a=b], b̄ += ḡ·[a>b] + ½ḡ·[a=b]
             Op::Binary(BinOp::Min, l, r) => {
-                let c = b.cmp(CmpOp::Le, p(l), p(r), sp)?;
-                let cl = b.keep_if(c, g, sp)?;
+                let (cl, cr) = b.split_ties(CmpOp::Lt, p(l), p(r), g, sp)?;
                 acc!(l, cl);
-                let cr = b.keep_unless(c, g, sp)?;
                 acc!(r, cr)
             }
-            // y = max(a, b), ties to a: ā += select(a ≥ b, ḡ, 0), b̄ += select(a ≥ b, 0, ḡ)
+            // y = max(a, b), ties split evenly: ā += ḡ·[a>b] + ½ḡ·[a=b], b̄ += ḡ·[a<b] + ½ḡ·[a=b]
             Op::Binary(BinOp::Max, l, r) => {
-                let c = b.cmp(CmpOp::Ge, p(l), p(r), sp)?;
-                let cl = b.keep_if(c, g, sp)?;
+                let (cl, cr) = b.split_ties(CmpOp::Gt, p(l), p(r), g, sp)?;
                 acc!(l, cl);
-                let cr = b.keep_unless(c, g, sp)?;
                 acc!(r, cr)
             }
             // y = x > 0 ? x : s·x: x̄ += select(x > 0, ḡ, ḡ·s), s̄ += select(x > 0, 0, ḡ·x)
