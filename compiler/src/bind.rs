@@ -124,6 +124,7 @@ pub fn output_shapes(k: &Kernel, e: &Extents, widths: &[usize]) -> Vec<Vec<usize
             let w = |w: crate::ir::WidthId| widths.get(w.0 as usize).copied().unwrap_or(0);
             match (o.role, o.ty) {
                 (Role::Param, Type::Vector(x)) => vec![w(x)],
+                (Role::Param, Type::Matrix(r, c)) => vec![w(r), w(c)],
                 (Role::Param, _) => vec![1],
                 (Role::Edge, Type::Vector(x)) => vec![e.num_edges, w(x)],
                 (Role::Edge, _) => vec![e.num_edges],

@@ -176,6 +176,14 @@ pub fn eval_region(
                 _ => unreachable_value()?,
             },
             Op::Unary(u, a) => map1(g(*a), |x| apply_unary(*u, x))?,
+            Op::Binary(BinOp::Add, a, b) if matches!(g(*a), Value::Matrix { .. }) => match (g(*a), g(*b)) {
+                (Value::Matrix { rows, cols, data }, Value::Matrix { data: d2, .. }) => Value::Matrix {
+                    rows: *rows,
+                    cols: *cols,
+                    data: data.iter().zip(d2).map(|(p, q)| p + q).collect(),
+                },
+                _ => unreachable_value()?,
+            },
             Op::Binary(BinOp::And, a, b) => bool2(g(*a), g(*b), |x, y| x && y)?,
             Op::Binary(BinOp::Or, a, b) => bool2(g(*a), g(*b), |x, y| x || y)?,
             Op::Binary(op, a, b) => map2(g(*a), g(*b), |x, y| apply_binary(*op, x, y))?,
@@ -202,6 +210,20 @@ pub fn eval_region(
             },
             Op::Dot(a, b) => match (g(*a), g(*b)) {
                 (Value::Vector(x), Value::Vector(y)) => Value::Scalar(x.iter().zip(y).map(|(a, b)| a * b).sum()),
+                _ => unreachable_value()?,
+            },
+            Op::MatTVec(m, v) => match (g(*m), g(*v)) {
+                (Value::Matrix { rows, cols, data }, Value::Vector(x)) => Value::Vector(
+                    (0..*cols).map(|c| (0..*rows).map(|r| data[r * cols + c] * x[r]).sum()).collect(),
+                ),
+                _ => unreachable_value()?,
+            },
+            Op::Outer(a, b) => match (g(*a), g(*b)) {
+                (Value::Vector(x), Value::Vector(y)) => Value::Matrix {
+                    rows: x.len(),
+                    cols: y.len(),
+                    data: x.iter().flat_map(|p| y.iter().map(move |q| p * q)).collect(),
+                },
                 _ => unreachable_value()?,
             },
             Op::MatVec(m, v) => match (g(*m), g(*v)) {
@@ -291,6 +313,7 @@ pub fn interpret_in_order(
         let vals: Vec<f64> = match v {
             Value::Scalar(x) => vec![*x; w.max(1)],
             Value::Vector(x) => x.clone(),
+            Value::Matrix { data, .. } => data.clone(),
             _ => return Err(InterpError::Internal("output is not a number".into())),
         };
         for (l, x) in vals.iter().enumerate().take(w) {

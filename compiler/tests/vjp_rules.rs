@@ -592,7 +592,7 @@ fn ties_split_evenly() {
 // ---------------------------------------------------------------- errors, liveness, substitution
 
 #[test]
-fn matvec_is_unsupported() {
+fn matvec_gives_outer_product_and_transposed_product() {
     let m_ty = Type::Matrix(WidthId(0), WidthId(0));
     let mut b = B::new(&[m_ty, F]);
     let (m, v) = (b.input(0), b.input(1));
@@ -600,10 +600,24 @@ fn matvec_is_unsupported() {
     let src = b.done(&[y]);
     let mut out = Region::new(vec![m_ty, F, F]);
     let seed = out.push(Op::Input(2), F, Span::default());
-    match vjp_region(&src, &mut out, |_| None, &[Some(seed)]) {
-        Err(AdjointError::Unsupported { op: "matvec", .. }) => {}
-        other => panic!("expected Unsupported(matvec), got {other:?}"),
-    }
+    let got = vjp_region(&src, &mut out, |_| None, &[Some(seed)]).expect("matvec differentiates");
+    let mut out_r = out.clone();
+    let m_bar = got.leaf(&Op::Input(0)).expect("matrix cotangent");
+    let v_bar = got.leaf(&Op::Input(1)).expect("vector cotangent");
+    out_r.outputs = vec![m_bar, v_bar];
+    let mat = Value::Matrix { rows: 3, cols: 3, data: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0] };
+    let ins = [mat, Value::Vector(vec![1.0, -1.0, 2.0]), Value::Vector(vec![1.0, 2.0, 3.0])];
+    let vals = tiga_compiler::interp::eval_region(&out_r, &[3], &mut |op| match op {
+        Op::Input(k) => Ok(ins[*k as usize].clone()),
+        _ => Err(tiga_compiler::interp::InterpError::Internal("leaf".into())),
+    })
+    .expect("evaluates");
+    // M̄ = g vᵀ, v̄ = Mᵀ g.
+    assert_eq!(
+        vals[0],
+        Value::Matrix { rows: 3, cols: 3, data: vec![1.0, -1.0, 2.0, 2.0, -2.0, 4.0, 3.0, -3.0, 6.0] }
+    );
+    assert_eq!(vals[1], Value::Vector(vec![30.0, 36.0, 45.0]));
 }
 
 #[test]

@@ -55,6 +55,7 @@ fn fields_for(k: &Kernel, g: &Graph, f: usize, rng: &mut Rng) -> Vec<Field> {
                 (Some(n), Type::Scalar) => vec![n],
                 (Some(n), _) => vec![n, f],
                 (None, Type::Scalar) => vec![1],
+                (None, Type::Matrix(..)) => vec![f, f],
                 (None, _) => vec![f],
             };
             let len = shape.iter().product();
@@ -206,6 +207,24 @@ fn top2_sum_gradient_at_exact_ties() {
             let got = grads.src("x").expect("grad").to_f64_vec();
             let ok = got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-12);
             assert!(ok, "x = {x:?}: gradient {got:?}, expected {want:?}");
+        }
+    }
+}
+
+/// Matrix parameters: `matvec` differentiates into an outer product (the
+/// matrix's gradient, a deterministic sum over edges and rows) and a
+/// transposed product (the vector's).
+#[test]
+fn matrix_parameter_kernels_match_finite_differences() {
+    let kernels = Kernel::all_from_source(include_str!("../../examples/kernels/dense.rs")).expect("kernels compile");
+    let mut rng = Rng(0xdeed_5eed_0007);
+    let graphs = vec![
+        ("random", random_graph(&mut rng, 9, 9, 24)),
+        ("bipartite", random_graph(&mut rng, 5, 8, 14)),
+    ];
+    for (gname, g) in &graphs {
+        for k in &kernels {
+            check_kernel(k, g, gname, &mut rng);
         }
     }
 }

@@ -508,9 +508,6 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
     for (_, f) in &params {
         outputs.push(OutputDecl { name: grad_name(Role::Param, &f.name), ty: f.ty, role: Role::Param });
     }
-    if params.iter().any(|(_, f)| matches!(f.ty, Type::Matrix(..))) {
-        return Err(AdjointError::Unsupported { op: "a matrix parameter", span: sp });
-    }
     let fmap_id: Vec<usize> = (0..nf).collect();
     let (mut stats_k, stats_b) = empty_kernel(k, format!("{}.vjp.stats", k.name), fs, sr.reducer, outputs);
     {
@@ -525,8 +522,9 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
                 outs.push(b.r.push(Op::Scan(c as u32), *t, sp));
             }
         }
-        for (_, f) in &params {
-            outs.push(zero_of(&mut b, f.ty));
+        for _ in &params {
+            // No contribution from edges here: a scalar zero writes nothing.
+            outs.push(b.c(0.0));
         }
         edge.outputs = outs;
         stats_k.edge = edge;
@@ -615,9 +613,9 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
             let g = leaf(Op::Field(FieldId(*f as u32)));
             outs.push(g.unwrap_or_else(|| zero_of(&mut b, decl.ty)));
         }
-        for (f, decl) in &params {
+        for (f, _) in &params {
             let g = leaf(Op::Field(FieldId(*f as u32)));
-            outs.push(g.unwrap_or_else(|| zero_of(&mut b, decl.ty)));
+            outs.push(g.unwrap_or_else(|| b.c(0.0)));
         }
         node.outputs = outs;
         stats_k.node = Some(node);
@@ -821,8 +819,9 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         }
         let n_msgs = outs.len();
         if side == GraphUse::Forward {
-            for (f, decl) in edges.iter().chain(&params) {
-                outs.push(leaf(*f).unwrap_or_else(|| zero_of(&mut b, decl.ty)));
+            for (f, _) in edges.iter().chain(&params) {
+                // Outputs arrive zeroed: an unreached field contributes nothing.
+                outs.push(leaf(*f).unwrap_or_else(|| b.c(0.0)));
             }
         }
         edge.outputs = outs;
@@ -833,8 +832,8 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         let mut outs: Vec<ValueId> = if msg_out.is_empty() { vec![] } else { ins };
         if side == GraphUse::Forward {
             let mut b = B { r: &mut node, sp };
-            for (_, decl) in &params {
-                outs.push(zero_of(&mut b, decl.ty));
+            for _ in &params {
+                outs.push(b.c(0.0));
             }
         }
         node.outputs = outs;

@@ -102,6 +102,13 @@ impl Sweep<'_> {
     }
 
     fn add(&mut self, a: ValueId, b: ValueId, span: Span) -> Result<ValueId, AdjointError> {
+        // Matrix cotangents (of matrix parameters) add as matrices.
+        if let (t @ Type::Matrix(..), u) = (self.ty(a), self.ty(b)) {
+            if t != u {
+                return Err(ill(span, format!("adding a {u:?} to a {t:?} cotangent")));
+            }
+            return Ok(self.out.push(Op::Binary(BinOp::Add, a, b), t, span));
+        }
         self.bin(BinOp::Add, a, b, span)
     }
 
@@ -223,9 +230,8 @@ impl Sweep<'_> {
 /// of its leaves. `out.outputs` is left untouched.
 ///
 /// Only nodes some seeded output depends on receive a cotangent, and only
-/// those get adjoint code. `MatVec` on such a path yields
-/// [`AdjointError::Unsupported`]: gradients of matrix parameters (and the
-/// transposed product for the vector operand) are not built yet.
+/// those get adjoint code. A matrix parameter's cotangent is an outer
+/// product (`outer`), which is never differentiated again.
 pub fn vjp_region(
     src: &Region,
     out: &mut Region,
@@ -434,8 +440,30 @@ pub fn vjp_region(
                 let cr = b.mul(g, p(l), sp)?;
                 acc!(r, cr)
             }
-            // y = M·v: M̄ += ḡ·vᵀ, v̄ += Mᵀ·ḡ — matrix-parameter gradients are not built yet
-            Op::MatVec(..) => return Err(AdjointError::Unsupported { op: "matvec", span: sp }),
+            // y = M·v: M̄ += ḡ·vᵀ (an outer product), v̄ += Mᵀ·ḡ
+            Op::MatVec(m, v) => {
+                let (Type::Matrix(_, cw), Type::Vector(rw)) = (sty(m), b.ty(g)) else {
+                    return Err(ill(sp, "matvec cotangent of the wrong shape".to_string()));
+                };
+                let cv = b.out.push(Op::MatTVec(p(m), g), Type::Vector(cw), sp);
+                acc!(v, cv);
+                let Type::Vector(vw) = sty(v) else { return Err(ill(sp, "matvec of a non-vector".to_string())) };
+                let cm = b.out.push(Op::Outer(g, p(v)), Type::Matrix(rw, vw), sp);
+                acc!(m, cm)
+            }
+            // y = Mᵀ·v: M̄ += v·ḡᵀ, v̄ += M·ḡ
+            Op::MatTVec(m, v) => {
+                let (Type::Matrix(rw, _), Type::Vector(cw)) = (sty(m), b.ty(g)) else {
+                    return Err(ill(sp, "mattvec cotangent of the wrong shape".to_string()));
+                };
+                let cv = b.out.push(Op::MatVec(p(m), g), Type::Vector(rw), sp);
+                acc!(v, cv);
+                let cm = b.out.push(Op::Outer(p(v), g), Type::Matrix(rw, cw), sp);
+                acc!(m, cm)
+            }
+            // y = a·bᵀ (a matrix, only ever a parameter's gradient): not
+            // differentiated again (second derivatives are not built).
+            Op::Outer(..) => return Err(AdjointError::Unsupported { op: "outer (second derivatives)", span: sp }),
         }
     }
 

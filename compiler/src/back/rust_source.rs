@@ -87,6 +87,11 @@ impl Emitter<'_> {
                 Ok(format!("*f{}.add({row}{})", field.0, self.lane_index(fd.ty, lanes)?))
             }
             Addr::Scratch { buf, lane } => Ok(format!("s{buf}[k{}]", lane.0)),
+            Addr::OutputMatrix { out, row, col } => {
+                let od = self.k.outputs.get(*out as usize).ok_or_else(|| self.err("unknown output"))?;
+                let Type::Matrix(_, c) = od.ty else { return Err(self.err("matrix address of a non-matrix output")) };
+                Ok(format!("*o{out}.add(k{} * {} + k{})", row.0, self.width(c)?, col.0))
+            }
             Addr::Output { out, lane } => {
                 let od = self.k.outputs.get(*out as usize).ok_or_else(|| self.err("unknown output"))?;
                 let per = self.per_row(od.ty)?;

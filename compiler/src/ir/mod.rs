@@ -216,6 +216,11 @@ pub enum Op {
     Dot(ValueId, ValueId),
     /// Matrix (param) times vector.
     MatVec(ValueId, ValueId),
+    /// Transposed matrix times vector (adjoints of `matvec`).
+    MatTVec(ValueId, ValueId),
+    /// Outer product `a bᵀ`, a matrix: only as a parameter output (the
+    /// gradient of a matrix parameter), possibly summed with `add`.
+    Outer(ValueId, ValueId),
 }
 
 impl Op {
@@ -233,7 +238,9 @@ impl Op {
                 vec![]
             }
             Op::Unary(_, a) | Op::Powi(a, _) | Op::Sum(a) | Op::Broadcast(a, _) => vec![a],
-            Op::Binary(_, a, b) | Op::Cmp(_, a, b) | Op::Dot(a, b) | Op::MatVec(a, b) => vec![a, b],
+            Op::Binary(_, a, b) | Op::Cmp(_, a, b) | Op::Dot(a, b) | Op::MatVec(a, b) | Op::MatTVec(a, b) | Op::Outer(a, b) => {
+                vec![a, b]
+            }
             Op::Select(c, a, b) => vec![c, a, b],
         }
     }
@@ -259,6 +266,8 @@ impl Op {
             Op::Cmp(o, a, b) => Op::Cmp(o, f(a), f(b)),
             Op::Dot(a, b) => Op::Dot(f(a), f(b)),
             Op::MatVec(a, b) => Op::MatVec(f(a), f(b)),
+            Op::MatTVec(a, b) => Op::MatTVec(f(a), f(b)),
+            Op::Outer(a, b) => Op::Outer(f(a), f(b)),
             Op::Select(c, a, b) => Op::Select(f(c), f(a), f(b)),
         }
     }

@@ -88,6 +88,8 @@ pub fn op_text(k: &Kernel, op: &Op, name: impl Fn(ValueId) -> String) -> String 
         Op::Sum(a) => format!("sum {}", name(*a)),
         Op::Dot(x, y) => format!("dot {}, {}", name(*x), name(*y)),
         Op::MatVec(m, v) => format!("matvec {}, {}", name(*m), name(*v)),
+        Op::MatTVec(m, v) => format!("mattvec {}, {}", name(*m), name(*v)),
+        Op::Outer(a, b) => format!("outer {}, {}", name(*a), name(*b)),
     }
 }
 

@@ -104,6 +104,7 @@ fn check_region(c: &Ctx<'_>, r: &Region) -> Result<(), VerifyError> {
             Op::Unary(UnOp::Not, a) => ty(*a).is_boolean().then(|| ty(*a)),
             Op::Unary(_, a) => matches!(ty(*a), Type::Scalar | Type::Vector(_)).then(|| ty(*a)),
             Op::Binary(BinOp::And | BinOp::Or, a, b) => (ty(*a).is_boolean() && ty(*a) == ty(*b)).then(|| ty(*a)),
+            Op::Binary(BinOp::Add, a, b) if matches!(ty(*a), Type::Matrix(..)) => (ty(*a) == ty(*b)).then(|| ty(*a)),
             Op::Binary(_, a, b) => elementwise(ty(*a), ty(*b)),
             Op::Powi(a, _) => matches!(ty(*a), Type::Scalar | Type::Vector(_)).then(|| ty(*a)),
             Op::Cmp(_, a, b) => match elementwise(ty(*a), ty(*b)) {
@@ -120,6 +121,14 @@ fn check_region(c: &Ctx<'_>, r: &Region) -> Result<(), VerifyError> {
             Op::Sum(a) => matches!(ty(*a), Type::Vector(_)).then_some(Type::Scalar),
             Op::Dot(a, b) => match (ty(*a), ty(*b)) {
                 (Type::Vector(x), Type::Vector(y)) if x == y => Some(Type::Scalar),
+                _ => None,
+            },
+            Op::MatTVec(m, v) => match (ty(*m), ty(*v)) {
+                (Type::Matrix(rw, cw), Type::Vector(vw)) if rw == vw => Some(Type::Vector(cw)),
+                _ => None,
+            },
+            Op::Outer(a, b) => match (ty(*a), ty(*b)) {
+                (Type::Vector(r), Type::Vector(c)) => Some(Type::Matrix(r, c)),
                 _ => None,
             },
             Op::MatVec(m, v) => match (ty(*m), ty(*v)) {
@@ -141,6 +150,13 @@ fn check_region(c: &Ctx<'_>, r: &Region) -> Result<(), VerifyError> {
         }
     }
     Ok(())
+}
+
+/// Values written to outputs: exact types, or a scalar for a vector or matrix
+/// output (a constant zero there means "no contribution" and is skipped).
+fn contributes(values: &[Type], outputs: &[Type]) -> bool {
+    values.len() == outputs.len()
+        && values.iter().zip(outputs).all(|(v, o)| v == o || (*v == Type::Scalar && matches!(o, Type::Vector(_) | Type::Matrix(..))))
 }
 
 /// Values fit slots of these types, a scalar filling a whole vector.
@@ -174,7 +190,7 @@ pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
         }
     }
     for o in &k.outputs {
-        if !o.ty.is_numeric() || matches!(o.ty, Type::Matrix(..)) {
+        if !o.ty.is_numeric() || (matches!(o.ty, Type::Matrix(..)) && o.role != Role::Param) {
             return Err(top("outputs", format!("output `{}` must be a scalar or a vector", o.name)));
         }
     }
@@ -186,7 +202,7 @@ pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
         }
         let extra: Vec<Type> = k.edge.output_types()[msgs.len()..].to_vec();
         let want: Vec<Type> = edge_outs.iter().chain(&param_outs).copied().collect();
-        if extra != want {
+        if !contributes(&extra, &want) {
             return Err(top("edge", "the edge region's extra outputs differ from the edge and parameter outputs".into()));
         }
         if k.reducer.kind == ReducerKind::Softmax && (msgs.len() != 2 || msgs[0] != Type::Scalar) {
@@ -208,7 +224,7 @@ pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
                 return Err(top("node", "node inputs differ from the aggregate's types".into()));
             }
             let want: Vec<Type> = dst_outs.iter().chain(&param_outs).copied().collect();
-            if n.output_types() != want {
+            if !contributes(&n.output_types(), &want) {
                 return Err(top("node", "node outputs differ from the declared outputs".into()));
             }
         } else if !edge_outs.is_empty() || !param_outs.is_empty() || dst_outs != k.aggregate_types() {
@@ -232,7 +248,7 @@ pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
         }
         if seg.fused {
             let want: Vec<Type> = edge_outs.iter().chain(&param_outs).copied().collect();
-            if st[ns..] != want[..] {
+            if !contributes(&st[ns..], &want) {
                 return Err(top("step", "fused step's extra outputs differ from the edge and parameter outputs".into()));
             }
         }
@@ -242,7 +258,7 @@ pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
         )?;
         if seg.fused {
             let want: Vec<Type> = dst_outs.iter().chain(&param_outs).copied().collect();
-            if seg.finish.output_types() != want {
+            if !contributes(&seg.finish.output_types(), &want) {
                 return Err(top("finish", "fused finish does not yield the kernel's outputs".into()));
             }
         }

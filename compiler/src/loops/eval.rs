@@ -53,6 +53,10 @@ impl Machine<'_> {
                 let o = &self.outputs[*out as usize];
                 o.data[self.output_index(*out, *lane)]
             }
+            Addr::OutputMatrix { out, row, col } => {
+                let o = &self.outputs[*out as usize];
+                o.data[self.lanes[row.0 as usize] * o.shape[1] + self.lanes[col.0 as usize]]
+            }
         }
     }
 
@@ -78,6 +82,11 @@ impl Machine<'_> {
             }
             Addr::Output { out, lane } => {
                 let at = self.output_index(*out, *lane);
+                self.outputs[*out as usize].data[at] = v;
+            }
+            Addr::OutputMatrix { out, row, col } => {
+                let cols = self.outputs[*out as usize].shape[1];
+                let at = self.lanes[row.0 as usize] * cols + self.lanes[col.0 as usize];
                 self.outputs[*out as usize].data[at] = v;
             }
             Addr::Field { .. } => {}

@@ -57,6 +57,8 @@ pub enum Addr {
     /// own parameter buffers and reduces them in chunk order). `lane` for
     /// vector outputs.
     Output { out: u32, lane: Option<LoopVar> },
+    /// Element `[row, col]` of a matrix parameter output (`row * C + col`).
+    OutputMatrix { out: u32, row: LoopVar, col: LoopVar },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -108,7 +110,8 @@ impl LoopKernel {
             let out_role = |o: &u32| k.outputs.get(*o as usize).map(|d| d.role);
             s.iter().any(|st| match st {
                 Stmt::Set(_, Inst::Load(Addr::Field { field, .. })) => k.fields[field.0 as usize].role == role,
-                Stmt::Set(_, Inst::Load(Addr::Output { out, .. })) | Stmt::Store(Addr::Output { out, .. }, _) => {
+                Stmt::Set(_, Inst::Load(Addr::Output { out, .. } | Addr::OutputMatrix { out, .. }))
+                | Stmt::Store(Addr::Output { out, .. } | Addr::OutputMatrix { out, .. }, _) => {
                     role == crate::ir::Role::Edge && out_role(out) == Some(role)
                 }
                 Stmt::Loop { body, .. } => walk(body, k, role),

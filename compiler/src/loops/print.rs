@@ -21,6 +21,10 @@ fn addr_text(k: &LoopKernel, a: &Addr) -> String {
             format!("{}.{}[{}]", f.role.name(), f.name, idx.join(", "))
         }
         Addr::Scratch { buf, lane: l } => format!("scratch{buf}[{}]", lane(l)),
+        Addr::OutputMatrix { out, row, col } => {
+            let name = k.outputs.get(*out as usize).map(|o| o.name.as_str()).unwrap_or("?");
+            format!("out.{name}[{}, {}]", lane(row), lane(col))
+        }
         Addr::Output { out, lane: l } => {
             let decl = k.outputs.get(*out as usize);
             let name = decl.map(|o| o.name.as_str()).unwrap_or("?");

@@ -75,6 +75,9 @@ enum Kind {
     MatVec,
     /// A matrix parameter (only `matvec` reads it).
     Matrix,
+    /// An outer product or a sum of them: only written to a matrix
+    /// parameter output, by nested loops at the end of the region.
+    Outer,
 }
 
 /// Position of a loop (or a phase's matvec prelude) in emission order.
@@ -114,7 +117,9 @@ fn analyze(k: &Kernel, r: &Region) -> Result<Analysis, ScheduleError> {
             }
             Op::Sum(a) => (Kind::Top, phase[a.0 as usize] + 1),
             Op::Dot(a, b) => (Kind::Top, phase[a.0 as usize].max(phase[b.0 as usize]) + 1),
-            Op::MatVec(_, v) => (Kind::MatVec, phase[v.0 as usize] + 1),
+            Op::MatVec(_, v) | Op::MatTVec(_, v) => (Kind::MatVec, phase[v.0 as usize] + 1),
+            Op::Outer(..) => (Kind::Outer, 0),
+            Op::Binary(BinOp::Add, ..) if matches!(node.ty, Type::Matrix(..)) => (Kind::Outer, 0),
             op => {
                 let p = op.operands().iter().map(|a| phase[a.0 as usize]).max().unwrap_or(0);
                 (if is_vec { Kind::Home } else { Kind::Top }, p)
@@ -200,6 +205,8 @@ fn schedule_region(
     let mut scalar_sinks: Vec<(usize, Slot)> = Vec::new();
     let mut scalar_outputs: Vec<(usize, u32, bool)> = Vec::new();
     let mut copies: Vec<(u32, u32, WidthId)> = Vec::new();
+    // (value node, output) of matrix parameter outputs (sums of outer products).
+    let mut matrix_sinks: Vec<(usize, u32)> = Vec::new();
     // Which kernel output each region output beyond the state feeds: the
     // step feeds edge outputs then parameter sums; the finish feeds
     // destination outputs then parameter sums.
@@ -223,7 +230,15 @@ fn schedule_region(
             };
             let decl = &k.outputs[out];
             let acc = decl.role == Role::Param;
+            // Outputs arrive zeroed: a constant zero writes nothing.
+            if matches!(r.nodes[i].op, Op::Const(c) if c == 0.0) {
+                continue;
+            }
             match decl.ty {
+                Type::Matrix(..) => {
+                    matrix_sinks.push((i, out as u32));
+                    continue;
+                }
                 Type::Vector(w) => (Some((w, SinkTarget::Output(out as u32, acc))), acc),
                 _ => {
                     scalar_outputs.push((i, out as u32, acc));
@@ -303,7 +318,11 @@ fn schedule_region(
     }
     for i in 0..n {
         if a.kind[i] == Kind::Home && mat[i].is_none() {
-            let used_by_matvec = (0..n).any(|j| matches!(r.nodes[j].op, Op::MatVec(_, v) if v.0 as usize == i));
+            let used_by_matvec = (0..n).any(|j| match r.nodes[j].op {
+                Op::MatVec(_, v) | Op::MatTVec(_, v) => v.0 as usize == i,
+                Op::Outer(x, y) => x.0 as usize == i || y.0 as usize == i,
+                _ => false,
+            });
             if used_by_matvec {
                 mat[i] = Some(b.scratch(width_of(ty(i)).unwrap_or(WidthId(0))));
             }
@@ -366,36 +385,43 @@ fn schedule_region(
             };
             out.push(Stmt::Set(v, inst));
         }
-        // Matvecs of this phase: y[r] = Σ_c M[r, c] · v[c].
+        // Matvecs of this phase: y[r] = Σ_c M[r, c] · v[c] (transposed:
+        // y[c] = Σ_r M[r, c] · v[r]).
         for i in 0..n {
             if a.kind[i] != Kind::MatVec || a.phase[i] != p {
                 continue;
             }
-            let Op::MatVec(m, v) = r.nodes[i].op else { continue };
+            let (m, v, transposed) = match r.nodes[i].op {
+                Op::MatVec(m, v) => (m, v, false),
+                Op::MatTVec(m, v) => (m, v, true),
+                _ => continue,
+            };
             let (Type::Matrix(rw, cw), Op::Field(mf)) = (ty(m.0 as usize), &r.nodes[m.0 as usize].op) else {
                 return Err(unsupported("matvec needs a matrix parameter"));
             };
+            let (out_w, in_w) = if transposed { (cw, rw) } else { (rw, cw) };
             let buf = mat[i].ok_or_else(|| unsupported("matvec without scratch"))?;
-            let (lr, lc) = (b.lane(), b.lane());
+            let (lo, li) = (b.lane(), b.lane());
+            let m_lanes = if transposed { vec![li, lo] } else { vec![lo, li] };
             let acc = b.var(VarKind::Num);
             let (mv, xv, t) = (b.var(VarKind::Num), b.var(VarKind::Num), b.var(VarKind::Num));
-            let x_addr = mem_addr(v.0 as usize, lc, &mat).ok_or_else(|| unsupported("matvec operand not in memory"))?;
+            let x_addr = mem_addr(v.0 as usize, li, &mat).ok_or_else(|| unsupported("matvec operand not in memory"))?;
             out.push(Stmt::Loop {
-                lane: lr,
-                width: rw,
+                lane: lo,
+                width: out_w,
                 body: vec![
                     Stmt::Set(acc, Inst::Const(0.0)),
                     Stmt::Loop {
-                        lane: lc,
-                        width: cw,
+                        lane: li,
+                        width: in_w,
                         body: vec![
-                            Stmt::Set(mv, Inst::Load(field_addr(*mf, vec![lr, lc]))),
+                            Stmt::Set(mv, Inst::Load(field_addr(*mf, m_lanes))),
                             Stmt::Set(xv, Inst::Load(x_addr)),
                             Stmt::Set(t, Inst::Binary(BinOp::Mul, mv, xv)),
                             Stmt::Set(acc, Inst::Binary(BinOp::Add, acc, t)),
                         ],
                     },
-                    Stmt::Store(Addr::Scratch { buf, lane: lr }, acc),
+                    Stmt::Store(Addr::Scratch { buf, lane: lo }, acc),
                 ],
             });
         }
@@ -533,6 +559,50 @@ fn schedule_region(
     }
     for (dst, t) in temps {
         out.push(Stmt::Set(dst, Inst::Copy(t)));
+    }
+    // Matrix parameter outputs: out[r, c] += Σ_terms x[r]·y[c].
+    for &(node, o) in &matrix_sinks {
+        let mut terms = Vec::new();
+        let mut stack = vec![node];
+        while let Some(t) = stack.pop() {
+            match r.nodes[t].op {
+                Op::Outer(x, y) => terms.push((x.0 as usize, y.0 as usize)),
+                Op::Binary(BinOp::Add, x, y) if matches!(ty(t), Type::Matrix(..)) => {
+                    stack.push(y.0 as usize);
+                    stack.push(x.0 as usize);
+                }
+                _ => return Err(unsupported("a matrix output must be a sum of outer products")),
+            }
+        }
+        for (x, y) in terms {
+            let (Some(rw), Some(cw)) = (width_of(ty(x)), width_of(ty(y))) else {
+                return Err(unsupported("outer product of non-vectors"));
+            };
+            let (lr, lc) = (b.lane(), b.lane());
+            let xa = mem_addr(x, lr, &mat).ok_or_else(|| unsupported("outer operand not in memory"))?;
+            let ya = mem_addr(y, lc, &mat).ok_or_else(|| unsupported("outer operand not in memory"))?;
+            let (xv, yv, t, old, new) =
+                (b.var(VarKind::Num), b.var(VarKind::Num), b.var(VarKind::Num), b.var(VarKind::Num), b.var(VarKind::Num));
+            let dst = Addr::OutputMatrix { out: o, row: lr, col: lc };
+            out.push(Stmt::Loop {
+                lane: lr,
+                width: rw,
+                body: vec![
+                    Stmt::Set(xv, Inst::Load(xa)),
+                    Stmt::Loop {
+                        lane: lc,
+                        width: cw,
+                        body: vec![
+                            Stmt::Set(yv, Inst::Load(ya)),
+                            Stmt::Set(t, Inst::Binary(BinOp::Mul, xv, yv)),
+                            Stmt::Set(old, Inst::Load(dst.clone())),
+                            Stmt::Set(new, Inst::Binary(BinOp::Add, old, t)),
+                            Stmt::Store(dst.clone(), new),
+                        ],
+                    },
+                ],
+            });
+        }
     }
     for (from, to, w) in copies {
         let lane = b.lane();

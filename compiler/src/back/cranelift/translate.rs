@@ -557,6 +557,13 @@ impl<'a> Translator<'a> {
                 let idx = self.index(decl.ty, row, &lanes).map_err(|e| format!("output {}: {e}", decl.name))?;
                 Ok(self.element(base, idx))
             }
+            Addr::OutputMatrix { out, row, col } => {
+                let o = *out as usize;
+                let decl = self.k.outputs.get(o).ok_or_else(|| format!("unknown output {o}"))?;
+                let base = self.outputs.get(o).copied().flatten().ok_or_else(|| format!("output {} not loaded", decl.name))?;
+                let idx = self.index(decl.ty, None, &[*row, *col]).map_err(|e| format!("output {}: {e}", decl.name))?;
+                Ok(self.element(base, idx))
+            }
         }
     }
 
@@ -651,7 +658,9 @@ fn mark_used(list: &[Stmt], fields: &mut [bool], outputs: &mut [bool]) -> TResul
             Addr::Field { field, .. } => {
                 *fields.get_mut(field.0 as usize).ok_or_else(|| format!("unknown field {}", field.0))? = true
             }
-            Addr::Output { out, .. } => *outputs.get_mut(*out as usize).ok_or_else(|| format!("unknown output {out}"))? = true,
+            Addr::Output { out, .. } | Addr::OutputMatrix { out, .. } => {
+                *outputs.get_mut(*out as usize).ok_or_else(|| format!("unknown output {out}"))? = true
+            }
             Addr::Scratch { .. } => {}
         }
         Ok(())
