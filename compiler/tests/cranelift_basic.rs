@@ -148,7 +148,7 @@ fn run(
     fields: &[Vec<f64>],
     out_lens: &[usize],
 ) -> Vec<Vec<f64>> {
-    let key = VariantKey { kernel: format!("{}#test", k.name), dtype, widths: widths.to_vec(), edge_ids };
+    let key = VariantKey { kernel: format!("{}#test", k.name), dtype, widths: widths.to_vec(), edge_ids, stencil: None };
     let var = compile(k, &key).unwrap_or_else(|e| panic!("{}: {e}", k.name));
     assert!(var.clif.contains("function"), "{}", var.clif);
     assert!(var.asm.as_deref().is_some_and(|a| !a.is_empty()));
@@ -531,7 +531,7 @@ fn tiny() -> LoopKernel {
 fn cache_hits_and_misses() {
     let jit = Jit::new();
     let k = tiny();
-    let key = VariantKey { kernel: "tiny#1".into(), dtype: DType::F32, widths: vec![4], edge_ids: false };
+    let key = VariantKey { kernel: "tiny#1".into(), dtype: DType::F32, widths: vec![4], edge_ids: false, stencil: None };
     let (a, hit_a) = jit.variant(&k, &key).expect("compiles");
     let (b, hit_b) = jit.variant(&k, &key).expect("cached");
     assert!(!hit_a && hit_b);
@@ -553,7 +553,7 @@ fn variants_are_send_and_sync() {
     check::<Jit>();
     let jit = std::sync::Arc::new(Jit::new());
     let k = tiny();
-    let key = VariantKey { kernel: "tiny#threads".into(), dtype: DType::F64, widths: vec![2], edge_ids: false };
+    let key = VariantKey { kernel: "tiny#threads".into(), dtype: DType::F64, widths: vec![2], edge_ids: false, stencil: None };
     std::thread::scope(|s| {
         for _ in 0..2 {
             s.spawn(|| jit.variant(&k, &key).expect("compiles"));
@@ -567,7 +567,7 @@ fn variants_are_send_and_sync() {
 #[test]
 fn errors_instead_of_panics() {
     let k = tiny();
-    let key = |widths: Vec<usize>| VariantKey { kernel: "tiny#e".into(), dtype: DType::F64, widths, edge_ids: false };
+    let key = |widths: Vec<usize>| VariantKey { kernel: "tiny#e".into(), dtype: DType::F64, widths, edge_ids: false, stencil: None };
     assert!(matches!(compile(&k, &key(vec![])), Err(BackError::Widths { expected: 1, got: 0, .. })));
     match compile(&k, &key(vec![1 << 20])) {
         Err(e @ BackError::ScratchTooLarge { .. }) => assert!(e.to_string().contains("1 MiB"), "{e}"),

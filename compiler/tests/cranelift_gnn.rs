@@ -113,6 +113,7 @@ fn gnn_kernels_match_reference() {
                         dtype,
                         widths: vec![f; k.widths.len()],
                         edge_ids,
+                        stencil: None,
                     };
                     let (var, _) = jit.variant(&lk, &key).unwrap_or_else(|e| panic!("{e}\n{lk}"));
                     let mut bufs: Vec<Buf> = k

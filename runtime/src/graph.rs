@@ -45,6 +45,10 @@ pub enum GraphError {
     OffsetsEnd { last: u64, num_dst: usize, num_cols: usize },
     #[error("CSR cols[{position}] = {src} is out of range for num_src = {num_src}")]
     ColumnOutOfRange { position: usize, src: u32, num_src: usize },
+    #[error("edge ids have length {actual}, expected num_edges = {expected}")]
+    EdgeIdsLength { expected: usize, actual: usize },
+    #[error("edge ids are not a permutation of 0..{num_edges}: edge_ids[{position}] = {id} is {problem}")]
+    EdgeIdsNotPermutation { position: usize, id: u64, num_edges: usize, problem: &'static str },
     #[error("edge lists differ in length: src has {src_len} entries, dst has {dst_len}")]
     EdgeListLengths { src_len: usize, dst_len: usize },
     #[error("edge {edge}: source {src} is out of range for num_src = {num_src}")]
@@ -146,6 +150,40 @@ impl Graph {
             return Err(GraphError::ColumnOutOfRange { position, src: cols[position], num_src });
         }
         Ok(Graph { num_src, num_dst, offsets, cols, edge_ids: None, derived: Derived::default() })
+    }
+
+    /// Takes CSR arrays together with the CSR-position-to-user-edge-index
+    /// map (`None`: CSR order is the user's order), checking every
+    /// invariant; an identity map is stored as `None`. This is how a graph
+    /// read back from storage keeps its original edge order.
+    pub fn from_csr_with_edge_ids(
+        num_src: usize,
+        num_dst: usize,
+        offsets: Vec<u64>,
+        cols: Vec<u32>,
+        edge_ids: Option<Vec<u64>>,
+    ) -> Result<Graph, GraphError> {
+        let mut g = Graph::from_csr(num_src, num_dst, offsets, cols)?;
+        let Some(ids) = edge_ids else { return Ok(g) };
+        let num_edges = g.num_edges();
+        if ids.len() != num_edges {
+            return Err(GraphError::EdgeIdsLength { expected: num_edges, actual: ids.len() });
+        }
+        let mut seen = vec![false; num_edges];
+        for (position, &id) in ids.iter().enumerate() {
+            let problem = if id >= num_edges as u64 {
+                "out of range"
+            } else if seen[id as usize] {
+                "a duplicate"
+            } else {
+                seen[id as usize] = true;
+                continue;
+            };
+            return Err(GraphError::EdgeIdsNotPermutation { position, id, num_edges, problem });
+        }
+        let identity = ids.iter().enumerate().all(|(p, &id)| id == p as u64);
+        g.edge_ids = if identity { None } else { Some(ids) };
+        Ok(g)
     }
 
     /// Builds CSR from edges `src[e] -> dst[e]` in the user's order. The sort
@@ -458,6 +496,33 @@ mod tests {
             "source node count 4294967297 exceeds the maximum of 4294967296 (node ids are u32)"
         );
         assert_eq!(err(Graph::from_csr(1, 0, vec![], vec![])), "CSR offsets have length 0, expected num_dst + 1 = 1");
+    }
+
+    #[test]
+    fn csr_with_edge_ids() {
+        let g = Graph::from_csr_with_edge_ids(3, 2, vec![0, 2, 3], vec![2, 0, 1], Some(vec![2, 0, 1]))
+            .expect("valid");
+        assert_eq!(g.edge_ids(), Some(&[2u64, 0, 1][..]));
+        assert_eq!(g.coo_in_user_order(), (vec![0, 1, 2], vec![0, 1, 0]));
+        let id = Graph::from_csr_with_edge_ids(3, 2, vec![0, 2, 3], vec![2, 0, 1], Some(vec![0, 1, 2]))
+            .expect("valid");
+        assert_eq!(id.edge_ids(), None);
+        let csr = || (vec![0u64, 2, 3], vec![2u32, 0, 1]);
+        let (o, c) = csr();
+        assert_eq!(
+            err(Graph::from_csr_with_edge_ids(3, 2, o, c, Some(vec![0, 1]))),
+            "edge ids have length 2, expected num_edges = 3"
+        );
+        let (o, c) = csr();
+        assert_eq!(
+            err(Graph::from_csr_with_edge_ids(3, 2, o, c, Some(vec![0, 1, 1]))),
+            "edge ids are not a permutation of 0..3: edge_ids[2] = 1 is a duplicate"
+        );
+        let (o, c) = csr();
+        assert_eq!(
+            err(Graph::from_csr_with_edge_ids(3, 2, o, c, Some(vec![0, 7, 1]))),
+            "edge ids are not a permutation of 0..3: edge_ids[1] = 7 is out of range"
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use tiga_compiler::back::abi::Stencil2d;
 use tiga_compiler::back::cranelift::RawArgs;
 use tiga_compiler::bind::{bind_shapes, output_shapes, Extents};
 use tiga_compiler::interp::{interpret_in_order, Array};
@@ -84,6 +85,10 @@ fn describe_missing(k: &ir::Kernel, i: usize, e: &Extents) -> String {
 
 pub(crate) fn bind<'b, 'a>(k: &ir::Kernel, graph: &Graph, inputs: &'b Inputs<'a>) -> Result<Bound<'b, 'a>> {
     let extents = Extents { num_src: graph.num_src(), num_dst: graph.num_dst(), num_edges: graph.num_edges() };
+    bind_extents(k, extents, inputs)
+}
+
+pub(crate) fn bind_extents<'b, 'a>(k: &ir::Kernel, extents: Extents, inputs: &'b Inputs<'a>) -> Result<Bound<'b, 'a>> {
     for (role, name) in inputs.fields.keys() {
         if k.field_by_name(*role, name).is_none() {
             let known: Vec<String> = k.fields.iter().filter(|f| f.role == *role).map(|f| f.name.clone()).collect();
@@ -275,5 +280,87 @@ impl Kernel {
             .map(|a| Tensor::from_f64(a.shape, a.data).map_err(|e| Error::Call(e.to_string())))
             .collect::<Result<Vec<_>>>()?;
         Ok(Outputs { items: names.zip(tensors).collect() })
+    }
+}
+
+/// The number of in-grid neighbours of a generated stencil: its edge count.
+fn stencil_edges(st: &Stencil2d) -> usize {
+    let (r, c) = (st.rows as i64, st.cols as i64);
+    st.offsets
+        .iter()
+        .map(|&(dr, dc)| {
+            if st.periodic {
+                (r * c) as usize
+            } else {
+                ((r - dr.abs()).max(0) * (c - dc.abs()).max(0)) as usize
+            }
+        })
+        .sum()
+}
+
+impl Kernel {
+    /// Run on a generated two-dimensional stencil: each node's neighbours are
+    /// computed from its index (no CSR is built or read). Gives the same
+    /// numbers, bit for bit, as [`Kernel::run`] on `Graph::stencil` of the same
+    /// shape and offsets. Kernels with edge fields need the CSR realization.
+    pub fn run_stencil(&self, st: &Stencil2d, inputs: &Inputs<'_>) -> Result<Outputs> {
+        let k = self.captured();
+        if k.fields.iter().any(|f| f.role == Role::Edge) {
+            return Err(Error::Call(format!(
+                "kernel `{}` reads edge fields; a generated stencil has none (build the CSR with Graph::stencil)",
+                k.name
+            )));
+        }
+        if st.rows == 0 || st.cols == 0 {
+            return Err(Error::Call("a generated stencil needs rows > 0 and cols > 0".into()));
+        }
+        let n = (st.rows as usize).checked_mul(st.cols as usize).ok_or_else(|| Error::Call("stencil too large".into()))?;
+        let extents = Extents { num_src: n, num_dst: n, num_edges: stencil_edges(st) };
+        let b = bind_extents(k, extents, inputs)?;
+        let key = tiga_compiler::back::cranelift::VariantKey {
+            kernel: format!("{}#{}", self.name(), self.hash),
+            dtype: ir_dtype(b.dtype),
+            widths: b.widths.clone(),
+            edge_ids: false,
+            stencil: Some(st.clone()),
+        };
+        let (variant, _) = crate::jit().variant(self.loop_kernel(), &key)?;
+        let shapes = output_shapes(k, &b.extents, &b.widths);
+        let mut outs: Vec<Tensor> = shapes
+            .iter()
+            .map(|s| Tensor::zeros(b.dtype, s.clone()).map_err(|e| Error::Call(e.to_string())))
+            .collect::<Result<_>>()?;
+        if !k.outputs_of(Role::Param).is_empty() {
+            return Err(Error::Call("parameter outputs are not supported on generated stencils yet".into()));
+        }
+        let field_ptrs: Vec<*const u8> = b
+            .views
+            .iter()
+            .map(|v| match v.data() {
+                Data::F32(s) => s.as_ptr() as *const u8,
+                Data::F64(s) => s.as_ptr() as *const u8,
+            })
+            .collect();
+        let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(data_ptr).collect();
+        let args = SharedArgs(RawArgs {
+            offsets: std::ptr::null(),
+            cols: std::ptr::null(),
+            edge_ids: std::ptr::null(),
+            fields: field_ptrs.as_ptr(),
+            outputs: out_ptrs.as_ptr(),
+        });
+        let args = &args;
+        // Uniform rows: equal row ranges balance.
+        let parts = (rayon::current_num_threads() * 4).max(1);
+        let step = n.div_ceil(parts).max(1);
+        use rayon::prelude::*;
+        (0..n).step_by(step).collect::<Vec<_>>().par_iter().for_each(|&start| {
+            let end = (start + step).min(n);
+            // SAFETY: compiled for this kernel, dtype, widths and stencil;
+            // `bind_extents` checked every field against the grid's size.
+            unsafe { variant.run(&args.0, start as u64..end as u64) };
+        });
+        let names = k.outputs.iter().map(|o| o.name.clone());
+        Ok(Outputs { items: names.zip(outs).collect() })
     }
 }

@@ -41,7 +41,7 @@ pub use tiga_runtime::{
 };
 
 pub use call::{Inputs, Outputs};
-pub use tiga_compiler::back::abi::RawArgs;
+pub use tiga_compiler::back::abi::{RawArgs, Stencil2d};
 
 /// A variant the macro compiled ahead of time: the kernel's loops as Rust,
 /// for one dtype and one set of widths.
@@ -233,7 +233,7 @@ impl Kernel {
     }
 
     fn variant_key(&self, dtype: ir::DType, widths: Vec<usize>, edge_ids: bool) -> VariantKey {
-        VariantKey { kernel: format!("{}#{}", self.name(), self.hash), dtype, widths, edge_ids }
+        VariantKey { kernel: format!("{}#{}", self.name(), self.hash), dtype, widths, edge_ids, stencil: None }
     }
 
     /// Compile (or fetch from the cache) the variant for these widths.

@@ -26,3 +26,19 @@ pub struct RawArgs {
     /// One pointer per kernel output, in declaration order.
     pub outputs: *const *mut u8,
 }
+
+/// The generated two-dimensional stencil realization: node `i` is grid cell
+/// `(i / cols, i % cols)` of a row-major `rows × cols` grid, and its in-edges
+/// come from the cells at `offsets` (row, column deltas), computed from the
+/// index instead of read from a CSR (`RawArgs::offsets`, `cols` and
+/// `edge_ids` are unused). Out-of-grid neighbours are skipped, or wrap
+/// around when `periodic`. The neighbour order is the order of `offsets`,
+/// the same as `Graph::stencil` gives each CSR row, so results agree bit for
+/// bit with the CSR realization of the same stencil.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Stencil2d {
+    pub rows: u64,
+    pub cols: u64,
+    pub offsets: Vec<(i64, i64)>,
+    pub periodic: bool,
+}

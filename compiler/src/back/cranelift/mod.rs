@@ -94,6 +94,9 @@ pub struct VariantKey {
     pub widths: Vec<usize>,
     /// Whether edge fields are read through `RawArgs::edge_ids`.
     pub edge_ids: bool,
+    /// `Some`: the generated-stencil realization (neighbours computed from
+    /// the node index, no CSR read); `None`: CSR rows.
+    pub stencil: Option<super::abi::Stencil2d>,
 }
 
 /// The cap on the per-row scratch of one variant (stack memory).

@@ -199,13 +199,18 @@ impl<'a> Translator<'a> {
         self.b.seal_block(row_exit);
 
         self.b.switch_to_block(row_body);
+        let k = self.k;
+        if let Some(st) = &self.key.stencil {
+            self.cur = Cursor { row: Some(i), deg: None, src: None, edge: None, rank: None };
+            self.stmts(&k.init)?;
+            self.generated_neighbours(st, i)?;
+        } else {
         let off_addr = self.b.ins().ishl_imm_u(i, 3);
         let off_addr = self.b.ins().iadd(offsets, off_addr);
         let first = self.b.ins().load(types::I64, flags(), off_addr, 0);
         let end = self.b.ins().load(types::I64, flags(), off_addr, 8);
         let deg = self.b.ins().isub(end, first);
         self.cur = Cursor { row: Some(i), deg: Some(deg), src: None, edge: None, rank: None };
-        let k = self.k;
         self.stmts(&k.init)?;
 
         // for p in off[i]..off[i+1] (skipped when the body is empty: a
@@ -244,6 +249,7 @@ impl<'a> Translator<'a> {
             self.b.ins().jump(edge_hdr, &[BlockArg::Value(p1)]);
             self.b.seal_block(edge_hdr);
             self.b.switch_to_block(edge_exit);
+        }
         }
         self.cur.src = None;
         self.cur.edge = None;
@@ -518,6 +524,68 @@ impl<'a> Translator<'a> {
             DType::F32 => self.b.ins().f32const(c as f32),
             DType::F64 => self.b.ins().f64const(c),
         }
+    }
+
+    /// The edge loop of the generated-stencil realization: each neighbour
+    /// offset in turn, its border test on the index, the body when the
+    /// neighbour exists. The degree is the count of neighbours visited.
+    fn generated_neighbours(&mut self, st: &crate::back::abi::Stencil2d, i: Value) -> TResult<()> {
+        let k = self.k;
+        if k.reads_role(Role::Edge) {
+            return Err("a generated stencil has no edge fields: use the CSR realization".into());
+        }
+        let (rows, cols) = (st.rows as i64, st.cols as i64);
+        let r = self.b.ins().udiv_imm_u(i, cols);
+        let rc = self.b.ins().imul_imm_s(r, cols);
+        let c = self.b.ins().isub(i, rc);
+        let count = self.b.declare_var(types::I64);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        self.b.def_var(count, zero);
+        for &(dr, dc) in &st.offsets {
+            let body = self.b.create_block();
+            let next = self.b.create_block();
+            let r2 = self.b.ins().iadd_imm_s(r, dr);
+            let c2 = self.b.ins().iadd_imm_s(c, dc);
+            let j = if st.periodic {
+                let wrap = |b: &mut FunctionBuilder<'_>, x: Value, n: i64| {
+                    let neg = b.ins().icmp_imm_s(IntCC::SignedLessThan, x, 0);
+                    let up = b.ins().iadd_imm_s(x, n);
+                    let x = b.ins().select(neg, up, x);
+                    let over = b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x, n);
+                    let down = b.ins().iadd_imm_s(x, -n);
+                    b.ins().select(over, down, x)
+                };
+                let r3 = wrap(&mut self.b, r2, rows);
+                let c3 = wrap(&mut self.b, c2, cols);
+                let rr = self.b.ins().imul_imm_s(r3, cols);
+                let j = self.b.ins().iadd(rr, c3);
+                self.b.ins().jump(body, &[]);
+                j
+            } else {
+                // Unsigned compares reject negatives too.
+                let ok_r = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, r2, rows);
+                let ok_c = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, c2, cols);
+                let ok = self.b.ins().band(ok_r, ok_c);
+                let j = self.b.ins().iadd_imm_s(i, dr * cols + dc);
+                self.b.ins().brif(ok, body, &[], next, &[]);
+                j
+            };
+            self.b.seal_block(body);
+            self.b.switch_to_block(body);
+            let seen = self.b.use_var(count);
+            self.cur.src = Some(j);
+            self.cur.edge = None;
+            self.cur.rank = Some((seen, zero));
+            self.stmts(&k.body)?;
+            let seen = self.b.use_var(count);
+            let more = self.b.ins().iadd_imm_s(seen, 1);
+            self.b.def_var(count, more);
+            self.b.ins().jump(next, &[]);
+            self.b.seal_block(next);
+            self.b.switch_to_block(next);
+        }
+        self.cur.deg = Some(self.b.use_var(count));
+        Ok(())
     }
 
     // --- addresses -------------------------------------------------------
