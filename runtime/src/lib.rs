@@ -4,7 +4,9 @@
 //! beside it; transposes for backward passes; stencils; graphs read from edge
 //! lists and Matrix Market files), dense fields (`Tensor`, `TensorView`) and
 //! their `.npy` files, and the parallel row executor that splits destination
-//! rows across rayon workers by edge count.
+//! rows across rayon workers by edge count. `storage` holds graphs and
+//! fields on disk in the versioned `.gfg` format (`docs/gfg.md`), memory-mapped
+//! and read in pages.
 //!
 //! It knows nothing of Cranelift, PTX or the kernel IR: back ends produce
 //! code, and the facade (`tiga`) hands that code the arrays defined here. This
@@ -20,10 +22,14 @@ pub mod exec;
 pub mod graph;
 pub mod io;
 pub mod npy;
+pub mod storage;
 pub mod tensor;
 
 pub use exec::{balanced_row_chunks, for_each_row_chunk};
 pub use graph::{Graph, GraphError, MAX_NODES};
 pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_matrix_market};
 pub use npy::{encode_npy, parse_npy, read_npy, write_npy, NpyError};
+pub use storage::{
+    save_gfg, FieldHandle, FieldInfo, FieldRole, GfgError, GfgFile, GfgWriter, Page, PendingGfg,
+};
 pub use tensor::{Buffer, DType, Data, DataMut, Tensor, TensorError, TensorView};

@@ -387,7 +387,8 @@ pub fn decode_manifest(bytes: &[u8], header: &Header) -> Result<Manifest, Proble
         let crc32 = c.u32(&what)?;
         sections.push(SectionInfo { name, elem, shape, offset, length, crc32 });
     }
-    if c.at != bytes.len() && header.minor <= FORMAT_MINOR {
+    let newer_minor = header.minor > FORMAT_MINOR;
+    if c.at != bytes.len() && !newer_minor {
         return Err(Problem::Manifest(format!(
             "{} unexpected bytes after the section table",
             bytes.len() - c.at

@@ -294,13 +294,17 @@ impl<'a> Translator<'a> {
     }
 
     /// `for lane in 0..n { body }` as a header-style loop (straight-line
-    /// code when `n` is 0 or 1).
+    /// code when `n` is 0 or 1; SIMD when the body allows, see
+    /// [`Translator::vector_loop`]).
     fn feature_loop(&mut self, lane: LoopVar, n: i64, body: &[Stmt]) -> TResult<()> {
         let l = lane.0 as usize;
         if l >= self.lanes.len() {
             self.lanes.resize(l + 1, None);
         }
         if n == 0 {
+            return Ok(());
+        }
+        if self.vector_loop(lane, n, body)? {
             return Ok(());
         }
         if n == 1 {
@@ -332,6 +336,242 @@ impl<'a> Translator<'a> {
 
         self.b.switch_to_block(exit);
         Ok(())
+    }
+
+    // --- SIMD feature loops ------------------------------------------------
+
+    /// Whether `a` steps with `lane` (unit stride), is invariant in it, or
+    /// steps with a stride other than 1 (then the loop stays scalar).
+    fn stride(a: &Addr, lane: LoopVar) -> Option<bool> {
+        match a {
+            Addr::Field { lanes, .. } => match lanes.iter().position(|l| *l == lane) {
+                None => Some(false),
+                Some(p) if p + 1 == lanes.len() => Some(true),
+                Some(_) => None,
+            },
+            Addr::Scratch { lane: l, .. } => Some(*l == lane),
+            Addr::Output { lane: l, .. } => Some(*l == Some(lane)),
+            Addr::OutputMatrix { row, col, .. } => {
+                if *row == lane {
+                    None
+                } else {
+                    Some(*col == lane)
+                }
+            }
+        }
+    }
+
+    /// A body the SIMD path can take: straight-line numeric code whose
+    /// loop-carried values are only memory (no scalar accumulators), with
+    /// unit-stride or invariant addresses and operations that have vector
+    /// forms with the scalar path's exact semantics.
+    fn vectorizable(&self, lane: LoopVar, body: &[Stmt]) -> bool {
+        let mut defined: std::collections::HashSet<u32> = std::collections::HashSet::new();
+        let assigned: std::collections::HashSet<u32> = body
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::Set(v, _) => Some(v.0),
+                _ => None,
+            })
+            .collect();
+        // A value read here must be loop-local (defined earlier in this
+        // iteration) or loop-invariant (never assigned in the loop).
+        let readable = |v: &Var, defined: &std::collections::HashSet<u32>| defined.contains(&v.0) || !assigned.contains(&v.0);
+        let num = |v: &Var| self.k.vars.get(v.0 as usize) == Some(&VarKind::Num);
+        for st in body {
+            match st {
+                Stmt::Loop { .. } => return false,
+                Stmt::Store(a, v) => {
+                    if Self::stride(a, lane).is_none() || !readable(v, &defined) || !num(v) {
+                        return false;
+                    }
+                }
+                Stmt::Set(v, inst) => {
+                    if !num(v) {
+                        return false;
+                    }
+                    let ok = match inst {
+                        Inst::Const(_) | Inst::Degree | Inst::Rank => true,
+                        Inst::Load(a) => Self::stride(a, lane).is_some(),
+                        Inst::Copy(x) => readable(x, &defined) && num(x),
+                        Inst::Unary(UnOp::Neg | UnOp::Abs | UnOp::Sqrt | UnOp::Relu, x) => readable(x, &defined),
+                        Inst::Unary(..) => false,
+                        Inst::Binary(
+                            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Min | BinOp::Max | BinOp::LeakyRelu,
+                            x,
+                            y,
+                        ) => readable(x, &defined) && readable(y, &defined),
+                        Inst::Binary(..) => false,
+                        // A loop-invariant boolean selects whole vectors.
+                        Inst::Select(c, x, y) => {
+                            !assigned.contains(&c.0) && readable(x, &defined) && readable(y, &defined)
+                        }
+                        Inst::Powi(..) | Inst::Cmp(..) => false,
+                    };
+                    if !ok {
+                        return false;
+                    }
+                    defined.insert(v.0);
+                }
+            }
+        }
+        true
+    }
+
+    /// The loop as SIMD code (`f32x4`/`f64x2`, 128-bit like every x64
+    /// Cranelift vector) when [`Translator::vectorizable`] holds and the
+    /// width is a multiple of the vector length. Returns whether it did.
+    fn vector_loop(&mut self, lane: LoopVar, n: i64, body: &[Stmt]) -> TResult<bool> {
+        let (vty, vl) = match self.key.dtype {
+            DType::F32 => (types::F32X4, 4i64),
+            DType::F64 => (types::F64X2, 2i64),
+        };
+        if n < vl || n % vl != 0 || !self.vectorizable(lane, body) {
+            return Ok(false);
+        }
+        let l = lane.0 as usize;
+        let hdr = self.b.create_block();
+        let inner = self.b.create_block();
+        let exit = self.b.create_block();
+        let k = self.b.append_block_param(hdr, types::I64);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        self.b.ins().jump(hdr, &[BlockArg::Value(zero)]);
+        self.b.switch_to_block(hdr);
+        let more = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, k, n);
+        self.b.ins().brif(more, inner, &[], exit, &[]);
+        self.b.seal_block(inner);
+        self.b.seal_block(exit);
+        self.b.switch_to_block(inner);
+        let prev = self.lanes[l].replace(k);
+        // Loop-local values live in SSA here: each assignment defines the
+        // vector value of its variable for the rest of the iteration.
+        let mut local: std::collections::HashMap<u32, Value> = std::collections::HashMap::new();
+        let vflags = MemFlagsData::new().with_notrap();
+        let little = MemFlagsData::new().with_endianness(ir::Endianness::Little);
+        for st in body {
+            match st {
+                Stmt::Set(v, inst) => {
+                    let val = self.vector_inst(inst, lane, vty, vflags, little, &local)?;
+                    local.insert(v.0, val);
+                }
+                Stmt::Store(a, v) => {
+                    let val = self.vector_operand(*v, vty, &local)?;
+                    let addr = self.addr(a)?;
+                    match Self::stride(a, lane) {
+                        Some(true) => {
+                            self.b.ins().store(vflags, val, addr, 0);
+                        }
+                        _ => {
+                            // An invariant address: every lane stores the same
+                            // value; the last store wins, as in the scalar loop.
+                            let x = self.b.ins().extractlane(val, (vl - 1) as u8);
+                            self.b.ins().store(flags(), x, addr, 0);
+                        }
+                    }
+                }
+                Stmt::Loop { .. } => return Err("nested loop in a SIMD feature loop".into()),
+            }
+        }
+        self.lanes[l] = prev;
+        let k1 = self.b.ins().iadd_imm_s(k, vl);
+        self.b.ins().jump(hdr, &[BlockArg::Value(k1)]);
+        self.b.seal_block(hdr);
+        self.b.switch_to_block(exit);
+        Ok(true)
+    }
+
+    fn vector_operand(&mut self, v: Var, vty: ir::Type, local: &std::collections::HashMap<u32, Value>) -> TResult<Value> {
+        match local.get(&v.0) {
+            Some(x) => Ok(*x),
+            None => {
+                let x = self.num_var(v)?;
+                Ok(self.b.ins().splat(vty, x))
+            }
+        }
+    }
+
+    fn vector_inst(
+        &mut self,
+        inst: &Inst,
+        lane: LoopVar,
+        vty: ir::Type,
+        vflags: MemFlagsData,
+        little: MemFlagsData,
+        local: &std::collections::HashMap<u32, Value>,
+    ) -> TResult<Value> {
+        let op = |t: &mut Self, v: &Var| t.vector_operand(*v, vty, local);
+        // fcmp yields an integer lane mask; bitselect wants the value's type.
+        let mask = |t: &mut Self, cc: FloatCC, x: Value, y: Value| {
+            let m = t.b.ins().fcmp(cc, x, y);
+            t.b.ins().bitcast(vty, little, m)
+        };
+        Ok(match inst {
+            Inst::Const(c) => {
+                let x = self.fconst(*c);
+                self.b.ins().splat(vty, x)
+            }
+            Inst::Degree | Inst::Rank => {
+                let x = self.inst(inst, VarKind::Num)?;
+                self.b.ins().splat(vty, x)
+            }
+            Inst::Load(a) => {
+                let addr = self.addr(a)?;
+                if Self::stride(a, lane) == Some(true) {
+                    self.b.ins().load(vty, vflags, addr, 0)
+                } else {
+                    let x = self.b.ins().load(self.num, flags(), addr, 0);
+                    self.b.ins().splat(vty, x)
+                }
+            }
+            Inst::Copy(x) => op(self, x)?,
+            Inst::Unary(u, x) => {
+                let x = op(self, x)?;
+                match u {
+                    UnOp::Neg => self.b.ins().fneg(x),
+                    UnOp::Abs => self.b.ins().fabs(x),
+                    UnOp::Sqrt => self.b.ins().sqrt(x),
+                    UnOp::Relu => {
+                        let z = self.fconst(0.0);
+                        let zero = self.b.ins().splat(vty, z);
+                        let pos = mask(self, FloatCC::GreaterThan, x, zero);
+                        self.b.ins().bitselect(pos, x, zero)
+                    }
+                    _ => return Err("no vector form".into()),
+                }
+            }
+            Inst::Binary(o, x, y) => {
+                let (x, y) = (op(self, x)?, op(self, y)?);
+                match o {
+                    BinOp::Add => self.b.ins().fadd(x, y),
+                    BinOp::Sub => self.b.ins().fsub(x, y),
+                    BinOp::Mul => self.b.ins().fmul(x, y),
+                    BinOp::Div => self.b.ins().fdiv(x, y),
+                    BinOp::Min | BinOp::Max => {
+                        // As the scalar path: x if (x < y) (resp. >), else y;
+                        // and x when y is NaN.
+                        let cc = if *o == BinOp::Min { FloatCC::LessThan } else { FloatCC::GreaterThan };
+                        let take_x = mask(self, cc, x, y);
+                        let r = self.b.ins().bitselect(take_x, x, y);
+                        let y_nan = mask(self, FloatCC::Unordered, y, y);
+                        self.b.ins().bitselect(y_nan, x, r)
+                    }
+                    BinOp::LeakyRelu => {
+                        let z = self.fconst(0.0);
+                        let zero = self.b.ins().splat(vty, z);
+                        let pos = mask(self, FloatCC::GreaterThan, x, zero);
+                        let scaled = self.b.ins().fmul(y, x);
+                        self.b.ins().bitselect(pos, x, scaled)
+                    }
+                    _ => return Err("no vector form".into()),
+                }
+            }
+            Inst::Select(c, x, y) => {
+                let c = self.bool_var(*c)?;
+                let (x, y) = (op(self, x)?, op(self, y)?);
+                self.b.ins().select(c, x, y)
+            }
+            Inst::Powi(..) | Inst::Cmp(..) => return Err("no vector form".into()),
+        })
     }
 
     fn inst(&mut self, inst: &Inst, kind: VarKind) -> TResult<Value> {
