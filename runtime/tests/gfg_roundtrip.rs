@@ -215,6 +215,14 @@ fn overwrite_replaces_atomically_and_old_maps_stay_valid() {
 }
 
 #[test]
+fn handles_are_send_and_sync() {
+    fn check<T: Send + Sync + 'static>() {}
+    check::<GfgFile>();
+    check::<tiga_runtime::FieldHandle>();
+    check::<GfgError>();
+}
+
+#[test]
 fn writer_refuses_bad_fields() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("g.gfg");

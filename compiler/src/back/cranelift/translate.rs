@@ -361,6 +361,32 @@ impl<'a> Translator<'a> {
         }
     }
 
+    /// Scalar accumulators of a loop body: `acc = acc + x`, the only
+    /// statement touching `acc` in the body. The SIMD path keeps a vector of
+    /// partial sums and adds them up after the loop (a different summation
+    /// order than the scalar loop: equal up to rounding).
+    fn reductions(body: &[Stmt]) -> std::collections::HashSet<u32> {
+        let mut out = std::collections::HashSet::new();
+        for st in body {
+            if let Stmt::Set(acc, Inst::Binary(BinOp::Add, a, x)) = st {
+                if a == acc && x != acc {
+                    let touches = body
+                        .iter()
+                        .filter(|o| match o {
+                            Stmt::Set(v, i) => v == acc || inst_reads(i, *acc),
+                            Stmt::Store(_, v) => v == acc,
+                            Stmt::Loop { .. } => true,
+                        })
+                        .count();
+                    if touches == 1 {
+                        out.insert(acc.0);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// A body the SIMD path can take: straight-line numeric code whose
     /// loop-carried values are only memory (no scalar accumulators), with
     /// unit-stride or invariant addresses and operations that have vector
@@ -378,8 +404,14 @@ impl<'a> Translator<'a> {
         // iteration) or loop-invariant (never assigned in the loop).
         let readable = |v: &Var, defined: &std::collections::HashSet<u32>| defined.contains(&v.0) || !assigned.contains(&v.0);
         let num = |v: &Var| self.k.vars.get(v.0 as usize) == Some(&VarKind::Num);
+        let reductions = Self::reductions(body);
         for st in body {
             match st {
+                Stmt::Set(acc, Inst::Binary(BinOp::Add, a, x)) if reductions.contains(&acc.0) && a == acc => {
+                    if !readable(x, &defined) || !num(x) {
+                        return false;
+                    }
+                }
                 Stmt::Loop { .. } => return false,
                 Stmt::Store(a, v) => {
                     if Self::stride(a, lane).is_none() || !readable(v, &defined) || !num(v) {
@@ -430,6 +462,17 @@ impl<'a> Translator<'a> {
             return Ok(false);
         }
         let l = lane.0 as usize;
+        // Vector partial sums of the loop's scalar accumulators.
+        let mut partial: Vec<(Var, Variable)> = Vec::new();
+        let mut red: Vec<u32> = Self::reductions(body).into_iter().collect();
+        red.sort_unstable();
+        for acc in red {
+            let pv = self.b.declare_var(vty);
+            let z = self.fconst(0.0);
+            let zv = self.b.ins().splat(vty, z);
+            self.b.def_var(pv, zv);
+            partial.push((Var(acc), pv));
+        }
         let hdr = self.b.create_block();
         let inner = self.b.create_block();
         let exit = self.b.create_block();
@@ -450,6 +493,13 @@ impl<'a> Translator<'a> {
         let little = MemFlagsData::new().with_endianness(ir::Endianness::Little);
         for st in body {
             match st {
+                Stmt::Set(acc, Inst::Binary(BinOp::Add, _, x)) if partial.iter().any(|(a, _)| a == acc) => {
+                    let pv = partial.iter().find(|(a, _)| a == acc).map(|(_, p)| *p).ok_or("accumulator")?;
+                    let xv = self.vector_operand(*x, vty, &local)?;
+                    let cur = self.b.use_var(pv);
+                    let sum = self.b.ins().fadd(cur, xv);
+                    self.b.def_var(pv, sum);
+                }
                 Stmt::Set(v, inst) => {
                     let val = self.vector_inst(inst, lane, vty, vflags, little, &local)?;
                     local.insert(v.0, val);
@@ -477,6 +527,17 @@ impl<'a> Translator<'a> {
         self.b.ins().jump(hdr, &[BlockArg::Value(k1)]);
         self.b.seal_block(hdr);
         self.b.switch_to_block(exit);
+        // acc += the partial sums, lane by lane.
+        for (acc, pv) in partial {
+            let v = self.b.use_var(pv);
+            let mut total = self.num_var(acc)?;
+            for lane_ix in 0..vl {
+                let x = self.b.ins().extractlane(v, lane_ix as u8);
+                total = self.b.ins().fadd(total, x);
+            }
+            let var = self.var(acc)?;
+            self.b.def_var(var, total);
+        }
         Ok(true)
     }
 
@@ -984,4 +1045,14 @@ fn mark_used(list: &[Stmt], fields: &mut [bool], outputs: &mut [bool]) -> TResul
         Ok(())
     }
     walk(list, &mut mark)
+}
+
+/// Whether an instruction reads variable `v`.
+fn inst_reads(i: &Inst, v: Var) -> bool {
+    match i {
+        Inst::Const(_) | Inst::Load(_) | Inst::Degree | Inst::Rank => false,
+        Inst::Copy(x) | Inst::Unary(_, x) | Inst::Powi(x, _) => *x == v,
+        Inst::Binary(_, x, y) | Inst::Cmp(_, x, y) => *x == v || *y == v,
+        Inst::Select(c, x, y) => *c == v || *x == v || *y == v,
+    }
 }
