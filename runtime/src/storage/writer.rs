@@ -15,7 +15,6 @@
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::graph::Graph;
 use crate::tensor::{Data, TensorView};
@@ -308,7 +307,9 @@ impl<'a> GfgWriter<'a> {
     /// `Interrupted` once `budget` bytes are written, if given.
     fn write_into(&self, file: &File, budget: Option<u64>) -> std::io::Result<()> {
         let g = self.graph;
-        let t: Option<Arc<Graph>> = self.transpose.then(|| g.transposed());
+        // Built for the save and dropped after it, rather than cached on the
+        // graph: a graph saved to free memory should not grow by a transpose.
+        let t: Option<Graph> = self.transpose.then(|| g.transpose());
         let e = g.num_edges() as u64;
         let mut plan: Vec<(String, Vec<u64>, Elems<'_>)> = vec![
             ("offsets".into(), vec![g.offsets().len() as u64], Elems::U64(g.offsets())),
