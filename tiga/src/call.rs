@@ -49,6 +49,11 @@ impl<'a> Inputs<'a> {
     pub fn param(self, name: &str, v: impl Into<TensorView<'a>>) -> Self {
         self.with(Role::Param, name, v)
     }
+    /// Whether a field of this role and name was given.
+    pub fn has(&self, role: Role, name: &str) -> bool {
+        self.fields.contains_key(&(role, name.to_string()))
+    }
+
     /// Add a field by role (for tools that read roles from flags).
     pub fn with_role(self, role: Role, name: &str, v: impl Into<TensorView<'a>>) -> Self {
         self.with(role, name, v)

@@ -31,6 +31,7 @@ mod call;
 mod explain;
 pub mod lang;
 mod vjp;
+mod paged;
 
 use std::sync::OnceLock;
 
@@ -52,6 +53,7 @@ pub struct AotVariant {
     pub entry: tiga_compiler::back::abi::EntryFn,
 }
 pub use vjp::{AdjointPlan, Gradients};
+pub use paged::PageOptions;
 pub use tiga_compiler as compiler;
 pub use tiga_runtime as runtime;
 

@@ -1,0 +1,241 @@
+//! Paged execution: a kernel over a graph that stays on disk (`.gfg`),
+//! streamed through the unchanged compiled kernel one page of destination
+//! rows at a time.
+//!
+//! Only the row offsets (`num_dst + 1` integers) are read whole; each page's
+//! column indices and edge ids are read with positioned reads (not memory
+//! maps, whose touched pages would stay in the resident set) into buffers
+//! that a background reader fills up to `prefetch` pages ahead. The kernel
+//! sees absolute CSR positions: its `cols`/`edge_ids` pointers are offset so
+//! that position `p` of the page lands on the page buffer. Resident memory is
+//! about (prefetch + 1) page buffers plus the fields and outputs in RAM.
+//!
+//! Destination and edge outputs are bit-identical to the in-memory run for
+//! any page size: every row is computed by the same code over the same edges
+//! in the same order. Parameter outputs (sums over all rows) are summed per
+//! page and so may differ from the in-memory sum in the last bits.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::mpsc;
+
+use tiga_compiler::back::abi::EntryFn;
+use tiga_compiler::back::cranelift::RawArgs;
+use tiga_compiler::bind::{output_shapes, Extents};
+use tiga_compiler::ir::Role;
+use tiga_runtime::storage::{FieldRole, GfgFile};
+use tiga_runtime::{Data, Tensor, TensorView};
+
+use crate::call::{bind_extents, Inputs, Outputs};
+use crate::{Error, Kernel, Result};
+
+/// How a paged call cuts the graph.
+#[derive(Clone, Debug)]
+pub struct PageOptions {
+    /// Rows per page (default: `TIGA_PAGED_PAGE_ROWS`, else 1,000,000).
+    pub page_rows: Option<usize>,
+    /// Or: the most bytes of column indices and edge ids per page.
+    pub page_bytes: Option<usize>,
+    /// Pages read ahead by the background reader (default:
+    /// `TIGA_PAGED_PREFETCH_DEPTH`, else 2); 0 reads each page when needed.
+    pub prefetch: Option<usize>,
+}
+
+impl Default for PageOptions {
+    fn default() -> Self {
+        PageOptions { page_rows: None, page_bytes: None, prefetch: None }
+    }
+}
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+impl PageOptions {
+    fn prefetch_depth(&self) -> usize {
+        self.prefetch.or_else(|| env_usize("TIGA_PAGED_PREFETCH_DEPTH")).unwrap_or(2)
+    }
+
+    /// The page plan: row ranges covering every row once, in order.
+    pub fn plan(&self, offsets: &[u64], edge_bytes: usize) -> Vec<std::ops::Range<usize>> {
+        let n = offsets.len().saturating_sub(1);
+        let mut pages = Vec::new();
+        if let Some(budget) = self.page_bytes {
+            let budget = budget.max(1);
+            let mut start = 0;
+            while start < n {
+                let mut end = start + 1;
+                while end < n && ((offsets[end + 1] - offsets[start]) as usize) * edge_bytes <= budget {
+                    end += 1;
+                }
+                pages.push(start..end);
+                start = end;
+            }
+            return pages;
+        }
+        let rows = self.page_rows.or_else(|| env_usize("TIGA_PAGED_PAGE_ROWS")).unwrap_or(1_000_000).max(1);
+        (0..n).step_by(rows).map(|s| s..(s + rows).min(n)).collect()
+    }
+}
+
+/// One page's adjacency, read from disk.
+struct PageBuf {
+    rows: std::ops::Range<usize>,
+    first: usize,
+    cols: Vec<u32>,
+    edge_ids: Option<Vec<u64>>,
+}
+
+fn read_page(
+    file: &File,
+    path: &str,
+    cols_at: u64,
+    ids_at: Option<u64>,
+    offsets: &[u64],
+    rows: std::ops::Range<usize>,
+) -> std::result::Result<PageBuf, String> {
+    let (first, last) = (offsets[rows.start] as usize, offsets[rows.end] as usize);
+    let n = last - first;
+    let mut bytes = vec![0u8; n * 4];
+    file.read_exact_at(&mut bytes, cols_at + first as u64 * 4).map_err(|e| format!("{path}: reading a page: {e}"))?;
+    let cols: Vec<u32> = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let edge_ids = match ids_at {
+        Some(at) => {
+            let mut b = vec![0u8; n * 8];
+            file.read_exact_at(&mut b, at + first as u64 * 8).map_err(|e| format!("{path}: reading a page: {e}"))?;
+            Some(b.chunks_exact(8).map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect())
+        }
+        None => None,
+    };
+    Ok(PageBuf { rows, first, cols, edge_ids })
+}
+
+struct Shared(RawArgs);
+// SAFETY: as for in-memory calls: inputs are read, each chunk writes its own rows.
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
+
+impl Kernel {
+    /// Run over a graph on disk, in pages. Fields come from `inputs`, or,
+    /// when absent there, from the file's own fields of the same role and
+    /// name.
+    pub fn run_paged(&self, file: &GfgFile, inputs: &Inputs<'_>, opts: &PageOptions) -> Result<Outputs> {
+        let k = self.captured();
+        let path = file.path().to_path_buf();
+        let pname = path.display().to_string();
+        let gfg_err = |e: tiga_runtime::storage::GfgError| Error::Call(e.to_string());
+        let mut handles: Vec<(Role, String, tiga_runtime::storage::FieldHandle)> = Vec::new();
+        for f in &k.fields {
+            if inputs.has(f.role, &f.name) {
+                continue;
+            }
+            let role = match f.role {
+                Role::Src => FieldRole::Src,
+                Role::Dst => FieldRole::Dst,
+                Role::Edge => FieldRole::Edge,
+                Role::Param => continue,
+            };
+            if let Ok(h) = file.field(role, &f.name) {
+                handles.push((f.role, f.name.clone(), h));
+            }
+        }
+        let mut from_file: Vec<(Role, String, TensorView<'_>)> = Vec::new();
+        for (r, n, h) in &handles {
+            from_file.push((*r, n.clone(), h.view().map_err(gfg_err)?));
+        }
+        let mut all = inputs.clone();
+        for (r, n, v) in from_file {
+            all = all.with_role(r, &n, v);
+        }
+        let extents = Extents { num_src: file.num_src(), num_dst: file.num_dst(), num_edges: file.num_edges() };
+        let b = bind_extents(k, extents, &all)?;
+        if !k.outputs_of(Role::Param).is_empty() {
+            return Err(Error::Call("parameter outputs are not supported by paged runs yet".into()));
+        }
+        let offsets: Vec<u64> = file.offsets().map_err(gfg_err)?.to_vec();
+        let has_ids = file.has_edge_ids();
+        let section = |name: &str| file.sections().iter().find(|s| s.name == name).map(|s| s.offset);
+        let cols_at = section("cols").ok_or_else(|| Error::Call(format!("{pname}: no `cols` section")))?;
+        let ids_at = if has_ids { section("edge_ids") } else { None };
+        let entry: EntryFn;
+        let jit_variant;
+        match self.aot_variant(b.dtype, &b.widths) {
+            Some(v) => entry = v.entry,
+            None => {
+                jit_variant = self.variant(b.dtype, &b.widths, has_ids)?.0;
+                entry = jit_variant.entry();
+            }
+        }
+        let shapes = output_shapes(k, &b.extents, &b.widths);
+        let mut outs: Vec<Tensor> = shapes
+            .iter()
+            .map(|s| Tensor::zeros(b.dtype, s.clone()).map_err(|e| Error::Call(e.to_string())))
+            .collect::<Result<_>>()?;
+        let field_ptrs: Vec<*const u8> = b
+            .views
+            .iter()
+            .map(|v| match v.data() {
+                Data::F32(s) => s.as_ptr() as *const u8,
+                Data::F64(s) => s.as_ptr() as *const u8,
+            })
+            .collect();
+        let out_ptrs: Vec<*mut u8> = outs
+            .iter_mut()
+            .map(|t| match t.data_mut() {
+                tiga_runtime::DataMut::F32(s) => s.as_mut_ptr() as *mut u8,
+                tiga_runtime::DataMut::F64(s) => s.as_mut_ptr() as *mut u8,
+            })
+            .collect();
+        let plan = opts.plan(&offsets, 4 + if has_ids { 8 } else { 0 });
+        let depth = opts.prefetch_depth();
+        let fh = File::open(&path).map_err(|e| Error::Call(format!("{pname}: {e}")))?;
+        let run_page = |page: &PageBuf| {
+            // Absolute positions p in [first, first + len) land on the buffer.
+            let args = Shared(RawArgs {
+                offsets: offsets.as_ptr(),
+                cols: page.cols.as_ptr().wrapping_sub(page.first),
+                edge_ids: page.edge_ids.as_ref().map(|e| e.as_ptr().wrapping_sub(page.first)).unwrap_or(std::ptr::null()),
+                fields: field_ptrs.as_ptr(),
+                outputs: out_ptrs.as_ptr(),
+            });
+            let args = &args;
+            let sub = &offsets[page.rows.start..=page.rows.end];
+            tiga_runtime::for_each_row_chunk(sub, |r| {
+                let (s, e) = ((page.rows.start + r.start) as u64, (page.rows.start + r.end) as u64);
+                // SAFETY: the variant matches the kernel, dtype, widths and
+                // edge-id realization; the page holds every position of its
+                // rows; fields and outputs were checked against the file's
+                // sizes.
+                unsafe { entry(&args.0, s, e) };
+            });
+        };
+        if depth == 0 {
+            for rows in plan {
+                let page = read_page(&fh, &pname, cols_at, ids_at, &offsets, rows).map_err(Error::Call)?;
+                run_page(&page);
+            }
+        } else {
+            let (tx, rx) = mpsc::sync_channel::<std::result::Result<PageBuf, String>>(depth.saturating_sub(1));
+            std::thread::scope(|scope| -> Result<()> {
+                let offs = &offsets;
+                let fh = &fh;
+                let pname = &pname;
+                scope.spawn(move || {
+                    for rows in plan {
+                        let r = read_page(fh, pname, cols_at, ids_at, offs, rows);
+                        let stop = r.is_err();
+                        if tx.send(r).is_err() || stop {
+                            break;
+                        }
+                    }
+                });
+                for page in rx {
+                    run_page(&page.map_err(Error::Call)?);
+                }
+                Ok(())
+            })?;
+        }
+        let names = k.outputs.iter().map(|o| o.name.clone());
+        Ok(Outputs { items: names.zip(outs).collect() })
+    }
+}
