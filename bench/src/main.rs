@@ -1,0 +1,765 @@
+//! `tiga-bench`: the benchmark of issue 4, in one run on one machine.
+//!
+//! A number about a compiler means little alone: it needs the same
+//! computation written by hand, the tools a user would otherwise pick, and
+//! what the memory system can do, all measured on the same graphs in the
+//! same process minutes apart, because these machines are shared and noisy.
+//! So one run builds the graphs once and measures, for each case, tiga's
+//! forward and backward (the gradient of `out.sum()` with respect to the
+//! source field, through `Kernel::grad`), a hand-written Rust loop with the
+//! width fixed at compile time and AVX2+FMA enabled (`hand.rs`), the Python
+//! peers through `shared/peers/peers.py` (`peers.rs`), and a STREAM copy;
+//! then it prints a table and writes JSON (`report.rs`).
+//!
+//! Cases (graphs in `graphs.rs`; `--quick` makes them 16× smaller):
+//! - `stencil-csr`: Jacobi smoothing (`Smoothing`, f32, scalar) on a
+//!   2000×2000 four-neighbour grid materialized as CSR;
+//! - `stencil-generated`: the same step with neighbours from index
+//!   arithmetic. tiga has no generated-stencil realization yet, so this case
+//!   is reported absent, with the hand-written loop's time;
+//! - `powerlaw-sum`/`-mean`/`-max` (`VecSum`, `SageMean`, `MaxPool`) and
+//!   `powerlaw-gat` (`GatAttention`) at F = 64 on a 1M-node, 16M-edge
+//!   power-law graph; `powerlaw-sum` again at F = 16 and F = 128; and
+//!   `powerlaw-sum` F = 64 at 1 and 2 threads for the speedup.
+//!
+//! Every hand-written result is compared with tiga's (max |diff| printed; a
+//! relative difference above 1e-3 is an error and the run exits non-zero,
+//! after writing its table and JSON). The kernels are read from
+//! `examples/kernels/gnn.rs` as a kernel file, so every call here runs the
+//! Cranelift JIT (the back end the JSON names).
+//!
+//! ```sh
+//! cargo run --release -p tiga-bench -- --quick          # 16× smaller graphs, 3 repeats
+//! cargo run --release -p tiga-bench -- --threads 2 --json bench.json
+//! ```
+
+mod graphs;
+mod hand;
+mod peers;
+mod report;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use tiga::compiler::back::cranelift::VariantKey;
+use tiga::{DType, Graph, Inputs, Kernel, TensorView};
+
+use hand::Post;
+use report::{Case, Check, Report};
+
+/// The canonical kernels, as a kernel file (no ahead-of-time variants, so
+/// every variant is the JIT's).
+const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
+
+const USAGE: &str = "\
+usage: tiga-bench [--quick] [--repeat N] [--threads N] [--json PATH]
+                  [--cases a,b,...] [--no-peers] [--peers-script PATH]
+                  [--no-scaling] [--seed N]
+
+  --quick           graphs 16x smaller, 3 repeats (unless --repeat)
+  --repeat N        timed calls per measurement after one warm-up (default 5)
+  --threads N       rayon threads (default: all CPUs); peers get the same
+  --json PATH       where the JSON goes, written atomically (default bench.json)
+  --cases LIST      only these: stencil-csr, stencil-generated, powerlaw-sum,
+                    powerlaw-mean, powerlaw-max, powerlaw-gat
+  --no-peers        do not run shared/peers/peers.py
+  --peers-script P  peers.py to run (default /work/shared/peers/peers.py)
+  --no-scaling      skip powerlaw-sum at 1 and 2 threads
+  --seed N          graph and field seed (default 7)";
+
+#[derive(Debug, Clone)]
+struct Opts {
+    quick: bool,
+    repeat: usize,
+    threads: Option<usize>,
+    json: PathBuf,
+    peers: bool,
+    peers_script: PathBuf,
+    cases: Option<Vec<String>>,
+    scaling: bool,
+    seed: u64,
+}
+
+const CASES: [&str; 6] =
+    ["stencil-csr", "stencil-generated", "powerlaw-sum", "powerlaw-mean", "powerlaw-max", "powerlaw-gat"];
+
+fn parse_args() -> Result<Opts, String> {
+    let mut o = Opts {
+        quick: false,
+        repeat: 0,
+        threads: None,
+        json: PathBuf::from("bench.json"),
+        peers: true,
+        peers_script: PathBuf::from("/work/shared/peers/peers.py"),
+        cases: None,
+        scaling: true,
+        seed: 7,
+    };
+    let mut args = std::env::args().skip(1);
+    let value = |name: &str, args: &mut dyn Iterator<Item = String>| -> Result<String, String> {
+        args.next().ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
+    };
+    let number = |name: &str, s: String| -> Result<usize, String> {
+        s.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| format!("{name} wants a positive integer, got `{s}`"))
+    };
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => o.quick = true,
+            "--repeat" => o.repeat = number("--repeat", value("--repeat", &mut args)?)?,
+            "--threads" => o.threads = Some(number("--threads", value("--threads", &mut args)?)?),
+            "--json" => o.json = PathBuf::from(value("--json", &mut args)?),
+            "--no-peers" => o.peers = false,
+            "--peers-script" => o.peers_script = PathBuf::from(value("--peers-script", &mut args)?),
+            "--no-scaling" => o.scaling = false,
+            "--seed" => o.seed = value("--seed", &mut args)?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--cases" => {
+                let list: Vec<String> =
+                    value("--cases", &mut args)?.split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+                if let Some(bad) = list.iter().find(|c| !CASES.contains(&c.as_str())) {
+                    return Err(format!("unknown case `{bad}`; the cases are {}", CASES.join(", ")));
+                }
+                o.cases = Some(list);
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
+        }
+    }
+    if o.repeat == 0 {
+        o.repeat = if o.quick { 3 } else { 5 };
+    }
+    Ok(o)
+}
+
+impl Opts {
+    fn wants(&self, case: &str) -> bool {
+        self.cases.as_ref().is_none_or(|c| c.iter().any(|x| x == case))
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// One warm-up call, then `repeat` timed calls. Returns the warm-up's time,
+/// the median, and the last result. A result is dropped after its clock
+/// stops (freeing a large output is not part of the call).
+fn time<T, E>(repeat: usize, mut f: impl FnMut() -> Result<T, E>) -> Result<(f64, f64, T), E> {
+    let t = Instant::now();
+    let mut last = f()?;
+    let first = t.elapsed().as_secs_f64() * 1e3;
+    let mut times = Vec::with_capacity(repeat);
+    for _ in 0..repeat {
+        let t = Instant::now();
+        let r = f()?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        last = r;
+    }
+    Ok((first, median(times), last))
+}
+
+/// The JIT's variants so far, with their compile times.
+fn variants() -> HashMap<VariantKey, f64> {
+    tiga::jit().stats().variants.into_iter().collect()
+}
+
+fn new_compile_ms(before: &HashMap<VariantKey, f64>) -> f64 {
+    variants().iter().filter(|(k, _)| !before.contains_key(*k)).map(|(_, ms)| ms).sum()
+}
+
+/// tiga's side of a case.
+struct TigaRun {
+    fwd_first: f64,
+    fwd_ms: f64,
+    bwd_first: f64,
+    bwd_ms: f64,
+    compile_ms: f64,
+    bwd_compile_ms: f64,
+    out: Vec<f32>,
+    grad: Vec<f32>,
+}
+
+fn run_tiga(
+    k: &Kernel,
+    g: &Graph,
+    ins: &Inputs<'_>,
+    grad_field: &str,
+    widths: &[usize],
+    repeat: usize,
+) -> Result<TigaRun, String> {
+    let e = |e: tiga::Error| format!("{}: {e}", k.name());
+    let before = variants();
+    // The forward variant, compiled here so its compile time is its own.
+    let (v, _hit) = k.variant(DType::F32, widths, g.edge_ids().is_some()).map_err(e)?;
+    let (fwd_first, fwd_ms, outs) = time(repeat, || k.run(g, ins)).map_err(e)?;
+    // If `run` compiled anything else (it should not), count it too.
+    let compile_ms = v.compile_ms.max(new_compile_ms(&before));
+    let before = variants();
+    let (bwd_first, bwd_ms, grads) = time(repeat, || k.grad(g, ins, "out")).map_err(e)?;
+    let bwd_compile_ms = new_compile_ms(&before);
+    let out = outs.out().and_then(|t| t.as_f32()).ok_or("no f32 output `out`")?.to_vec();
+    let grad = grads
+        .src(grad_field)
+        .and_then(|t| t.as_f32())
+        .ok_or_else(|| format!("no f32 gradient of `{grad_field}`"))?
+        .to_vec();
+    Ok(TigaRun { fwd_first, fwd_ms, bwd_first, bwd_ms, compile_ms, bwd_compile_ms, out, grad })
+}
+
+/// Compares a baseline with tiga; more than 1e-3 relative is an error.
+fn check(what: &str, got: &[f32], want: &[f32]) -> Result<Check, String> {
+    if got.len() != want.len() {
+        return Err(format!("{what}: hand-written result has {} values, tiga's {}", got.len(), want.len()));
+    }
+    let (mut max_abs, mut max_rel, mut worst) = (0.0f64, 0.0f64, 0usize);
+    for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
+        let d = (f64::from(a) - f64::from(b)).abs();
+        let d = if d.is_nan() { f64::INFINITY } else { d };
+        let r = d / f64::from(b).abs().max(1.0);
+        if r > max_rel {
+            worst = i;
+        }
+        max_abs = max_abs.max(d);
+        max_rel = max_rel.max(r);
+    }
+    if max_rel > 1e-3 {
+        return Err(format!(
+            "{what}: hand-written and tiga differ by {max_rel:.3e} relative (element {worst}: {} vs tiga {})",
+            got[worst], want[worst]
+        ));
+    }
+    Ok(Check { max_abs, max_rel })
+}
+
+/// The same kernels through `#[message_passing]`: the macro compiled their
+/// loops ahead of time with rustc/LLVM for common widths.
+#[allow(clippy::all)]
+mod gnn {
+    use tiga::message_passing;
+    include!("../../examples/kernels/gnn.rs");
+}
+
+/// The macro-path kernel of this name (ahead-of-time variants).
+fn macro_kernel(name: &str) -> Option<&'static Kernel> {
+    Some(match name {
+        "Smoothing" => gnn::Smoothing::kernel(),
+        "VecSum" => gnn::VecSum::kernel(),
+        "SageMean" => gnn::SageMean::kernel(),
+        "MaxPool" => gnn::MaxPool::kernel(),
+        "GatAttention" => gnn::GatAttention::kernel(),
+        _ => return None,
+    })
+}
+
+fn kernel(name: &str) -> Result<Kernel, String> {
+    Kernel::from_source(GNN, name).map_err(|e| format!("examples/kernels/gnn.rs, kernel {name}: {e}"))
+}
+
+/// Minimum-traffic models (bytes the forward pass must move at least; f32
+/// values, u32 columns, u64 offsets; writes counted once, no write-allocate).
+mod model {
+    /// CSR stencil, scalar: each `x` value is read once from memory (the
+    /// three grid rows in flight stay in cache, so the 4 gathers per node
+    /// hit it), plus `col` (E·4), `offsets` ((N+1)·8) and `out` (N·4).
+    pub fn stencil_csr(n: usize, e: usize) -> (u64, String) {
+        let b = n * 4 + e * 4 + (n + 1) * 8 + n * 4;
+        (b as u64, "x once N*4 (stencil reuse hits cache) + col E*4 + offsets (N+1)*8 + out N*4".into())
+    }
+    /// Generated stencil: no graph arrays, `x` read once and `out` written.
+    pub fn stencil_generated(n: usize) -> (u64, String) {
+        ((n * 8) as u64, "x once N*4 + out N*4 (no graph arrays)".into())
+    }
+    /// Power-law sum/mean/max of width F: every edge gathers a fresh row of
+    /// `x` (E·F·4: the rows are far larger than the caches and the sources
+    /// random), plus `col`, `offsets` and `out` (N·F·4).
+    pub fn gather(n: usize, e: usize, f: usize) -> (u64, String) {
+        let b = e * f * 4 + e * 4 + (n + 1) * 8 + n * f * 4;
+        (b as u64, "x gather per edge E*F*4 + col E*4 + offsets (N+1)*8 + out N*F*4".into())
+    }
+    /// GAT: the same, plus the per-edge `a_src[j]` gather (E·4) and `a_dst` (N·4).
+    pub fn gat(n: usize, e: usize, f: usize) -> (u64, String) {
+        let b = e * f * 4 + e * 4 + e * 4 + n * 4 + (n + 1) * 8 + n * f * 4;
+        (b as u64, "x gather E*F*4 + a_src gather E*4 + col E*4 + a_dst N*4 + offsets (N+1)*8 + out N*F*4".into())
+    }
+}
+
+/// Where a run stands: the report so far and the errors to exit with.
+struct Run {
+    o: Opts,
+    report: Report,
+    errors: Vec<String>,
+    avail: Option<peers::Availability>,
+}
+
+impl Run {
+    fn fail(&mut self, e: String) {
+        eprintln!("[bench] ERROR: {e}");
+        self.errors.push(e);
+    }
+
+    fn checked(&mut self, what: &str, got: &[f32], want: &[f32]) -> Option<Check> {
+        match check(what, got, want) {
+            Ok(c) => {
+                eprintln!("[bench]   {what}: max |hand - tiga| = {:.3e} (relative {:.3e})", c.max_abs, c.max_rel);
+                Some(c)
+            }
+            Err(e) => {
+                self.fail(e);
+                None
+            }
+        }
+    }
+
+    /// Runs peers.py for these case indices of the report (those that name a
+    /// peers.py case), on a graph directory written for them.
+    fn peers_for(&mut self, idx: &[usize], g: &Graph, x: &[f32], f: usize, attention: Option<(&[f32], &[f32])>) {
+        let cases: Vec<&'static str> = idx.iter().filter_map(|&i| self.report.cases[i].peer_case).collect();
+        if cases.is_empty() {
+            return;
+        }
+        let results = match &self.avail {
+            None => {
+                for &i in idx {
+                    let c = &mut self.report.cases[i];
+                    for (p, _) in peers::PEERS {
+                        c.peers.insert(p.to_string(), Err("not run (--no-peers)".into()));
+                    }
+                }
+                return;
+            }
+            Some(a) if !a.any() => peers::run(a, std::path::Path::new("."), &cases, 1, 1),
+            Some(a) => {
+                eprintln!("[bench] peers.py on {} (F={f}): {}", self.report.cases[idx[0]].case, cases.join(","));
+                let a = a.clone();
+                let dir = match peers::TempDir::new(&format!("f{f}")) {
+                    Ok(d) => d,
+                    Err(e) => return self.fail(format!("peers: temp dir: {e}")),
+                };
+                if let Err(e) = peers::write_graph_dir(&dir.0, g, x, f, attention) {
+                    return self.fail(e);
+                }
+                peers::run(&a, &dir.0, &cases, self.report.machine.threads, self.o.repeat)
+            }
+        };
+        for &i in idx {
+            let c = &mut self.report.cases[i];
+            let Some(pc) = c.peer_case else { continue };
+            for ((case, peer), r) in &results {
+                if case == pc {
+                    c.peers.insert(peer.clone(), r.clone());
+                }
+            }
+        }
+    }
+}
+
+fn stencil_group(run: &mut Run) -> Result<(), String> {
+    let (want_csr, want_gen) = (run.o.wants("stencil-csr"), run.o.wants("stencil-generated"));
+    if !want_csr && !want_gen {
+        return Ok(());
+    }
+    let side = if run.o.quick { 500 } else { 2000 };
+    let repeat = run.o.repeat;
+    let t = Instant::now();
+    let g = graphs::stencil(side).map_err(|e| e.to_string())?;
+    let (n, e) = (g.num_dst(), g.num_edges());
+    eprintln!("[bench] stencil {side}x{side}: {n} nodes, {e} edges ({:.0} ms)", t.elapsed().as_secs_f64() * 1e3);
+    let x = graphs::uniform(n, run.o.seed);
+    let gout = vec![1.0f32; n];
+    // tiga runs even when only the generated case is asked for: its output
+    // is what the generated loop is checked against.
+    let k = kernel("Smoothing")?;
+    let ins = Inputs::new().src("x", &x[..]);
+    eprintln!("[bench] stencil-csr: tiga");
+    let t = run_tiga(&k, &g, &ins, "x", &[], repeat)?;
+    if want_csr {
+        eprintln!("[bench] stencil-csr: hand-written");
+        let gt = g.transposed();
+        let (_, hf, hout) = time(repeat, || hand::csr_sum(&g, &x, 1, Post::Scale(0.25)))?;
+        let (_, hb, hgrad) = time(repeat, || hand::csr_sum_backward(&g, &gt, &gout, 1, Post::Scale(0.25)))?;
+        let check_fwd = run.checked("stencil-csr forward", &hout, &t.out);
+        let check_bwd = run.checked("stencil-csr backward", &hgrad, &t.grad);
+        let (model_bytes, model) = model::stencil_csr(n, e);
+        run.report.cases.push(Case {
+            case: "stencil-csr".into(),
+            f: 1,
+            nodes: n,
+            edges: e,
+            fwd_ms: Some(t.fwd_ms),
+            bwd_ms: Some(t.bwd_ms),
+            fwd_first_ms: Some(t.fwd_first),
+            bwd_first_ms: Some(t.bwd_first),
+            model_bytes,
+            model,
+            compile_ms: Some(t.compile_ms),
+            bwd_compile_ms: Some(t.bwd_compile_ms),
+            hand_fwd_ms: Some(hf),
+            hand_bwd_ms: Some(hb),
+            check_fwd,
+            check_bwd,
+            peer_case: Some("scaled"),
+            ..Case::default()
+        });
+    }
+    if want_gen {
+        eprintln!("[bench] stencil-generated: hand-written");
+        let (_, hf, hout) = time(repeat, || Ok::<_, String>(hand::stencil_generated(side, &x)))?;
+        let (_, hb, hgrad) = time(repeat, || Ok::<_, String>(hand::stencil_generated(side, &gout)))?;
+        let check_fwd = run.checked("stencil-generated forward (vs tiga stencil-csr)", &hout, &t.out);
+        let check_bwd = run.checked("stencil-generated backward (vs tiga stencil-csr)", &hgrad, &t.grad);
+        // tiga's generated-stencil realization: neighbours from the index.
+        eprintln!("[bench] stencil-generated: tiga");
+        let st = tiga::Stencil2d {
+            rows: side as u64,
+            cols: side as u64,
+            offsets: vec![(-1, 0), (1, 0), (0, -1), (0, 1)],
+            periodic: false,
+        };
+        let before = variants();
+        let (gen_first, gen_ms, gen_out) = time(repeat, || k.run_stencil(&st, &ins)).map_err(|e| e.to_string())?;
+        let gen_compile = new_compile_ms(&before);
+        let gen_out = gen_out.out().and_then(|o| o.as_f32()).ok_or("no f32 output")?.to_vec();
+        let check_gen = run.checked("tiga stencil-generated forward (vs tiga stencil-csr)", &gen_out, &t.out);
+        let (model_bytes, model) = model::stencil_generated(n);
+        run.report.cases.push(Case {
+            case: "stencil-generated".into(),
+            f: 1,
+            nodes: n,
+            edges: e,
+            fwd_ms: Some(gen_ms),
+            fwd_first_ms: Some(gen_first),
+            model_bytes,
+            model,
+            compile_ms: Some(gen_compile),
+            hand_fwd_ms: Some(hf),
+            hand_bwd_ms: Some(hb),
+            hand_bwd_absent: Some(
+                "tiga's backward over a generated stencil is not wired yet (adjoint stages run over the CSR \
+                 realization); the hand-written backward is the same stencil on the cotangent"
+                    .into(),
+            ),
+            check_fwd: check_gen.or(check_fwd),
+            check_bwd,
+            ..Case::default()
+        });
+    }
+    if want_csr {
+        let i = run.report.cases.iter().position(|c| c.case == "stencil-csr").into_iter().collect::<Vec<_>>();
+        run.peers_for(&i, &g, &x, 1, None);
+    }
+    Ok(())
+}
+
+/// One power-law case: which kernel, which hand-written loops.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Pl {
+    Sum,
+    Mean,
+    Max,
+    Gat,
+}
+
+impl Pl {
+    fn name(self) -> &'static str {
+        match self {
+            Pl::Sum => "powerlaw-sum",
+            Pl::Mean => "powerlaw-mean",
+            Pl::Max => "powerlaw-max",
+            Pl::Gat => "powerlaw-gat",
+        }
+    }
+    fn kernel(self) -> &'static str {
+        match self {
+            Pl::Sum => "VecSum",
+            Pl::Mean => "SageMean",
+            Pl::Max => "MaxPool",
+            Pl::Gat => "GatAttention",
+        }
+    }
+    fn peer_case(self) -> &'static str {
+        match self {
+            Pl::Sum => "sum",
+            Pl::Mean => "mean",
+            Pl::Max => "max",
+            Pl::Gat => "gat",
+        }
+    }
+}
+
+struct PlInputs<'a> {
+    g: &'a Graph,
+    x: &'a [f32],
+    f: usize,
+    a_src: &'a [f32],
+    a_dst: &'a [f32],
+    gout: &'a [f32],
+}
+
+impl PlInputs<'_> {
+    fn inputs(&self, which: Pl) -> Result<Inputs<'_>, String> {
+        let h = TensorView::from_slice_f32(vec![self.g.num_src(), self.f], self.x).map_err(|e| e.to_string())?;
+        let ins = Inputs::new().src("h", h);
+        Ok(if which == Pl::Gat { ins.src("a_src", self.a_src).dst("a_dst", self.a_dst) } else { ins })
+    }
+
+    fn hand_fwd(&self, which: Pl) -> Result<Vec<f32>, String> {
+        match which {
+            Pl::Sum => hand::csr_sum(self.g, self.x, self.f, Post::None),
+            Pl::Mean => hand::csr_sum(self.g, self.x, self.f, Post::Mean),
+            Pl::Max => hand::csr_max_relu(self.g, self.x, self.f),
+            Pl::Gat => hand::csr_gat(self.g, self.x, self.a_src, self.a_dst, self.f),
+        }
+    }
+
+    fn hand_bwd(&self, which: Pl) -> Option<Result<Vec<f32>, String>> {
+        let gt = self.g.transposed();
+        match which {
+            Pl::Sum => Some(hand::csr_sum_backward(self.g, &gt, self.gout, self.f, Post::None)),
+            Pl::Mean => Some(hand::csr_sum_backward(self.g, &gt, self.gout, self.f, Post::Mean)),
+            Pl::Max | Pl::Gat => None,
+        }
+    }
+}
+
+fn powerlaw_case(run: &mut Run, p: &PlInputs<'_>, which: Pl) -> Result<(), String> {
+    let (n, e, f, repeat) = (p.g.num_dst(), p.g.num_edges(), p.f, run.o.repeat);
+    eprintln!("[bench] {} F={f}: tiga", which.name());
+    let k = kernel(which.kernel())?;
+    let ins = p.inputs(which)?;
+    let t = run_tiga(&k, p.g, &ins, "h", &[f], repeat)?;
+    eprintln!("[bench] {} F={f}: tiga fwd {:.2} ms, bwd {:.2} ms; hand-written", which.name(), t.fwd_ms, t.bwd_ms);
+    let (_, hf, hout) = time(repeat, || p.hand_fwd(which))?;
+    let check_fwd = run.checked(&format!("{} F={f} forward", which.name()), &hout, &t.out);
+    drop(hout);
+    let (mut hand_bwd_ms, mut check_bwd, mut hand_bwd_absent) = (None, None, None);
+    if matches!(which, Pl::Sum | Pl::Mean) {
+        let (_, hb, hgrad) = time(repeat, || p.hand_bwd(which).unwrap_or_else(|| Err("no backward".into())))?;
+        hand_bwd_ms = Some(hb);
+        check_bwd = run.checked(&format!("{} F={f} backward", which.name()), &hgrad, &t.grad);
+    } else {
+        hand_bwd_absent = Some(
+            "not hand-written: only the sum and mean backward (a pull over the transposed CSR) are; \
+             max needs each row's winning edge per feature and gat the softmax's adjoint"
+                .to_string(),
+        );
+    }
+    let (model_bytes, model) = if which == Pl::Gat { model::gat(n, e, f) } else { model::gather(n, e, f) };
+    run.report.cases.push(Case {
+        case: which.name().into(),
+        f,
+        nodes: n,
+        edges: e,
+        fwd_ms: Some(t.fwd_ms),
+        bwd_ms: Some(t.bwd_ms),
+        fwd_first_ms: Some(t.fwd_first),
+        bwd_first_ms: Some(t.bwd_first),
+        model_bytes,
+        model: model.clone(),
+        compile_ms: Some(t.compile_ms),
+        bwd_compile_ms: Some(t.bwd_compile_ms),
+        hand_fwd_ms: Some(hf),
+        hand_bwd_ms,
+        hand_bwd_absent,
+        check_fwd,
+        check_bwd,
+        peer_case: Some(which.peer_case()),
+        ..Case::default()
+    });
+    // The macro (rustc/LLVM) back end, where it has a variant for this width.
+    if let Some(mk) = macro_kernel(which.kernel()).filter(|m| m.aot_variant(DType::F32, &[f]).is_some()) {
+        eprintln!("[bench] {} F={f}: tiga rust-aot", which.name());
+        let a = run_tiga(mk, p.g, &ins, "h", &[f], repeat)?;
+        let check_aot = run.checked(&format!("{} F={f} forward (rust-aot vs cranelift)", which.name()), &a.out, &t.out);
+        run.report.cases.push(Case {
+            case: which.name().into(),
+            backend: "rust-aot",
+            f,
+            nodes: n,
+            edges: e,
+            fwd_ms: Some(a.fwd_ms),
+            bwd_ms: Some(a.bwd_ms),
+            fwd_first_ms: Some(a.fwd_first),
+            bwd_first_ms: Some(a.bwd_first),
+            model_bytes,
+            model: model.clone(),
+            compile_ms: Some(0.0),
+            bwd_compile_ms: Some(a.bwd_compile_ms),
+            hand_fwd_ms: Some(hf),
+            hand_bwd_ms,
+            check_fwd: check_aot,
+            peer_case: Some(which.peer_case()),
+            ..Case::default()
+        });
+    }
+    Ok(())
+}
+
+/// powerlaw-sum at 1 and 2 threads (and at the run's thread count when it
+/// is neither), each in its own rayon pool.
+fn scaling(run: &mut Run, p: &PlInputs<'_>) -> Result<(), String> {
+    let k = kernel(Pl::Sum.kernel())?;
+    let ins = p.inputs(Pl::Sum)?;
+    let repeat = run.o.repeat;
+    let mut counts = vec![1, 2];
+    if !counts.contains(&run.report.machine.threads) {
+        counts.push(run.report.machine.threads);
+    }
+    let mut rows = Vec::new();
+    for t in counts {
+        eprintln!("[bench] scaling: powerlaw-sum F={} at {t} thread(s)", p.f);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().map_err(|e| e.to_string())?;
+        let r = pool.install(|| -> Result<(f64, f64, f64), String> {
+            let tr = run_tiga(&k, p.g, &ins, "h", &[p.f], repeat)?;
+            let (_, hf, _) = time(repeat, || p.hand_fwd(Pl::Sum))?;
+            Ok((tr.fwd_ms, tr.bwd_ms, hf))
+        })?;
+        rows.push((t, r.0, r.1, r.2));
+    }
+    run.report.scaling = Some(report::Scaling { case: Pl::Sum.name().into(), f: p.f, rows });
+    Ok(())
+}
+
+fn powerlaw_group(run: &mut Run) -> Result<(), String> {
+    let want: Vec<Pl> = [Pl::Sum, Pl::Mean, Pl::Max, Pl::Gat].into_iter().filter(|w| run.o.wants(w.name())).collect();
+    if want.is_empty() {
+        return Ok(());
+    }
+    let (nodes, edges) = if run.o.quick { (62_500, 1_000_000) } else { (1_000_000, 16_000_000) };
+    let t = Instant::now();
+    let g = graphs::powerlaw(nodes, edges, run.o.seed).map_err(|e| e.to_string())?;
+    let max_in = g.offsets().windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    let mut out_deg = vec![0u32; nodes];
+    g.cols().iter().for_each(|&c| out_deg[c as usize] += 1);
+    let max_out = out_deg.iter().max().copied().unwrap_or(0);
+    drop(out_deg);
+    eprintln!(
+        "[bench] power-law graph: {nodes} nodes, {edges} edges, max in-degree {max_in}, max out-degree {max_out} ({:.0} ms)",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    run.report.notes.push(format!(
+        "power-law graph: {nodes} nodes, {edges} edges; largest in-degree {max_in}, largest out-degree {max_out} \
+         (the backward's transposed rows inherit the Zipf skew)"
+    ));
+    let a_src = graphs::normal(nodes, run.o.seed + 2);
+    let a_dst = graphs::normal(nodes, run.o.seed + 3);
+    // (F, cases at this width)
+    let plan: Vec<(usize, Vec<Pl>)> = vec![
+        (64, want.clone()),
+        (16, want.iter().copied().filter(|&w| w == Pl::Sum).collect()),
+        (128, want.iter().copied().filter(|&w| w == Pl::Sum).collect()),
+    ];
+    for (f, cases) in plan {
+        if cases.is_empty() {
+            continue;
+        }
+        let x = graphs::uniform(nodes * f, run.o.seed + f as u64);
+        let gout = vec![1.0f32; nodes * f];
+        let p = PlInputs { g: &g, x: &x, f, a_src: &a_src, a_dst: &a_dst, gout: &gout };
+        let first = run.report.cases.len();
+        for &which in &cases {
+            if let Err(e) = powerlaw_case(run, &p, which) {
+                run.fail(format!("{} F={f}: {e}", which.name()));
+            }
+        }
+        if f == 64 && run.o.scaling && cases.contains(&Pl::Sum) {
+            if let Err(e) = scaling(run, &p) {
+                run.fail(format!("scaling: {e}"));
+            }
+        }
+        let idx: Vec<usize> = (first..run.report.cases.len()).collect();
+        let attention = cases.contains(&Pl::Gat).then_some((&a_src[..], &a_dst[..]));
+        run.peers_for(&idx, &g, &x, f, attention);
+    }
+    Ok(())
+}
+
+fn real_main() -> Result<ExitCode, String> {
+    let o = parse_args()?;
+    if let Some(t) = o.threads {
+        rayon::ThreadPoolBuilder::new().num_threads(t).build_global().map_err(|e| e.to_string())?;
+    }
+    let threads = rayon::current_num_threads();
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let load_avg = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "));
+    eprintln!("[bench] {threads} threads, load average {}", load_avg.as_deref().unwrap_or("?"));
+    let stream_mib = 256;
+    let (stream, stream_median) = hand::stream_copy_gbs(stream_mib);
+    eprintln!("[bench] STREAM copy: best {stream:.1} GB/s, median {stream_median:.1} GB/s");
+    let avail = if o.peers {
+        let a = peers::detect(&o.peers_script);
+        for (p, r) in &a.peers {
+            if let Err(why) = r {
+                eprintln!("[bench] peer {p} missing: {why}");
+            }
+        }
+        Some(a)
+    } else {
+        None
+    };
+    let json = o.json.clone();
+    let mut run = Run {
+        report: Report {
+            machine: report::Machine {
+                threads,
+                cpus,
+                stream_copy_gbs: stream,
+                stream_copy_median_gbs: stream_median,
+                stream_mib,
+                hand_isa: hand::isa().to_string(),
+                quick: o.quick,
+                repeat: o.repeat,
+                load_avg,
+            },
+            ..Report::default()
+        },
+        o,
+        errors: Vec::new(),
+        avail,
+    };
+    run.report.notes.push(
+        "tiga times include what a call does (binding, output allocation; for grad the ones cotangent, the stages \
+         and the per-input sums); the hand-written backward gets the cotangent ready-made"
+            .into(),
+    );
+    if let Err(e) = stencil_group(&mut run) {
+        run.fail(format!("stencil: {e}"));
+    }
+    if let Err(e) = powerlaw_group(&mut run) {
+        run.fail(format!("power-law: {e}"));
+    }
+    print!("{}", run.report.table());
+    run.report.write_json(&json)?;
+    println!("wrote {}", json.display());
+    if run.errors.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for e in &run.errors {
+            eprintln!("tiga-bench: error: {e}");
+        }
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tiga-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
