@@ -419,8 +419,20 @@ impl<'a> Translator<'a> {
                     }
                 }
                 Stmt::Set(v, inst) => {
+                    // Booleans inside the loop are lane masks: comparisons
+                    // and their logic.
                     if !num(v) {
-                        return false;
+                        let ok = match inst {
+                            Inst::Cmp(_, x, y) => readable(x, &defined) && readable(y, &defined) && num(x) && num(y),
+                            Inst::Unary(UnOp::Not, x) => defined.contains(&x.0),
+                            Inst::Binary(BinOp::And | BinOp::Or, x, y) => defined.contains(&x.0) && defined.contains(&y.0),
+                            _ => false,
+                        };
+                        if !ok {
+                            return false;
+                        }
+                        defined.insert(v.0);
+                        continue;
                     }
                     let ok = match inst {
                         Inst::Const(_) | Inst::Degree | Inst::Rank => true,
@@ -434,9 +446,12 @@ impl<'a> Translator<'a> {
                             y,
                         ) => readable(x, &defined) && readable(y, &defined),
                         Inst::Binary(..) => false,
-                        // A loop-invariant boolean selects whole vectors.
+                        // A loop-invariant boolean selects whole vectors; a mask
+                        // made in the loop selects lane by lane.
                         Inst::Select(c, x, y) => {
-                            !assigned.contains(&c.0) && readable(x, &defined) && readable(y, &defined)
+                            (!assigned.contains(&c.0) || defined.contains(&c.0))
+                                && readable(x, &defined)
+                                && readable(y, &defined)
                         }
                         Inst::Powi(..) | Inst::Cmp(..) => false,
                     };
@@ -567,6 +582,19 @@ impl<'a> Translator<'a> {
             t.b.ins().bitcast(vty, little, m)
         };
         Ok(match inst {
+            Inst::Unary(UnOp::Not, x) => {
+                let m = *local.get(&x.0).ok_or("mask operand")?;
+                self.b.ins().bnot(m)
+            }
+            Inst::Binary(BinOp::And, x, y) | Inst::Binary(BinOp::Or, x, y) => {
+                let a = *local.get(&x.0).ok_or("mask operand")?;
+                let b2 = *local.get(&y.0).ok_or("mask operand")?;
+                if matches!(inst, Inst::Binary(BinOp::And, ..)) {
+                    self.b.ins().band(a, b2)
+                } else {
+                    self.b.ins().bor(a, b2)
+                }
+            }
             Inst::Const(c) => {
                 let x = self.fconst(*c);
                 self.b.ins().splat(vty, x)
@@ -627,11 +655,29 @@ impl<'a> Translator<'a> {
                 }
             }
             Inst::Select(c, x, y) => {
-                let c = self.bool_var(*c)?;
-                let (x, y) = (op(self, x)?, op(self, y)?);
-                self.b.ins().select(c, x, y)
+                let (xv, yv) = (op(self, x)?, op(self, y)?);
+                match local.get(&c.0) {
+                    // A lane mask (all-ones / all-zeros bits per lane).
+                    Some(m) => self.b.ins().bitselect(*m, xv, yv),
+                    None => {
+                        let c = self.bool_var(*c)?;
+                        self.b.ins().select(c, xv, yv)
+                    }
+                }
             }
-            Inst::Powi(..) | Inst::Cmp(..) => return Err("no vector form".into()),
+            Inst::Cmp(c, x, y) => {
+                let (x, y) = (op(self, x)?, op(self, y)?);
+                let cc = match c {
+                    CmpOp::Lt => FloatCC::LessThan,
+                    CmpOp::Le => FloatCC::LessThanOrEqual,
+                    CmpOp::Gt => FloatCC::GreaterThan,
+                    CmpOp::Ge => FloatCC::GreaterThanOrEqual,
+                    CmpOp::Eq => FloatCC::Equal,
+                    CmpOp::Ne => FloatCC::NotEqual,
+                };
+                mask(self, cc, x, y)
+            }
+            Inst::Powi(..) => return Err("no vector form".into()),
         })
     }
 
