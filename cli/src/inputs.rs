@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use tiga::compiler::front::parse_kernel_file;
 use tiga::compiler::ir::Role;
 use tiga::compiler::passes::PassError;
-use tiga::{DType, Graph, Kernel, NpyError, Tensor};
+use tiga::{DType, Graph, Kernel, NpyError, PageOptions, Tensor};
+use tiga_runtime::storage::GfgFile;
 
 use crate::report::Failure;
 
@@ -190,4 +191,128 @@ pub fn common_dtype<'a>(tensors: impl IntoIterator<Item = &'a Tensor>) -> Option
     let mut it = tensors.into_iter().map(|t| t.dtype());
     let first = it.next().unwrap_or(DType::F32);
     it.all(|d| d == first).then_some(first)
+}
+
+/// Whether `path` names a `.gfg` file: by extension, or by its magic bytes
+/// whatever its name.
+pub fn is_gfg(path: &Path) -> bool {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gfg")) {
+        return true;
+    }
+    let mut head = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .is_ok_and(|()| head == tiga_runtime::storage::MAGIC)
+}
+
+/// A graph for `run` or `explain`: read into memory from text, or left on
+/// disk in a `.gfg` for a paged run.
+pub enum GraphSource {
+    Memory(Graph),
+    Paged(GfgFile),
+}
+
+impl GraphSource {
+    pub fn num_src(&self) -> usize {
+        match self {
+            GraphSource::Memory(g) => g.num_src(),
+            GraphSource::Paged(f) => f.num_src(),
+        }
+    }
+    pub fn num_dst(&self) -> usize {
+        match self {
+            GraphSource::Memory(g) => g.num_dst(),
+            GraphSource::Paged(f) => f.num_dst(),
+        }
+    }
+    pub fn num_edges(&self) -> usize {
+        match self {
+            GraphSource::Memory(g) => g.num_edges(),
+            GraphSource::Paged(f) => f.num_edges(),
+        }
+    }
+    pub fn has_edge_ids(&self) -> bool {
+        match self {
+            GraphSource::Memory(g) => g.edge_ids().is_some(),
+            GraphSource::Paged(f) => f.has_edge_ids(),
+        }
+    }
+}
+
+/// Opens `--graph`: a `.gfg` (by extension or content) stays on disk; any
+/// other file is read as text (see [`load_graph`]). `num_nodes`, for a
+/// `.gfg`, must agree with the file.
+pub fn open_graph(path: &Path, num_nodes: Option<usize>) -> Result<GraphSource, Failure> {
+    if !is_gfg(path) {
+        return load_graph(path, num_nodes).map(GraphSource::Memory);
+    }
+    let file = GfgFile::open(path).map_err(|e| Failure::new(e.to_string()))?;
+    if let Some(n) = num_nodes {
+        if file.num_src() != n || file.num_dst() != n {
+            return Err(Failure::new(format!(
+                "--num-nodes {n} does not match {}, which holds {} sources and {} destinations (a .gfg knows its size; drop --num-nodes)",
+                path.display(),
+                file.num_src(),
+                file.num_dst()
+            )));
+        }
+    }
+    Ok(GraphSource::Paged(file))
+}
+
+/// How a paged call cuts a `.gfg` (`--page-rows`, `--page-bytes`, `--prefetch`).
+#[derive(Clone, Debug, Default)]
+pub struct PageArgs {
+    pub page_rows: Option<usize>,
+    pub page_bytes: Option<usize>,
+    pub prefetch: Option<usize>,
+}
+
+impl PageArgs {
+    pub fn given(&self) -> Option<&'static str> {
+        if self.page_rows.is_some() {
+            Some("--page-rows")
+        } else if self.page_bytes.is_some() {
+            Some("--page-bytes")
+        } else if self.prefetch.is_some() {
+            Some("--prefetch")
+        } else {
+            None
+        }
+    }
+
+    pub fn options(&self) -> PageOptions {
+        PageOptions { page_rows: self.page_rows, page_bytes: self.page_bytes, prefetch: self.prefetch }
+    }
+
+    /// The read-ahead depth a paged call will use (`--prefetch`, else
+    /// `TIGA_PAGED_PREFETCH_DEPTH`, else 2), as `Kernel::run_paged` decides it.
+    pub fn prefetch_depth(&self) -> usize {
+        self.prefetch
+            .or_else(|| std::env::var("TIGA_PAGED_PREFETCH_DEPTH").ok().and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(2)
+    }
+
+    /// The page plan over `file`, described in one line: number of pages,
+    /// rows per page, prefetch depth.
+    pub fn describe(&self, file: &GfgFile) -> Result<String, Failure> {
+        let offsets = file.offsets().map_err(|e| Failure::new(e.to_string()))?;
+        let edge_bytes = 4 + if file.has_edge_ids() { 8 } else { 0 };
+        let plan = self.options().plan(offsets, edge_bytes);
+        let (min, max) = plan.iter().fold((usize::MAX, 0), |(lo, hi), r| (lo.min(r.len()), hi.max(r.len())));
+        let rows = match (plan.len(), plan.last()) {
+            (0, _) => "no rows".to_string(),
+            (1, _) => format!("{max} rows per page"),
+            (_, Some(last)) if self.page_bytes.is_none() && last.len() != max => {
+                format!("{max} rows per page (last page {} rows)", last.len())
+            }
+            _ if min == max => format!("{max} rows per page"),
+            _ => format!("{min} to {max} rows per page"),
+        };
+        let cut = match self.page_bytes {
+            Some(b) => format!(", pages of at most {b} bytes of adjacency"),
+            None => String::new(),
+        };
+        Ok(format!("{} page(s), {rows}{cut}, prefetch depth {}", plan.len(), self.prefetch_depth()))
+    }
 }

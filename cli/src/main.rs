@@ -3,15 +3,20 @@
 //! Three commands cover the life of a kernel outside a Rust build:
 //! `compile` checks and lowers a kernel file into an artifact (and can dump
 //! each stage as text), `explain` says what the compiler did (the forward
-//! kernel and its adjoint stages), and `run` executes a kernel on a graph
-//! file with `.npy` fields, and with `--grads` its vector-Jacobian product.
+//! kernel and its adjoint stages, and how a graph would be realized), and
+//! `run` executes a kernel on a graph file with `.npy` fields, and with
+//! `--grads` its vector-Jacobian product; a `.gfg` graph runs paged, from
+//! disk. Two more manage graphs on disk: `convert` builds a `.gfg` from an
+//! edge list larger than memory, `info` prints and verifies one.
 //!
 //! This file only parses flags (clap; usage errors exit 2) and reports
 //! failures: every command returns a [`report::Failure`] on bad input,
 //! printed to stderr with exit status 1, so no user mistake reaches a panic.
 
 mod compile;
+mod convert;
 mod explain;
+mod info;
 mod inputs;
 mod report;
 mod run;
@@ -23,7 +28,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use tiga::compiler::ir::Role;
 
-use crate::inputs::{parse_binding, parse_out, Binding, OutSpec};
+use crate::inputs::{parse_binding, parse_out, Binding, OutSpec, PageArgs};
 
 #[derive(Parser, Debug)]
 #[command(name = "tigac", version, about = "tiga's ahead-of-time compiler for message-passing graph kernels")]
@@ -40,6 +45,54 @@ enum Command {
     Explain(ExplainArgs),
     /// Run a kernel on a graph file with .npy fields and write its outputs (and, with --grads, its gradients) as .npy.
     Run(RunArgs),
+    /// Build a .gfg graph file from a SNAP edge list or a .mtx, within a memory budget (external sort).
+    Convert(ConvertArgs),
+    /// Print a .gfg file's manifest and fields, and verify every section's checksum.
+    Info(InfoArgs),
+}
+
+#[derive(Args, Debug)]
+struct ConvertArgs {
+    /// The input: a SNAP-style edge list (`src dst` per line, `#` comments), or Matrix Market if it ends in .mtx.
+    input: PathBuf,
+    /// The .gfg file to write (replaced atomically; temporary files go beside it).
+    out: PathBuf,
+    /// Node count of an edge-list graph (default: largest id + 1); ids must be below it.
+    #[arg(long, value_name = "N")]
+    num_nodes: Option<usize>,
+    /// Also store the transposed CSR (what a backward pass over the file reads).
+    #[arg(long)]
+    transpose: bool,
+    /// The memory budget in bytes (suffixes K, M, G: powers of 1024). Half holds the edges being sorted.
+    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = convert::parse_bytes)]
+    memory: u64,
+}
+
+#[derive(Args, Debug)]
+struct InfoArgs {
+    /// The .gfg file.
+    file: PathBuf,
+}
+
+/// How a .gfg graph is paged (`run`, `explain`).
+#[derive(Args, Debug, Clone)]
+struct PagingArgs {
+    /// Destination rows per page of a .gfg graph (default: TIGA_PAGED_PAGE_ROWS, else 1000000).
+    #[arg(long, value_name = "N", conflicts_with = "page_bytes", value_parser = clap::value_parser!(u64).range(1..))]
+    page_rows: Option<u64>,
+    /// Or: the most bytes of adjacency (column indices and edge ids) per page of a .gfg graph.
+    #[arg(long, value_name = "B", value_parser = clap::value_parser!(u64).range(1..))]
+    page_bytes: Option<u64>,
+    /// Pages read ahead while one computes (0: none; default: TIGA_PAGED_PREFETCH_DEPTH, else 2).
+    #[arg(long, value_name = "D")]
+    prefetch: Option<usize>,
+}
+
+impl PagingArgs {
+    fn page_args(&self) -> PageArgs {
+        let size = |v: Option<u64>| v.map(|x| usize::try_from(x).unwrap_or(usize::MAX));
+        PageArgs { page_rows: size(self.page_rows), page_bytes: size(self.page_bytes), prefetch: self.prefetch }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -64,6 +117,14 @@ struct ExplainArgs {
     /// Explain only this kernel (default: every kernel).
     #[arg(long, value_name = "NAME")]
     kernel: Option<String>,
+    /// Also say how this graph would be realized: a .gfg is paged (the page plan), any other graph is in memory.
+    #[arg(long, value_name = "GRAPH")]
+    graph: Option<PathBuf>,
+    /// Node count of an edge-list graph (default: largest id + 1).
+    #[arg(long, value_name = "N")]
+    num_nodes: Option<usize>,
+    #[command(flatten)]
+    paging: PagingArgs,
 }
 
 #[derive(Args, Debug)]
@@ -73,7 +134,8 @@ struct RunArgs {
     /// The kernel to run.
     #[arg(long, value_name = "NAME")]
     kernel: String,
-    /// Graph: a SNAP-style edge list (`src dst` per line), or Matrix Market if it ends in .mtx.
+    /// Graph: a SNAP-style edge list (`src dst` per line), Matrix Market if it ends in .mtx, or a .gfg
+    /// (`tigac convert`), which runs paged from disk; its stored fields are used for fields not given.
     #[arg(long, value_name = "GRAPH")]
     graph: PathBuf,
     /// Node count of an edge-list graph (default: largest id + 1).
@@ -111,12 +173,24 @@ struct RunArgs {
     /// NAME=FILE.npy for each of several; shaped like the output, in the inputs' dtype.
     #[arg(long = "cotangent", value_name = "[NAME=]FILE.npy", value_parser = parse_out)]
     cotangent: Vec<OutSpec>,
+    #[command(flatten)]
+    paging: PagingArgs,
 }
 
 fn dispatch(command: Command) -> Result<(), report::Failure> {
     match command {
         Command::Compile(a) => compile::compile(&a.file, a.kernel.as_deref(), &a.emit, a.out.as_deref()),
-        Command::Explain(a) => explain::explain(&a.file, a.kernel.as_deref()),
+        Command::Explain(a) => {
+            explain::explain(&a.file, a.kernel.as_deref(), a.graph.as_deref(), a.num_nodes, &a.paging.page_args())
+        }
+        Command::Convert(a) => convert::convert(&convert::ConvertRequest {
+            input: a.input,
+            out: a.out,
+            num_nodes: a.num_nodes,
+            transpose: a.transpose,
+            memory: a.memory,
+        }),
+        Command::Info(a) => info::info(&a.file),
         Command::Run(a) => {
             let fields = [(Role::Src, a.src), (Role::Dst, a.dst), (Role::Edge, a.edge), (Role::Param, a.param)]
                 .into_iter()
@@ -133,6 +207,7 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
                 timing: a.timing,
                 grads: a.grads,
                 cotangents: a.cotangent,
+                paging: a.paging.page_args(),
             })
         }
     }

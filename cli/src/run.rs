@@ -13,6 +13,14 @@
 //! per input field, `ROLE.NAME.npy`, shaped like the field and in the
 //! inputs' dtype. `--timing` then also reports the median of the `vjp`
 //! calls alone.
+//!
+//! A `.gfg` graph (by extension or content) is not loaded: the call runs
+//! paged (`Kernel::run_paged`), streaming pages of destination rows from
+//! the file (`--page-rows` or `--page-bytes`, `--prefetch`). Fields not
+//! given on the command line are read from the file's own fields of the
+//! same role and name; edge fields are in the order of the edge list the
+//! file was built from (its stored edge ids). `--grads` on a `.gfg` is
+//! refused for now (paged runs are forward only here).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -22,7 +30,7 @@ use tiga::compiler::bind::{bind_shapes, Extents};
 use tiga::compiler::ir::Role;
 use tiga::{Inputs, Kernel, Tensor};
 
-use crate::inputs::{common_dtype, load_field, load_graph, load_kernels, Binding, OutSpec};
+use crate::inputs::{common_dtype, is_gfg, load_field, load_kernels, open_graph, Binding, GraphSource, OutSpec, PageArgs};
 use crate::report::Failure;
 
 /// Everything `tigac run` was asked to do.
@@ -40,6 +48,8 @@ pub struct RunRequest {
     pub grads: Option<PathBuf>,
     /// `--cotangent` flags: one per output (a plain path for a single output).
     pub cotangents: Vec<OutSpec>,
+    /// How a `.gfg` graph is paged.
+    pub paging: PageArgs,
 }
 
 /// Where the output cotangents of `--grads` come from.
@@ -191,6 +201,22 @@ fn median_ms(mut xs: Vec<f64>) -> f64 {
 }
 
 pub fn run(req: &RunRequest) -> Result<(), Failure> {
+    let paged = is_gfg(&req.graph);
+    if paged && req.grads.is_some() {
+        return Err(Failure::new(format!(
+            "--grads with a .gfg graph ({}) is not supported yet: paged runs are forward only; \
+             run the gradients on the edge list the file was built from",
+            req.graph.display()
+        )));
+    }
+    if let (false, Some(flag)) = (paged, req.paging.given()) {
+        return Err(Failure::new(format!(
+            "{flag} applies only to a .gfg graph (a paged run); {} is read into memory \
+             (convert it first: tigac convert {} OUT.gfg)",
+            req.graph.display(),
+            req.graph.display()
+        )));
+    }
     let mut kernels = load_kernels(&req.file, Some(&req.kernel))?;
     let kernel = kernels.pop().ok_or_else(|| Failure::new(format!("no kernel named `{}`", req.kernel)))?;
     let plan = plan_outputs(&kernel, &req.outs)?;
@@ -210,7 +236,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         }
         seen.push((*role, &b.name));
     }
-    let graph = load_graph(&req.graph, req.num_nodes)?;
+    let graph = open_graph(&req.graph, req.num_nodes)?;
     let tensors: Vec<(Role, &Binding, Tensor)> =
         req.fields.iter().map(|(r, b)| Ok((*r, b, load_field(*r, b)?))).collect::<Result<_, Failure>>()?;
     let cot_files: Vec<(String, PathBuf, Tensor)> = match &backward {
@@ -229,7 +255,13 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
             tiga::Error::Bind(BindError::Shape { role, name, .. } | BindError::Width { role, name, .. }) => {
                 file_of(role, name).map(|p| format!(" (read from {p})")).unwrap_or_default()
             }
-            tiga::Error::Bind(BindError::MissingField { role, name, .. }) => format!("; pass it with --{role} {name}=FILE.npy"),
+            tiga::Error::Bind(BindError::MissingField { role, name, .. }) => match &graph {
+                GraphSource::Paged(f) => format!(
+                    "; pass it with --{role} {name}=FILE.npy (the graph file {} has no {role} field `{name}` either)",
+                    f.path().display()
+                ),
+                GraphSource::Memory(_) => format!("; pass it with --{role} {name}=FILE.npy"),
+            },
             _ => String::new(),
         };
         Failure::new(format!("{e}{extra}"))
@@ -240,18 +272,40 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     // run then reports exactly what is wrong.
     let k_ir = kernel.captured();
     let extents = Extents { num_src: graph.num_src(), num_dst: graph.num_dst(), num_edges: graph.num_edges() };
-    let declared: Option<Vec<&Tensor>> = k_ir
+    // Each declared field's shape and dtype: given on the command line, or
+    // (for a .gfg) stored in the graph file.
+    let file_fields = match &graph {
+        GraphSource::Paged(f) => f.fields(),
+        GraphSource::Memory(_) => Vec::new(),
+    };
+    let declared: Option<Vec<(Vec<usize>, tiga::DType)>> = k_ir
         .fields
         .iter()
-        .map(|f| tensors.iter().find(|(r, b, _)| *r == f.role && b.name == f.name).map(|(_, _, t)| t))
+        .map(|f| {
+            tensors
+                .iter()
+                .find(|(r, b, _)| *r == f.role && b.name == f.name)
+                .map(|(_, _, t)| (t.shape().to_vec(), t.dtype()))
+                .or_else(|| {
+                    file_fields
+                        .iter()
+                        .find(|s| s.role.name() == f.role.name() && s.name == f.name)
+                        .map(|s| (s.shape.clone(), s.dtype))
+                })
+        })
         .collect();
+    let given_used = tensors
+        .iter()
+        .filter(|(r, b, _)| k_ir.fields.iter().any(|f| f.role == *r && f.name == b.name))
+        .count();
     let mut compile_ms = None;
     let mut call = None;
-    if let Some(ts) = declared.filter(|ts| ts.len() == tensors.len()) {
-        let shapes: Vec<&[usize]> = ts.iter().map(|t| t.shape()).collect();
-        if let (Some(dtype), Ok(widths)) = (common_dtype(ts.iter().copied()), bind_shapes(k_ir, &extents, &shapes)) {
+    if let Some(ds) = declared.filter(|_| given_used == tensors.len()) {
+        let shapes: Vec<&[usize]> = ds.iter().map(|(s, _)| s.as_slice()).collect();
+        let dtype = ds.first().map_or(Some(tiga::DType::F32), |(_, d)| ds.iter().all(|(_, e)| e == d).then_some(*d));
+        if let (Some(dtype), Ok(widths)) = (dtype, bind_shapes(k_ir, &extents, &shapes)) {
             // The JIT's own time for this variant (measured when it was built).
-            let (variant, _hit) = kernel.variant(dtype, &widths, graph.edge_ids().is_some()).map_err(explain_call)?;
+            let (variant, _hit) = kernel.variant(dtype, &widths, graph.has_edge_ids()).map_err(explain_call)?;
             compile_ms = Some(variant.compile_ms);
             call = Some((dtype, widths));
         }
@@ -259,9 +313,9 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
 
     // Cotangents that do not fit the outputs are refused before the forward
     // runs. (When the fields do not bind, the forward reports that first.)
-    if !cot_files.is_empty() {
+    if let (false, GraphSource::Memory(graph)) = (cot_files.is_empty(), &graph) {
         if let (Ok(shapes), Some(dtype)) =
-            (kernel.output_shapes(&graph, &inputs), common_dtype(tensors.iter().map(|(_, _, t)| t)))
+            (kernel.output_shapes(graph, &inputs), common_dtype(tensors.iter().map(|(_, _, t)| t)))
         {
             for (name, path, t) in &cot_files {
                 if let Some((_, shape)) = shapes.iter().find(|(n, _)| n == name) {
@@ -274,11 +328,16 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         prepare_dir(dir)?;
     }
 
+    let page_opts = req.paging.options();
     let mut times = Vec::with_capacity(req.repeat);
     let mut outputs = None;
     for _ in 0..req.repeat.max(1) {
         let start = Instant::now();
-        let o = kernel.run(&graph, &inputs).map_err(explain_call)?;
+        let o = match &graph {
+            GraphSource::Memory(g) => kernel.run(g, &inputs),
+            GraphSource::Paged(f) => kernel.run_paged(f, &inputs, &page_opts),
+        }
+        .map_err(explain_call)?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
         outputs = Some(o);
     }
@@ -292,7 +351,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     // The backward: the VJP against the cotangents, timed alone.
     let mut vjp_times = Vec::new();
     let mut written_grads: Vec<String> = Vec::new();
-    if let Some((dir, source)) = &backward {
+    if let (Some((dir, source)), GraphSource::Memory(graph)) = (&backward, &graph) {
         let cots: Vec<(String, Tensor)> = match source {
             Cotangents::Ones => {
                 let name = kernel.output_names().first().map(|s| s.to_string()).unwrap_or_default();
@@ -315,7 +374,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         for _ in 0..req.repeat.max(1) {
             let start = Instant::now();
             let g = kernel
-                .vjp(&graph, &inputs, &views)
+                .vjp(graph, &inputs, &views)
                 .map_err(|e| Failure::new(format!("gradients of kernel `{}`: {e}", kernel.name())))?;
             vjp_times.push(start.elapsed().as_secs_f64() * 1e3);
             grads = Some(g);
@@ -346,9 +405,13 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     } else {
         let (dtype, widths) = call.map(|(d, w)| (d.name(), format!("{w:?}"))).unwrap_or(("?", "?".into()));
         let wrote: Vec<String> = plan.iter().map(|(n, p)| format!("{n} -> {}", p.display())).collect();
+        let how = match &graph {
+            GraphSource::Paged(f) => format!(" (paged from {}: {})", f.path().display(), req.paging.describe(f)?),
+            GraphSource::Memory(_) => String::new(),
+        };
         let _ = writeln!(
             std::io::stderr(),
-            "ran {} ({dtype}, widths {widths}) on {} nodes / {} edges: {runs} run(s), median {median:.3} ms; wrote {}",
+            "ran {} ({dtype}, widths {widths}) on {} nodes / {} edges{how}: {runs} run(s), median {median:.3} ms; wrote {}",
             kernel.name(),
             graph.num_dst(),
             graph.num_edges(),

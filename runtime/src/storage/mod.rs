@@ -33,8 +33,10 @@
 //!   it is open (the writer never does either: it replaces the file by
 //!   rename, which leaves open maps of the old file valid).
 
+mod external;
 mod format;
 mod reader;
+mod stream;
 mod writer;
 
 use std::fmt;
@@ -47,6 +49,8 @@ pub use format::{
     ElemType, Manifest, SectionInfo, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAGIC, SECTION_ALIGN,
 };
 pub use reader::{FieldHandle, FieldInfo, GfgFile, Page};
+pub use external::{BuildOptions, BuildPhase, BuildStats, GfgBuilder};
+pub use stream::{GfgStreamWriter, SectionPlan, SectionSink, StreamElem};
 pub use writer::{save_gfg, GfgWriter, PendingGfg};
 
 /// Which rows a field is indexed by: sources, destinations or edges (in the
@@ -127,6 +131,10 @@ pub enum GfgError {
     BadField { path: String, role: FieldRole, name: String, message: String },
     #[error("{path}: rows {start}..{end} are out of range for {what} with {len} rows")]
     RowsOutOfRange { path: String, what: String, start: usize, end: usize, len: usize },
+    #[error("{path}: cannot write section `{section}`: {message}")]
+    Write { path: String, section: String, message: String },
+    #[error("{path}: {message}")]
+    Build { path: String, message: String },
     #[error("{path}: .gfg sections are little-endian and read in place; this big-endian target cannot read them")]
     BigEndian { path: String },
 }

@@ -142,7 +142,7 @@ impl Side {
     }
 }
 
-fn problem(path: &str, file_len: u64, p: Problem) -> GfgError {
+pub(super) fn problem(path: &str, file_len: u64, p: Problem) -> GfgError {
     let path = path.to_string();
     match p {
         Problem::BadMagic => GfgError::BadMagic { path },

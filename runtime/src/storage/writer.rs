@@ -63,6 +63,10 @@ pub struct PendingGfg {
 }
 
 impl PendingGfg {
+    pub(super) fn new(tmp: tempfile::NamedTempFile, path: PathBuf) -> PendingGfg {
+        PendingGfg { tmp, path }
+    }
+
     /// Where the temporary file is.
     pub fn temp_path(&self) -> &Path {
         self.tmp.path()
@@ -381,12 +385,12 @@ impl<'a> GfgWriter<'a> {
     }
 }
 
-fn create_temp(path: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+pub(super) fn create_temp(path: &Path) -> std::io::Result<tempfile::NamedTempFile> {
     tempfile::Builder::new().prefix(&temp_prefix(path)).suffix(".tmp").tempfile_in(parent_dir(path))
 }
 
 /// Makes a written temporary file an ordinary, durable file.
-fn finish_temp(file: &File) -> std::io::Result<()> {
+pub(super) fn finish_temp(file: &File) -> std::io::Result<()> {
     // Temp files start owner-only; a saved graph is an ordinary file.
     #[cfg(unix)]
     {
