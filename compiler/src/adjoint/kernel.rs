@@ -861,6 +861,14 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
     if !uses(Role::Src) {
         notes.push("no source fields: no transposed-graph stage".into());
     }
+    notes.push(match k.reducer.kind {
+        ReducerKind::Sum => "sum: each message's cotangent is the row's aggregate cotangent (linear)".into(),
+        ReducerKind::Mean => "mean: the aggregate cotangent divided by the row's degree (empty rows contribute nothing)".into(),
+        ReducerKind::Max | ReducerKind::Min => "max/min: the stats stage records, per feature, the rank of the first winning edge in CSR order; only that edge receives the cotangent".into(),
+        ReducerKind::Prod => "prod: the stats stage keeps the product of non-zero messages and the zero count, so zero messages differentiate exactly".into(),
+        ReducerKind::Softmax => "softmax: the Jacobian uses the per-row max and denominator, recomputed by the stats stage (schedule choice: recompute, not saved from the forward)".into(),
+        ReducerKind::Monoid => "monoid: the row's fold is replayed as prefix (stats stage) and suffix (row-reversed graph) scans; each message's cotangent is the VJP of combine(combine(prefix, m), suffix)".into(),
+    });
     notes.push(format!(
         "{} stage(s): {}",
         stages.len(),
