@@ -167,6 +167,72 @@ struct SharedPtrs(Vec<*mut u8>);
 unsafe impl Sync for SharedPtrs {}
 unsafe impl Send for SharedPtrs {}
 
+/// Run `entry` over the rows `base .. base + offsets.len() - 1` (absolute
+/// row numbers; `offsets` is the slice of row offsets for them), in parallel
+/// chunks balanced by edge count, writing `outs`. Parameter outputs are
+/// summed per chunk into private buffers and the partials added in chunk
+/// order; the chunking depends on the graph only (a fixed number of chunks,
+/// not the thread count), so sums are the same on every machine.
+///
+/// # Safety
+/// `raw` (except `outputs`, set here) must hold pointers valid for every row
+/// and edge position of these rows, as `entry`'s variant expects.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn execute_rows(
+    entry: tiga_compiler::back::abi::EntryFn,
+    mut raw: RawArgs,
+    offsets: &[u64],
+    base: usize,
+    param_outs: &[usize],
+    shapes: &[Vec<usize>],
+    dtype: DType,
+    outs: &mut [Tensor],
+) -> Result<()> {
+    let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(data_ptr).collect();
+    raw.outputs = out_ptrs.as_ptr();
+    if param_outs.is_empty() {
+        let args = SharedArgs(raw);
+        let args = &args;
+        tiga_runtime::for_each_row_chunk(offsets, |rows| {
+            // SAFETY: the caller's contract; chunks write disjoint rows.
+            unsafe { entry(&args.0, (base + rows.start) as u64, (base + rows.end) as u64) };
+        });
+        return Ok(());
+    }
+    let chunks = tiga_runtime::balanced_row_chunks(offsets, PARAM_CHUNKS);
+    let partials: Vec<Result<Vec<Tensor>>> = {
+        use rayon::prelude::*;
+        let shared = SharedArgs(raw);
+        let out_ptrs_base = SharedPtrs(out_ptrs.clone());
+        let (shared, ptrs_base) = (&shared, &out_ptrs_base);
+        chunks
+            .par_iter()
+            .map(|rows| -> Result<Vec<Tensor>> {
+                let mut mine: Vec<Tensor> = param_outs
+                    .iter()
+                    .map(|&o| Tensor::zeros(dtype, shapes[o].clone()).map_err(|e| Error::Call(e.to_string())))
+                    .collect::<Result<_>>()?;
+                let mut ptrs = ptrs_base.0.clone();
+                for (t, &o) in mine.iter_mut().zip(param_outs) {
+                    ptrs[o] = data_ptr(t);
+                }
+                let mut args = shared.0;
+                args.outputs = ptrs.as_ptr();
+                // SAFETY: the caller's contract; this chunk's parameter
+                // outputs point at buffers only this chunk writes.
+                unsafe { entry(&args, (base + rows.start) as u64, (base + rows.end) as u64) };
+                Ok(mine)
+            })
+            .collect()
+    };
+    for part in partials {
+        for (t, &o) in part?.iter().zip(param_outs) {
+            add_into(&mut outs[o], t);
+        }
+    }
+    Ok(())
+}
+
 /// Raw pointers handed to compiled code. Rows are disjoint across chunks, so
 /// concurrent calls write disjoint output rows.
 struct SharedArgs(RawArgs);
@@ -204,61 +270,17 @@ impl Kernel {
             })
             .collect();
         let param_outs: Vec<usize> = self.captured().outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
-        let mut out_ptrs: Vec<*mut u8> = outs.iter_mut().map(data_ptr).collect();
         let raw = RawArgs {
             offsets: graph.offsets().as_ptr(),
             cols: graph.cols().as_ptr(),
             edge_ids: graph.edge_ids().map(|e| e.as_ptr()).unwrap_or(std::ptr::null()),
             fields: field_ptrs.as_ptr(),
-            outputs: out_ptrs.as_ptr(),
+            outputs: std::ptr::null(),
         };
-        if param_outs.is_empty() {
-            let args = SharedArgs(raw);
-            let args = &args;
-            tiga_runtime::for_each_row_chunk(graph.offsets(), |rows| {
-                // SAFETY: the variant was compiled for this kernel, dtype, widths
-                // and edge-order flag; `bind` checked every field's length against
-                // the graph, and the graph's CSR was validated when built.
-                unsafe { entry(&args.0, rows.start as u64, rows.end as u64) };
-            });
-        } else {
-            // Parameter outputs are sums over all rows and edges: each chunk
-            // accumulates into its own buffers, and the partials are added in
-            // chunk order. The chunking depends on the graph only (not on the
-            // thread count), so the result is the same on every machine.
-            let chunks = tiga_runtime::balanced_row_chunks(graph.offsets(), PARAM_CHUNKS);
-            let partials: Vec<Result<Vec<Tensor>>> = {
-                use rayon::prelude::*;
-                let shared = SharedArgs(raw);
-                let out_ptrs_base = SharedPtrs(out_ptrs.clone());
-                let (shared, base) = (&shared, &out_ptrs_base);
-                chunks
-                    .par_iter()
-                    .map(|rows| -> Result<Vec<Tensor>> {
-                        let mut mine: Vec<Tensor> = param_outs
-                            .iter()
-                            .map(|&o| Tensor::zeros(b.dtype, shapes[o].clone()).map_err(|e| Error::Call(e.to_string())))
-                            .collect::<Result<_>>()?;
-                        let mut ptrs = base.0.clone();
-                        for (t, &o) in mine.iter_mut().zip(&param_outs) {
-                            ptrs[o] = data_ptr(t);
-                        }
-                        let mut args = shared.0;
-                        args.outputs = ptrs.as_ptr();
-                        // SAFETY: as above; this chunk's parameter outputs point
-                        // at buffers only this chunk writes.
-                        unsafe { entry(&args, rows.start as u64, rows.end as u64) };
-                        Ok(mine)
-                    })
-                    .collect()
-            };
-            for part in partials {
-                for (t, &o) in part?.iter().zip(&param_outs) {
-                    add_into(&mut outs[o], t);
-                }
-            }
-            out_ptrs.clear();
-        }
+        // SAFETY: the variant was compiled for this kernel, dtype, widths and
+        // edge-order flag; `bind` checked every field's length against the
+        // graph, and the graph's CSR was validated when built.
+        unsafe { execute_rows(entry, raw, graph.offsets(), 0, &param_outs, &shapes, b.dtype, &mut outs)? };
         let names = self.captured().outputs.iter().map(|o| o.name.clone());
         Ok(Outputs { items: names.zip(outs).collect() })
     }

@@ -13,7 +13,10 @@
 //! Destination and edge outputs are bit-identical to the in-memory run for
 //! any page size: every row is computed by the same code over the same edges
 //! in the same order. Parameter outputs (sums over all rows) are summed per
-//! page and so may differ from the in-memory sum in the last bits.
+//! chunk of each page, so their grouping (and last bits) depends on the page
+//! plan. The same runner walks the file's stored transpose (a paged
+//! backward's source stage) and rows in reverse edge order (a monoid's
+//! suffix stage).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -26,7 +29,7 @@ use tiga_compiler::ir::Role;
 use tiga_runtime::storage::{FieldRole, GfgFile};
 use tiga_runtime::{Data, Tensor, TensorView};
 
-use crate::call::{bind_extents, Inputs, Outputs};
+use crate::call::{bind_extents, execute_rows, Inputs, Outputs};
 use crate::{Error, Kernel, Result};
 
 /// How a paged call cuts the graph.
@@ -78,6 +81,17 @@ impl PageOptions {
     }
 }
 
+/// Which CSR of the file a paged run walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// Rows are destinations (the file's `offsets`/`cols`/`edge_ids`).
+    Forward,
+    /// Rows are sources (the file's stored transpose).
+    Transposed,
+    /// Forward rows with each row's edges in reverse order (a right fold).
+    RowReversed,
+}
+
 /// One page's adjacency, read from disk.
 struct PageBuf {
     rows: std::ops::Range<usize>,
@@ -93,6 +107,7 @@ fn read_page(
     ids_at: Option<u64>,
     offsets: &[u64],
     rows: std::ops::Range<usize>,
+    reverse_rows: bool,
 ) -> std::result::Result<PageBuf, String> {
     let (first, last) = (offsets[rows.start] as usize, offsets[rows.end] as usize);
     let n = last - first;
@@ -107,26 +122,37 @@ fn read_page(
         }
         None => None,
     };
+    if reverse_rows {
+        // Each row's edges in reverse order, with their user ids (absent
+        // ids are the positions themselves).
+        let mut cols = cols;
+        let mut ids: Vec<u64> = edge_ids.unwrap_or_else(|| (first as u64..last as u64).collect());
+        for i in rows.clone() {
+            let (s, e) = (offsets[i] as usize - first, offsets[i + 1] as usize - first);
+            cols[s..e].reverse();
+            ids[s..e].reverse();
+        }
+        return Ok(PageBuf { rows, first, cols, edge_ids: Some(ids) });
+    }
     Ok(PageBuf { rows, first, cols, edge_ids })
 }
-
-struct Shared(RawArgs);
-// SAFETY: as for in-memory calls: inputs are read, each chunk writes its own rows.
-unsafe impl Sync for Shared {}
-unsafe impl Send for Shared {}
 
 impl Kernel {
     /// Run over a graph on disk, in pages. Fields come from `inputs`, or,
     /// when absent there, from the file's own fields of the same role and
     /// name.
     pub fn run_paged(&self, file: &GfgFile, inputs: &Inputs<'_>, opts: &PageOptions) -> Result<Outputs> {
+        self.run_paged_side(file, Side::Forward, inputs, opts)
+    }
+
+    pub(crate) fn run_paged_side(&self, file: &GfgFile, side: Side, inputs: &Inputs<'_>, opts: &PageOptions) -> Result<Outputs> {
         let k = self.captured();
         let path = file.path().to_path_buf();
         let pname = path.display().to_string();
         let gfg_err = |e: tiga_runtime::storage::GfgError| Error::Call(e.to_string());
         let mut handles: Vec<(Role, String, tiga_runtime::storage::FieldHandle)> = Vec::new();
         for f in &k.fields {
-            if inputs.has(f.role, &f.name) {
+            if inputs.has(f.role, &f.name) || side != Side::Forward {
                 continue;
             }
             let role = match f.role {
@@ -147,16 +173,30 @@ impl Kernel {
         for (r, n, v) in from_file {
             all = all.with_role(r, &n, v);
         }
-        let extents = Extents { num_src: file.num_src(), num_dst: file.num_dst(), num_edges: file.num_edges() };
+        let (ns, nd) = match side {
+            Side::Transposed => (file.num_dst(), file.num_src()),
+            _ => (file.num_src(), file.num_dst()),
+        };
+        let extents = Extents { num_src: ns, num_dst: nd, num_edges: file.num_edges() };
         let b = bind_extents(k, extents, &all)?;
-        if !k.outputs_of(Role::Param).is_empty() {
-            return Err(Error::Call("parameter outputs are not supported by paged runs yet".into()));
-        }
-        let offsets: Vec<u64> = file.offsets().map_err(gfg_err)?.to_vec();
-        let has_ids = file.has_edge_ids();
+        let (off_name, cols_name, ids_name) = match side {
+            Side::Transposed => ("t_offsets", "t_cols", "t_edge_ids"),
+            _ => ("offsets", "cols", "edge_ids"),
+        };
         let section = |name: &str| file.sections().iter().find(|s| s.name == name).map(|s| s.offset);
-        let cols_at = section("cols").ok_or_else(|| Error::Call(format!("{pname}: no `cols` section")))?;
-        let ids_at = if has_ids { section("edge_ids") } else { None };
+        if side == Side::Transposed && section("t_offsets").is_none() {
+            return Err(Error::Call(format!(
+                "{pname} has no transposed CSR, which a paged backward reads: rebuild it with `tigac convert --transpose` (or save with a transpose)"
+            )));
+        }
+        let offsets: Vec<u64> = match side {
+            Side::Transposed => file.t_offsets().map_err(gfg_err)?.unwrap_or(&[]).to_vec(),
+            _ => file.offsets().map_err(gfg_err)?.to_vec(),
+        };
+        let _ = off_name;
+        let ids_at = section(ids_name);
+        let has_ids = ids_at.is_some() || side == Side::RowReversed;
+        let cols_at = section(cols_name).ok_or_else(|| Error::Call(format!("{pname}: no `{cols_name}` section")))?;
         let entry: EntryFn;
         let jit_variant;
         match self.aot_variant(b.dtype, &b.widths) {
@@ -179,40 +219,30 @@ impl Kernel {
                 Data::F64(s) => s.as_ptr() as *const u8,
             })
             .collect();
-        let out_ptrs: Vec<*mut u8> = outs
-            .iter_mut()
-            .map(|t| match t.data_mut() {
-                tiga_runtime::DataMut::F32(s) => s.as_mut_ptr() as *mut u8,
-                tiga_runtime::DataMut::F64(s) => s.as_mut_ptr() as *mut u8,
-            })
-            .collect();
         let plan = opts.plan(&offsets, 4 + if has_ids { 8 } else { 0 });
         let depth = opts.prefetch_depth();
         let fh = File::open(&path).map_err(|e| Error::Call(format!("{pname}: {e}")))?;
-        let run_page = |page: &PageBuf| {
+        let param_outs: Vec<usize> = k.outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
+        let reverse = side == Side::RowReversed;
+        let mut run_page = |page: &PageBuf| -> Result<()> {
             // Absolute positions p in [first, first + len) land on the buffer.
-            let args = Shared(RawArgs {
+            let raw = RawArgs {
                 offsets: offsets.as_ptr(),
                 cols: page.cols.as_ptr().wrapping_sub(page.first),
                 edge_ids: page.edge_ids.as_ref().map(|e| e.as_ptr().wrapping_sub(page.first)).unwrap_or(std::ptr::null()),
                 fields: field_ptrs.as_ptr(),
-                outputs: out_ptrs.as_ptr(),
-            });
-            let args = &args;
+                outputs: std::ptr::null(),
+            };
             let sub = &offsets[page.rows.start..=page.rows.end];
-            tiga_runtime::for_each_row_chunk(sub, |r| {
-                let (s, e) = ((page.rows.start + r.start) as u64, (page.rows.start + r.end) as u64);
-                // SAFETY: the variant matches the kernel, dtype, widths and
-                // edge-id realization; the page holds every position of its
-                // rows; fields and outputs were checked against the file's
-                // sizes.
-                unsafe { entry(&args.0, s, e) };
-            });
+            // SAFETY: the variant matches the kernel, dtype, widths and
+            // edge-id realization; the page holds every position of its rows;
+            // fields and outputs were checked against the file's sizes.
+            unsafe { execute_rows(entry, raw, sub, page.rows.start, &param_outs, &shapes, b.dtype, &mut outs) }
         };
         if depth == 0 {
             for rows in plan {
-                let page = read_page(&fh, &pname, cols_at, ids_at, &offsets, rows).map_err(Error::Call)?;
-                run_page(&page);
+                let page = read_page(&fh, &pname, cols_at, ids_at, &offsets, rows, reverse).map_err(Error::Call)?;
+                run_page(&page)?;
             }
         } else {
             let (tx, rx) = mpsc::sync_channel::<std::result::Result<PageBuf, String>>(depth.saturating_sub(1));
@@ -222,7 +252,7 @@ impl Kernel {
                 let pname = &pname;
                 scope.spawn(move || {
                     for rows in plan {
-                        let r = read_page(fh, pname, cols_at, ids_at, offs, rows);
+                        let r = read_page(fh, pname, cols_at, ids_at, offs, rows, reverse);
                         let stop = r.is_err();
                         if tx.send(r).is_err() || stop {
                             break;
@@ -230,7 +260,7 @@ impl Kernel {
                     }
                 });
                 for page in rx {
-                    run_page(&page.map_err(Error::Call)?);
+                    run_page(&page.map_err(Error::Call)?)?;
                 }
                 Ok(())
             })?;

@@ -10,6 +10,8 @@ use tiga_compiler::ir::Role;
 use tiga_runtime::{DType, Data, Graph, Tensor, TensorView};
 
 use crate::call::{Inputs, Outputs};
+use crate::paged::{PageOptions, Side};
+use tiga_runtime::storage::GfgFile;
 use crate::{Error, Kernel, Result};
 
 /// The adjoint of a kernel, compiled: its stages as runnable kernels.
@@ -69,6 +71,40 @@ fn ranks_tensor(g: &Graph, dtype: DType) -> Result<Tensor> {
         DType::F64 => Tensor::from_f64(vec![n], r.iter().map(|&x| f64::from(x)).collect()),
     }
     .map_err(|e| Error::Call(e.to_string()))
+}
+
+/// Where a VJP runs: a graph in memory, or a `.gfg` file read in pages.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Memory(&'a Graph),
+    Paged(&'a GfgFile, &'a PageOptions),
+}
+
+/// Edge ranks (position within the forward row, by user edge id) from a
+/// file's offsets and edge ids.
+fn file_ranks(file: &GfgFile, dtype: DType) -> Result<Tensor> {
+    let e = |x: tiga_runtime::storage::GfgError| Error::Call(x.to_string());
+    let offsets = file.offsets().map_err(e)?;
+    let ids = file.edge_ids().map_err(e)?;
+    let mut ranks = vec![0f64; file.num_edges()];
+    for i in 0..offsets.len().saturating_sub(1) {
+        let (s, t) = (offsets[i] as usize, offsets[i + 1] as usize);
+        if dtype == DType::F32 && t - s > (1 << 24) {
+            return Err(Error::Call("a row has more than 2^24 edges: run the max/min backward in f64".into()));
+        }
+        for p in s..t {
+            let id = ids.map(|v| v[p] as usize).unwrap_or(p);
+            if let Some(r) = ranks.get_mut(id) {
+                *r = (p - s) as f64;
+            }
+        }
+    }
+    let n = ranks.len();
+    match dtype {
+        DType::F32 => Tensor::from_f32(vec![n], ranks.iter().map(|&x| x as f32).collect()),
+        DType::F64 => Tensor::from_f64(vec![n], ranks),
+    }
+    .map_err(|er| Error::Call(er.to_string()))
 }
 
 fn add_tensors(a: &mut Tensor, b: &Tensor) {
@@ -147,6 +183,20 @@ impl Kernel {
         self.vjp(graph, inputs, &views)
     }
 
+    /// The VJP over a graph stored in a `.gfg` file, every stage run paged
+    /// (the source stage over the file's stored transpose, a monoid's suffix
+    /// stage over reversed rows). Inputs must be given in RAM; gradients are
+    /// accumulated in RAM.
+    pub fn vjp_paged(
+        &self,
+        file: &GfgFile,
+        inputs: &Inputs<'_>,
+        cotangents: &[(&str, TensorView<'_>)],
+        opts: &PageOptions,
+    ) -> Result<Gradients> {
+        self.run_vjp_on(Target::Paged(file, opts), inputs, cotangents, false)
+    }
+
     fn run_vjp(
         &self,
         graph: &Graph,
@@ -154,9 +204,22 @@ impl Kernel {
         cotangents: &[(&str, TensorView<'_>)],
         reference: bool,
     ) -> Result<Gradients> {
+        self.run_vjp_on(Target::Memory(graph), inputs, cotangents, reference)
+    }
+
+    fn run_vjp_on(
+        &self,
+        target: Target<'_>,
+        inputs: &Inputs<'_>,
+        cotangents: &[(&str, TensorView<'_>)],
+        reference: bool,
+    ) -> Result<Gradients> {
         let k = self.captured();
-        let b = crate::call::bind(k, graph, inputs)?;
-        let extents = Extents { num_src: graph.num_src(), num_dst: graph.num_dst(), num_edges: graph.num_edges() };
+        let extents = match target {
+            Target::Memory(g) => Extents { num_src: g.num_src(), num_dst: g.num_dst(), num_edges: g.num_edges() },
+            Target::Paged(f, _) => Extents { num_src: f.num_src(), num_dst: f.num_dst(), num_edges: f.num_edges() },
+        };
+        let b = crate::call::bind_extents(k, extents, inputs)?;
         // Cotangents: one per output, shaped like it, in the call's dtype.
         let out_shapes = output_shapes(k, &extents, &b.widths);
         for (name, _) in cotangents {
@@ -214,19 +277,25 @@ impl Kernel {
             }
         };
         let needs_ranks = plan.adjoint.stages.iter().any(|s| s.bindings.contains(&Binding::EdgeRank));
-        let ranks = if needs_ranks { ranks_tensor(graph, dtype)? } else { Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))? };
+        let ranks = if needs_ranks {
+            match target {
+                Target::Memory(graph) => ranks_tensor(graph, dtype)?,
+                Target::Paged(file, _) => file_ranks(file, dtype)?,
+            }
+        } else { Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))? };
         let mut stage_outs: Vec<Outputs> = Vec::with_capacity(plan.stages.len());
         for (si, stage) in plan.adjoint.stages.iter().enumerate() {
             let g: Arc<Graph>;
-            let g_ref: &Graph = match stage.graph {
-                GraphUse::Forward => graph,
-                GraphUse::Transposed => {
+            let g_ref: Option<&Graph> = match (target, stage.graph) {
+                (Target::Paged(..), _) => None,
+                (Target::Memory(graph), GraphUse::Forward) => Some(graph),
+                (Target::Memory(graph), GraphUse::Transposed) => {
                     g = graph.transposed();
-                    &g
+                    Some(&g)
                 }
-                GraphUse::RowReversed => {
+                (Target::Memory(graph), GraphUse::RowReversed) => {
                     g = graph.row_reversed();
-                    &g
+                    Some(&g)
                 }
             };
             let outs = {
@@ -243,10 +312,18 @@ impl Kernel {
                     })?;
                     ins = ins.with_role(fd.role, &fd.name, view);
                 }
-                if reference {
-                    plan.stages[si].run_reference(g_ref, &ins)?
-                } else {
-                    plan.stages[si].run(g_ref, &ins)?
+                match (target, g_ref) {
+                    (Target::Paged(file, opts), _) => {
+                        let side = match stage.graph {
+                            GraphUse::Forward => Side::Forward,
+                            GraphUse::Transposed => Side::Transposed,
+                            GraphUse::RowReversed => Side::RowReversed,
+                        };
+                        plan.stages[si].run_paged_side(file, side, &ins, opts)?
+                    }
+                    (_, Some(g)) if reference => plan.stages[si].run_reference(g, &ins)?,
+                    (_, Some(g)) => plan.stages[si].run(g, &ins)?,
+                    (_, None) => return Err(Error::Call("internal: no graph for an adjoint stage".into())),
                 }
             };
             stage_outs.push(outs);
