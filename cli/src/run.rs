@@ -19,8 +19,10 @@
 //! the file (`--page-rows` or `--page-bytes`, `--prefetch`). Fields not
 //! given on the command line are read from the file's own fields of the
 //! same role and name; edge fields are in the order of the edge list the
-//! file was built from (its stored edge ids). `--grads` on a `.gfg` is
-//! refused for now (paged runs are forward only here).
+//! file was built from (its stored edge ids). `--grads` on a `.gfg` runs
+//! the backward paged too (`Kernel::vjp_paged`): the file needs its
+//! transpose (`tigac convert --transpose`), and fields must be given on the
+//! command line.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -202,13 +204,6 @@ fn median_ms(mut xs: Vec<f64>) -> f64 {
 
 pub fn run(req: &RunRequest) -> Result<(), Failure> {
     let paged = is_gfg(&req.graph);
-    if paged && req.grads.is_some() {
-        return Err(Failure::new(format!(
-            "--grads with a .gfg graph ({}) is not supported yet: paged runs are forward only; \
-             run the gradients on the edge list the file was built from",
-            req.graph.display()
-        )));
-    }
     if let (false, Some(flag)) = (paged, req.paging.given()) {
         return Err(Failure::new(format!(
             "{flag} applies only to a .gfg graph (a paged run); {} is read into memory \
@@ -351,7 +346,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     // The backward: the VJP against the cotangents, timed alone.
     let mut vjp_times = Vec::new();
     let mut written_grads: Vec<String> = Vec::new();
-    if let (Some((dir, source)), GraphSource::Memory(graph)) = (&backward, &graph) {
+    if let Some((dir, source)) = &backward {
         let cots: Vec<(String, Tensor)> = match source {
             Cotangents::Ones => {
                 let name = kernel.output_names().first().map(|s| s.to_string()).unwrap_or_default();
@@ -373,9 +368,13 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         let mut grads = None;
         for _ in 0..req.repeat.max(1) {
             let start = Instant::now();
-            let g = kernel
-                .vjp(graph, &inputs, &views)
-                .map_err(|e| Failure::new(format!("gradients of kernel `{}`: {e}", kernel.name())))?;
+            let g = match &graph {
+                GraphSource::Memory(g) => kernel.vjp(g, &inputs, &views),
+                // Every adjoint stage paged; the source stage reads the file's
+                // stored transpose (`tigac convert --transpose`).
+                GraphSource::Paged(f) => kernel.vjp_paged(f, &inputs, &views, &page_opts),
+            }
+            .map_err(|e| Failure::new(format!("gradients of kernel `{}`: {e}", kernel.name())))?;
             vjp_times.push(start.elapsed().as_secs_f64() * 1e3);
             grads = Some(g);
         }

@@ -352,12 +352,19 @@ fn bad_inputs_are_clear_errors() {
     fails_with(&tigac(d, &["convert", "bad.txt", "keep.gfg"]), &["bad.txt:3:"]);
     assert!(std::fs::read(d.join("keep.gfg")).expect("read") == before);
 
-    // Paged runs: --grads is not supported yet; page flags need a .gfg.
+    // Paged runs: page flags need a .gfg; --grads runs paged too.
     let gnn = gnn_path();
     let gnn = gnn.to_str().expect("utf8 path");
     npy_f32(&d.join("h.npy"), &[3, 2], &[1.0; 6]);
     let base = ["run", gnn, "--kernel", "VecSum", "--src", "h=h.npy", "--out", "o.npy", "--graph"];
-    fails_with(&tigac(d, &[&base[..], &["keep.gfg", "--grads", "grads"]].concat()), &["--grads", ".gfg", "not supported yet"]);
+    // A paged backward needs the file's transpose.
+    fails_with(&tigac(d, &[&base[..], &["keep.gfg", "--grads", "grads"]].concat()), &["keep.gfg", "transpose"]);
+    ok(&tigac(d, &["convert", "g.txt", "keep_t.gfg", "--transpose"]));
+    ok(&tigac(d, &[&base[..], &["keep_t.gfg", "--grads", "paged_grads", "--page-rows", "1"]].concat()));
+    ok(&tigac(d, &[&base[..], &["g.txt", "--grads", "mem_grads"]].concat()));
+    let a = std::fs::read(d.join("paged_grads").join("src.h.npy")).expect("paged gradient");
+    let b = std::fs::read(d.join("mem_grads").join("src.h.npy")).expect("in-memory gradient");
+    assert_eq!(a, b, "paged and in-memory gradients differ");
     fails_with(&tigac(d, &[&base[..], &["g.txt", "--page-rows", "2"]].concat()), &["--page-rows", "only to a .gfg"]);
     fails_with(&tigac(d, &[&base[..], &["keep.gfg", "--num-nodes", "9"]].concat()), &["--num-nodes 9 does not match"]);
     fails_with(&tigac(d, &[&base[..], &["short.gfg"]].concat()), &["short.gfg"]);
