@@ -208,8 +208,24 @@ pub fn emit_variant(
         DType::F64 => "f64",
     };
     let mut e = Emitter { k, widths, t, out: String::new() };
+    // The entry point dispatches once per call to a body compiled for
+    // AVX2+FMA when the running CPU has them (LLVM then uses 256-bit
+    // vectors), else to the same body for the baseline target. Both bodies
+    // are the same Rust, and Rust never contracts a*b+c into an FMA, so
+    // they give the same bits.
     let _ = writeln!(e.out, "#[allow(unused_mut, unused_variables, unused_assignments, clippy::all)]");
-    let _ = writeln!(e.out, "unsafe extern \"C\" fn {fn_name}(args: *const {abi_path}, row_begin: u64, row_end: u64) {{ unsafe {{");
+    let _ = writeln!(e.out, "unsafe extern \"C\" fn {fn_name}(args: *const {abi_path}, row_begin: u64, row_end: u64) {{");
+    let _ = writeln!(e.out, "    #[cfg(target_arch = \"x86_64\")]");
+    let _ = writeln!(e.out, "    {{");
+    let _ = writeln!(e.out, "        if ::std::is_x86_feature_detected!(\"avx2\") && ::std::is_x86_feature_detected!(\"fma\") {{");
+    let _ = writeln!(e.out, "            return unsafe {{ {fn_name}_avx2(args, row_begin, row_end) }};");
+    let _ = writeln!(e.out, "        }}");
+    let _ = writeln!(e.out, "    }}");
+    let _ = writeln!(e.out, "    unsafe {{ {fn_name}_base(args, row_begin, row_end) }}");
+    let _ = writeln!(e.out, "}}");
+    let body_start = e.out.len();
+    let _ = writeln!(e.out, "#[allow(unused_mut, unused_variables, unused_assignments, clippy::all)]");
+    let _ = writeln!(e.out, "unsafe fn {fn_name}_BODY(args: *const {abi_path}, row_begin: u64, row_end: u64) {{ unsafe {{");
     let _ = writeln!(e.out, "    let a = &*args;");
     for f in 0..k.fields.len() {
         let _ = writeln!(e.out, "    let f{f} = *a.fields.add({f}) as *const {t};");
@@ -217,10 +233,7 @@ pub fn emit_variant(
     for o in 0..k.outputs.len() {
         let _ = writeln!(e.out, "    let o{o} = *a.outputs.add({o}) as *mut {t};");
     }
-    for (b, w) in k.scratch.iter().enumerate() {
-        let w = e.width(*w)?;
-        let _ = writeln!(e.out, "    let mut s{b} = [0.0 as {t}; {w}];");
-    }
+
     for (i, kind) in k.vars.iter().enumerate() {
         match kind {
             VarKind::Num => {
@@ -235,6 +248,12 @@ pub fn emit_variant(
     let _ = writeln!(e.out, "        let first = *a.offsets.add(i) as usize;");
     let _ = writeln!(e.out, "        let end = *a.offsets.add(i + 1) as usize;");
     let _ = writeln!(e.out, "        let deg = end - first;");
+    // Scratch (accumulators) live per row, so LLVM can keep them in
+    // registers across the row's edges.
+    for (b, w) in k.scratch.iter().enumerate() {
+        let w = e.width(*w)?;
+        let _ = writeln!(e.out, "        let mut s{b} = [0.0 as {t}; {w}];");
+    }
     e.stmts(&k.init, 2)?;
     let _ = writeln!(e.out, "        for p in first..end {{");
     let _ = writeln!(e.out, "            let j = *a.cols.add(p) as usize;");
@@ -251,5 +270,9 @@ pub fn emit_variant(
     e.stmts(&k.finish, 2)?;
     let _ = writeln!(e.out, "    }}");
     let _ = writeln!(e.out, "}} }}");
+    let body = e.out.split_off(body_start);
+    e.out.push_str("#[cfg(target_arch = \"x86_64\")]\n#[target_feature(enable = \"avx2,fma\")]\n");
+    e.out.push_str(&body.replace(&format!("{fn_name}_BODY"), &format!("{fn_name}_avx2")));
+    e.out.push_str(&body.replace(&format!("{fn_name}_BODY"), &format!("{fn_name}_base")));
     Ok(e.out)
 }
