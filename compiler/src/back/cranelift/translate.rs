@@ -61,6 +61,10 @@ pub(super) fn scratch_sizes(k: &LoopKernel, key: &VariantKey) -> TResult<Vec<u64
 }
 
 /// Trusted (cannot trap, aligned) accesses: the ABI guarantees both.
+/// The most vectors a feature loop is unrolled into when its accumulator is
+/// kept in registers (16 × 128 bits = 64 f32 lanes).
+const MAX_UNROLL: i64 = 16;
+
 fn flags() -> MemFlagsData {
     MemFlagsData::trusted()
 }
@@ -98,6 +102,10 @@ pub(super) struct Translator<'a> {
     outputs: Vec<Option<Value>>,
     /// The value of each feature-loop counter inside its loop.
     lanes: Vec<Option<Value>>,
+    /// Scratch arrays kept in registers: one vector variable per chunk of
+    /// lanes, when every access is in an unrollable SIMD loop (see
+    /// [`Translator::promote_scratch`]).
+    promoted: Vec<Option<Vec<Variable>>>,
     cur: Cursor,
 }
 
@@ -136,6 +144,7 @@ impl<'a> Translator<'a> {
             fields: vec![None; k.fields.len()],
             outputs: vec![None; k.outputs.len()],
             lanes: vec![None; k.num_loop_vars as usize],
+            promoted: Vec::new(),
             cur: Cursor::default(),
         }
     }
@@ -185,6 +194,7 @@ impl<'a> Translator<'a> {
             let base = self.b.ins().stack_addr(types::I64, slot, 0);
             self.scratch.push(base);
         }
+        self.promote_scratch()?;
 
         // for i in row_begin..row_end
         let row_hdr = self.b.create_block();
@@ -465,6 +475,83 @@ impl<'a> Translator<'a> {
         true
     }
 
+    /// Vector length for the dtype.
+    fn vlen(&self) -> (ir::Type, i64) {
+        match self.key.dtype {
+            DType::F32 => (types::F32X4, 4),
+            DType::F64 => (types::F64X2, 2),
+        }
+    }
+
+    /// Keep a scratch array (an accumulator) in vector registers instead of
+    /// the stack when every access to it sits in a SIMD loop short enough to
+    /// unroll (at most [`MAX_UNROLL`] vectors) and indexes it by that loop's
+    /// own lane. The edge loop then updates registers, not memory.
+    fn promote_scratch(&mut self) -> TResult<()> {
+        let (vty, vl) = self.vlen();
+        let n = self.k.scratch.len();
+        let mut ok: Vec<bool> = self
+            .k
+            .scratch
+            .iter()
+            .map(|w| self.width(*w).map(|w| w >= vl && w % vl == 0 && w / vl <= MAX_UNROLL).unwrap_or(false))
+            .collect();
+        fn walk(t: &Translator<'_>, list: &[Stmt], ok: &mut [bool], vl: i64) {
+            for st in list {
+                if let Stmt::Loop { lane, width, body } = st {
+                    let w = t.width(*width).unwrap_or(0);
+                    let unrollable = w >= vl && w % vl == 0 && w / vl <= MAX_UNROLL && t.vectorizable(*lane, body);
+                    for inner in body {
+                        let addrs: Vec<&Addr> = match inner {
+                            Stmt::Set(_, Inst::Load(a)) => vec![a],
+                            Stmt::Store(a, _) => vec![a],
+                            _ => vec![],
+                        };
+                        for a in addrs {
+                            if let Addr::Scratch { buf, lane: l } = a {
+                                if !unrollable || l != lane {
+                                    if let Some(x) = ok.get_mut(*buf as usize) {
+                                        *x = false;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    walk(t, body, ok, vl);
+                }
+            }
+        }
+        for list in [&self.k.init, &self.k.body, &self.k.finish] {
+            walk(self, list, &mut ok, vl);
+        }
+        self.promoted = vec![None; n];
+        for (b, promote) in ok.into_iter().enumerate() {
+            if !promote {
+                continue;
+            }
+            let w = self.width(self.k.scratch[b])?;
+            let vars: Vec<Variable> = (0..w / vl)
+                .map(|_| {
+                    let v = self.b.declare_var(vty);
+                    let z = self.fconst(0.0);
+                    let zv = self.b.ins().splat(vty, z);
+                    self.b.def_var(v, zv);
+                    v
+                })
+                .collect();
+            self.promoted[b] = Some(vars);
+        }
+        Ok(())
+    }
+
+    /// The promoted variable of a scratch access at vector chunk `c`.
+    fn promoted_var(&self, a: &Addr, c: Option<usize>) -> Option<Variable> {
+        match (a, c) {
+            (Addr::Scratch { buf, .. }, Some(c)) => self.promoted.get(*buf as usize)?.as_ref()?.get(c).copied(),
+            _ => None,
+        }
+    }
+
     /// The loop as SIMD code (`f32x4`/`f64x2`, 128-bit like every x64
     /// Cranelift vector) when [`Translator::vectorizable`] holds and the
     /// width is a multiple of the vector length. Returns whether it did.
@@ -477,6 +564,12 @@ impl<'a> Translator<'a> {
             return Ok(false);
         }
         let l = lane.0 as usize;
+        let touches_promoted = body.iter().any(|st| match st {
+            Stmt::Set(_, Inst::Load(Addr::Scratch { buf, .. })) | Stmt::Store(Addr::Scratch { buf, .. }, _) => {
+                self.promoted.get(*buf as usize).is_some_and(|p| p.is_some())
+            }
+            _ => false,
+        });
         // Vector partial sums of the loop's scalar accumulators.
         let mut partial: Vec<(Var, Variable)> = Vec::new();
         let mut red: Vec<u32> = Self::reductions(body).into_iter().collect();
@@ -488,26 +581,50 @@ impl<'a> Translator<'a> {
             self.b.def_var(pv, zv);
             partial.push((Var(acc), pv));
         }
-        let hdr = self.b.create_block();
-        let inner = self.b.create_block();
-        let exit = self.b.create_block();
-        let k = self.b.append_block_param(hdr, types::I64);
-        let zero = self.b.ins().iconst(types::I64, 0);
-        self.b.ins().jump(hdr, &[BlockArg::Value(zero)]);
-        self.b.switch_to_block(hdr);
-        let more = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, k, n);
-        self.b.ins().brif(more, inner, &[], exit, &[]);
-        self.b.seal_block(inner);
-        self.b.seal_block(exit);
-        self.b.switch_to_block(inner);
-        let prev = self.lanes[l].replace(k);
+        let vflags = MemFlagsData::new().with_notrap();
+        let little = MemFlagsData::new().with_endianness(ir::Endianness::Little);
+        // Fully unrolled (constant lanes) when an accumulator lives in
+        // registers; otherwise a counted loop.
+        let chunks: Vec<Option<usize>> = if touches_promoted { (0..(n / vl) as usize).map(Some).collect() } else { vec![None] };
+        let mut loop_blocks = None;
+        if !touches_promoted {
+            let hdr = self.b.create_block();
+            let inner = self.b.create_block();
+            let exit = self.b.create_block();
+            let k = self.b.append_block_param(hdr, types::I64);
+            let zero = self.b.ins().iconst(types::I64, 0);
+            self.b.ins().jump(hdr, &[BlockArg::Value(zero)]);
+            self.b.switch_to_block(hdr);
+            let more = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, k, n);
+            self.b.ins().brif(more, inner, &[], exit, &[]);
+            self.b.seal_block(inner);
+            self.b.seal_block(exit);
+            self.b.switch_to_block(inner);
+            loop_blocks = Some((hdr, exit, k));
+        }
+        let prev = self.lanes[l];
+        for chunk in chunks {
+            let k = match (chunk, loop_blocks) {
+                (Some(c), _) => self.b.ins().iconst(types::I64, c as i64 * vl),
+                (None, Some((_, _, k))) => k,
+                (None, None) => return Err("internal: no loop counter".into()),
+            };
+            self.lanes[l] = Some(k);
         // Loop-local values live in SSA here: each assignment defines the
         // vector value of its variable for the rest of the iteration.
         let mut local: std::collections::HashMap<u32, Value> = std::collections::HashMap::new();
-        let vflags = MemFlagsData::new().with_notrap();
-        let little = MemFlagsData::new().with_endianness(ir::Endianness::Little);
         for st in body {
             match st {
+                Stmt::Set(v, Inst::Load(a)) if self.promoted_var(a, chunk).is_some() => {
+                    let pv = self.promoted_var(a, chunk).ok_or("promoted scratch")?;
+                    let val = self.b.use_var(pv);
+                    local.insert(v.0, val);
+                }
+                Stmt::Store(a, v) if self.promoted_var(a, chunk).is_some() => {
+                    let pv = self.promoted_var(a, chunk).ok_or("promoted scratch")?;
+                    let val = self.vector_operand(*v, vty, &local)?;
+                    self.b.def_var(pv, val);
+                }
                 Stmt::Set(acc, Inst::Binary(BinOp::Add, _, x)) if partial.iter().any(|(a, _)| a == acc) => {
                     let pv = partial.iter().find(|(a, _)| a == acc).map(|(_, p)| *p).ok_or("accumulator")?;
                     let xv = self.vector_operand(*x, vty, &local)?;
@@ -537,11 +654,14 @@ impl<'a> Translator<'a> {
                 Stmt::Loop { .. } => return Err("nested loop in a SIMD feature loop".into()),
             }
         }
+        }
         self.lanes[l] = prev;
-        let k1 = self.b.ins().iadd_imm_s(k, vl);
-        self.b.ins().jump(hdr, &[BlockArg::Value(k1)]);
-        self.b.seal_block(hdr);
-        self.b.switch_to_block(exit);
+        if let Some((hdr, exit, k)) = loop_blocks {
+            let k1 = self.b.ins().iadd_imm_s(k, vl);
+            self.b.ins().jump(hdr, &[BlockArg::Value(k1)]);
+            self.b.seal_block(hdr);
+            self.b.switch_to_block(exit);
+        }
         // acc += the partial sums, lane by lane.
         for (acc, pv) in partial {
             let v = self.b.use_var(pv);
