@@ -32,6 +32,7 @@ mod explain;
 pub mod lang;
 mod vjp;
 mod paged;
+pub mod offload;
 
 use std::sync::OnceLock;
 
@@ -54,6 +55,7 @@ pub struct AotVariant {
 }
 pub use vjp::{AdjointPlan, Gradients};
 pub use paged::PageOptions;
+pub use offload::{with_ram_budget, AnyGraph};
 pub use tiga_compiler as compiler;
 pub use tiga_runtime as runtime;
 
@@ -84,6 +86,8 @@ pub enum Error {
     Call(String),
     #[error("artifact {path}: {message}")]
     Artifact { path: String, message: String },
+    #[error(transparent)]
+    Graph(#[from] tiga_runtime::GraphError),
     #[error("no kernel named `{name}`{hint}")]
     UnknownKernel { name: String, hint: String },
 }
