@@ -14,7 +14,24 @@ pub(crate) fn explain(k: &Kernel) -> String {
     let low = k.lowered();
     let _ = writeln!(s, "kernel {}", cap.name);
     let isa = tiga_compiler::back::cranelift::host_isa_name().unwrap_or_else(|e| format!("unavailable: {e}"));
-    let _ = writeln!(s, "  backend:   cranelift JIT ({isa}); one variant per (dtype, widths, edge order), cached per process");
+    if k.aot_variants().is_empty() {
+        let _ = writeln!(
+            s,
+            "  backend:   cranelift JIT ({isa}); one variant per (dtype, widths, edge order), cached per process (kernel files and artifacts have no ahead-of-time variants; `#[message_passing]` kernels do)"
+        );
+    } else {
+        let widths: Vec<String> = k
+            .aot_variants()
+            .iter()
+            .filter(|v| v.dtype == tiga_runtime::DType::F32)
+            .map(|v| format!("{:?}", v.widths))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  backend:   rust-aot (the macro's loops compiled by rustc/LLVM, AVX2+FMA chosen at run time) for f32/f64 with widths {}; cranelift JIT ({isa}) for every other width",
+            widths.join(" ")
+        );
+    }
     let _ = writeln!(
         s,
         "  lowering:  destination-major CSR gather/segment; edge and node regions {}",
