@@ -35,6 +35,7 @@
 
 mod graphs;
 mod hand;
+mod paged;
 mod peers;
 mod report;
 
@@ -67,7 +68,9 @@ usage: tiga-bench [--quick] [--repeat N] [--threads N] [--json PATH]
   --no-peers        do not run shared/peers/peers.py
   --peers-script P  peers.py to run (default /work/shared/peers/peers.py)
   --no-scaling      skip powerlaw-sum at 1 and 2 threads
-  --seed N          graph and field seed (default 7)";
+  --seed N          graph and field seed (default 7)
+
+       tiga-bench paged [--quick] [--json PATH]   the paged benchmark (src/paged.rs)";
 
 #[derive(Debug, Clone)]
 struct Opts {
@@ -755,6 +758,9 @@ fn real_main() -> Result<ExitCode, String> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("paged") {
+        return paged::main(std::env::args().skip(2).collect());
+    }
     match real_main() {
         Ok(code) => code,
         Err(e) => {

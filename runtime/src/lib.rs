@@ -32,4 +32,5 @@ pub use npy::{encode_npy, parse_npy, read_npy, write_npy, NpyError};
 pub use storage::{
     save_gfg, FieldHandle, FieldInfo, FieldRole, GfgError, GfgFile, GfgWriter, Page, PendingGfg,
 };
+pub use storage::tensors::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
 pub use tensor::{Buffer, DType, Data, DataMut, Tensor, TensorError, TensorView};

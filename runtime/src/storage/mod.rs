@@ -37,6 +37,7 @@ mod external;
 mod format;
 mod reader;
 mod stream;
+pub mod tensors;
 mod writer;
 
 use std::fmt;
@@ -52,6 +53,7 @@ pub use reader::{FieldHandle, FieldInfo, GfgFile, Page};
 pub use external::{BuildOptions, BuildPhase, BuildStats, GfgBuilder};
 pub use stream::{GfgStreamWriter, SectionPlan, SectionSink, StreamElem};
 pub use writer::{save_gfg, GfgWriter, PendingGfg};
+pub use tensors::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
 
 /// Which rows a field is indexed by: sources, destinations or edges (in the
 /// user's edge order).
