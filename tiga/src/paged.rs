@@ -2,8 +2,8 @@
 //! streamed through the unchanged compiled kernel one page of destination
 //! rows at a time.
 //!
-//! Only the row offsets (`num_dst + 1` integers) are read whole; each page's
-//! column indices and edge ids are read with positioned reads (not memory
+//! Nothing is read whole: each page's row offsets, column indices and edge
+//! ids are read with positioned reads (not memory
 //! maps, whose touched pages would stay in the resident set) into buffers
 //! that a background reader fills up to `prefetch` pages ahead. The kernel
 //! sees absolute CSR positions: its `cols`/`edge_ids` pointers are offset so
@@ -59,6 +59,12 @@ impl PageOptions {
         self.prefetch.or_else(|| env_usize("TIGA_PAGED_PREFETCH_DEPTH")).unwrap_or(2)
     }
 
+    /// A page plan by rows alone.
+    pub fn plan_rows(&self, n: usize) -> Vec<std::ops::Range<usize>> {
+        let rows = self.page_rows.or_else(|| env_usize("TIGA_PAGED_PAGE_ROWS")).unwrap_or(1_000_000).max(1);
+        (0..n).step_by(rows).map(|s| s..(s + rows).min(n)).collect()
+    }
+
     /// The page plan: row ranges covering every row once, in order.
     pub fn plan(&self, offsets: &[u64], edge_bytes: usize) -> Vec<std::ops::Range<usize>> {
         let n = offsets.len().saturating_sub(1);
@@ -92,49 +98,80 @@ pub(crate) enum Side {
     RowReversed,
 }
 
-/// One page's adjacency, read from disk.
+/// One page's adjacency, read from disk: its rows' offsets (absolute CSR
+/// positions), column indices and edge ids.
 struct PageBuf {
     rows: std::ops::Range<usize>,
     first: usize,
+    offsets: Vec<u64>,
     cols: Vec<u32>,
     edge_ids: Option<Vec<u64>>,
+}
+
+/// Read `count` little-endian elements of `T` at byte `at` straight into a
+/// vector (no intermediate byte buffer). The format is little-endian and the
+/// reader refuses big-endian hosts, so the bytes are the values.
+fn read_vec<T: Copy + Default>(file: &File, path: &str, at: u64, count: usize) -> std::result::Result<Vec<T>, String> {
+    let mut v: Vec<T> = vec![T::default(); count];
+    let bytes = count * std::mem::size_of::<T>();
+    // SAFETY: `v` owns `count` initialized `T`s (u32/u64 here: every bit
+    // pattern is valid), viewed as their `bytes` bytes for the read.
+    let buf = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, bytes) };
+    file.read_exact_at(buf, at).map_err(|e| format!("{path}: reading a page: {e}"))?;
+    Ok(v)
+}
+
+/// Where a side's sections start in the file.
+#[derive(Clone, Copy)]
+struct SectionsAt {
+    offsets: u64,
+    cols: u64,
+    ids: Option<u64>,
+    /// Bounds every value read must respect: the compiled kernel indexes
+    /// fields with them unchecked, so a damaged file must fail here.
+    num_src: usize,
+    num_edges: usize,
 }
 
 fn read_page(
     file: &File,
     path: &str,
-    cols_at: u64,
-    ids_at: Option<u64>,
-    offsets: &[u64],
+    at: SectionsAt,
     rows: std::ops::Range<usize>,
     reverse_rows: bool,
 ) -> std::result::Result<PageBuf, String> {
-    let (first, last) = (offsets[rows.start] as usize, offsets[rows.end] as usize);
+    let offsets: Vec<u64> = read_vec(file, path, at.offsets + rows.start as u64 * 8, rows.len() + 1)?;
+    if let Some(w) = offsets.windows(2).position(|w| w[1] < w[0]) {
+        return Err(format!("{path}: row offsets decrease at row {}", rows.start + w));
+    }
+    let (first, last) = (offsets[0] as usize, offsets[rows.len()] as usize);
+    if last > at.num_edges {
+        return Err(format!("{path}: row offset {last} is past the {} edges", at.num_edges));
+    }
     let n = last - first;
-    let mut bytes = vec![0u8; n * 4];
-    file.read_exact_at(&mut bytes, cols_at + first as u64 * 4).map_err(|e| format!("{path}: reading a page: {e}"))?;
-    let cols: Vec<u32> = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    let edge_ids = match ids_at {
-        Some(at) => {
-            let mut b = vec![0u8; n * 8];
-            file.read_exact_at(&mut b, at + first as u64 * 8).map_err(|e| format!("{path}: reading a page: {e}"))?;
-            Some(b.chunks_exact(8).map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect())
-        }
+    let mut cols: Vec<u32> = read_vec(file, path, at.cols + first as u64 * 4, n)?;
+    if let Some(c) = cols.iter().find(|&&c| c as usize >= at.num_src) {
+        return Err(format!("{path}: column {c} in rows {rows:?} is out of range for {} sources", at.num_src));
+    }
+    let mut edge_ids: Option<Vec<u64>> = match at.ids {
+        Some(a) => Some(read_vec(file, path, a + first as u64 * 8, n)?),
         None => None,
     };
+    if let Some(e) = edge_ids.as_ref().and_then(|ids| ids.iter().find(|&&e| e as usize >= at.num_edges)) {
+        return Err(format!("{path}: edge id {e} in rows {rows:?} is out of range for {} edges", at.num_edges));
+    }
     if reverse_rows {
         // Each row's edges in reverse order, with their user ids (absent
         // ids are the positions themselves).
-        let mut cols = cols;
-        let mut ids: Vec<u64> = edge_ids.unwrap_or_else(|| (first as u64..last as u64).collect());
-        for i in rows.clone() {
-            let (s, e) = (offsets[i] as usize - first, offsets[i + 1] as usize - first);
+        let mut ids: Vec<u64> = edge_ids.take().unwrap_or_else(|| (first as u64..last as u64).collect());
+        for w in offsets.windows(2) {
+            let (s, e) = (w[0] as usize - first, w[1] as usize - first);
             cols[s..e].reverse();
             ids[s..e].reverse();
         }
-        return Ok(PageBuf { rows, first, cols, edge_ids: Some(ids) });
+        edge_ids = Some(ids);
     }
-    Ok(PageBuf { rows, first, cols, edge_ids })
+    Ok(PageBuf { rows, first, offsets, cols, edge_ids })
 }
 
 impl Kernel {
@@ -189,11 +226,7 @@ impl Kernel {
                 "{pname} has no transposed CSR, which a paged backward reads: rebuild it with `tigac convert --transpose` (or save with a transpose)"
             )));
         }
-        let offsets: Vec<u64> = match side {
-            Side::Transposed => file.t_offsets().map_err(gfg_err)?.unwrap_or(&[]).to_vec(),
-            _ => file.offsets().map_err(gfg_err)?.to_vec(),
-        };
-        let _ = off_name;
+        let offsets_at = section(off_name).ok_or_else(|| Error::Call(format!("{pname}: no `{off_name}` section")))?;
         let ids_at = section(ids_name);
         let has_ids = ids_at.is_some() || side == Side::RowReversed;
         let cols_at = section(cols_name).ok_or_else(|| Error::Call(format!("{pname}: no `{cols_name}` section")))?;
@@ -219,7 +252,18 @@ impl Kernel {
                 Data::F64(s) => s.as_ptr() as *const u8,
             })
             .collect();
-        let plan = opts.plan(&offsets, 4 + if has_ids { 8 } else { 0 });
+        // Plan pages. By rows, only the row count is needed; by bytes, the
+        // mapped offsets are scanned once (no copy).
+        let plan = if opts.page_bytes.is_some() {
+            let offs: &[u64] = match side {
+                Side::Transposed => file.t_offsets().map_err(gfg_err)?.unwrap_or(&[]),
+                _ => file.offsets().map_err(gfg_err)?,
+            };
+            opts.plan(offs, 4 + if has_ids { 8 } else { 0 })
+        } else {
+            opts.plan_rows(nd)
+        };
+        let at = SectionsAt { offsets: offsets_at, cols: cols_at, ids: ids_at, num_src: ns, num_edges: file.num_edges() };
         let depth = opts.prefetch_depth();
         let fh = File::open(&path).map_err(|e| Error::Call(format!("{pname}: {e}")))?;
         let param_outs: Vec<usize> = k.outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
@@ -227,13 +271,14 @@ impl Kernel {
         let mut run_page = |page: &PageBuf| -> Result<()> {
             // Absolute positions p in [first, first + len) land on the buffer.
             let raw = RawArgs {
-                offsets: offsets.as_ptr(),
+                // Row i's offsets at page.offsets[i - rows.start].
+                offsets: page.offsets.as_ptr().wrapping_sub(page.rows.start),
                 cols: page.cols.as_ptr().wrapping_sub(page.first),
                 edge_ids: page.edge_ids.as_ref().map(|e| e.as_ptr().wrapping_sub(page.first)).unwrap_or(std::ptr::null()),
                 fields: field_ptrs.as_ptr(),
                 outputs: std::ptr::null(),
             };
-            let sub = &offsets[page.rows.start..=page.rows.end];
+            let sub = &page.offsets[..];
             // SAFETY: the variant matches the kernel, dtype, widths and
             // edge-id realization; the page holds every position of its rows;
             // fields and outputs were checked against the file's sizes.
@@ -241,18 +286,17 @@ impl Kernel {
         };
         if depth == 0 {
             for rows in plan {
-                let page = read_page(&fh, &pname, cols_at, ids_at, &offsets, rows, reverse).map_err(Error::Call)?;
+                let page = read_page(&fh, &pname, at, rows, reverse).map_err(Error::Call)?;
                 run_page(&page)?;
             }
         } else {
             let (tx, rx) = mpsc::sync_channel::<std::result::Result<PageBuf, String>>(depth.saturating_sub(1));
             std::thread::scope(|scope| -> Result<()> {
-                let offs = &offsets;
                 let fh = &fh;
                 let pname = &pname;
                 scope.spawn(move || {
                     for rows in plan {
-                        let r = read_page(fh, pname, cols_at, ids_at, offs, rows, reverse);
+                        let r = read_page(fh, pname, at, rows, reverse);
                         let stop = r.is_err();
                         if tx.send(r).is_err() || stop {
                             break;
