@@ -33,6 +33,7 @@ pub mod lang;
 mod vjp;
 mod paged;
 pub mod offload;
+pub mod memory;
 
 use std::sync::OnceLock;
 

@@ -1,0 +1,274 @@
+//! Tensors in the memory hierarchy: an execution scope with per-tier
+//! budgets (`host` RAM, `disk`) and an eviction policy, holding named
+//! tensors that may move between tiers while keeping their identity.
+//!
+//! A [`TensorHandle`] names one tensor for its whole life: spilling it to
+//! disk (by hand with [`Scope::spill`], or by the scope when the host tier
+//! is over budget and the policy is [`Eviction::Lru`]) does not change the
+//! handle, and [`Scope::get`] brings it back (checksum verified) wherever it
+//! is used: as a kernel input, as the input of a VJP, or as a gradient's
+//! key. With [`Eviction::Error`], going over a budget is an error naming the
+//! tier, the budget and the request. [`Scope::memory_report`] says what lives
+//! where.
+//!
+//! Spilled tensors go to a [`TensorStore`]: `TIGA_SPILL_DIR` when set (they
+//! outlive the process and can be reattached by name), else a per-process
+//! directory.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use tiga_runtime::storage::{SpilledTensor, TensorStore};
+use tiga_runtime::Tensor;
+
+use crate::{Error, Result};
+
+/// What to do when a tier is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Eviction {
+    /// Refuse the request that would go over the budget.
+    Error,
+    /// Spill the least recently used host tensors to disk.
+    Lru,
+}
+
+/// Where a tensor lives now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    Host,
+    Disk,
+}
+
+/// A tensor of a [`Scope`], by name. Cheap to clone; stays valid while the
+/// tensor moves between tiers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorHandle {
+    name: String,
+}
+
+impl TensorHandle {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+#[derive(Debug)]
+enum Place {
+    Host(Arc<Tensor>),
+    Disk(SpilledTensor),
+}
+
+#[derive(Debug)]
+struct Entry {
+    place: Place,
+    bytes: u64,
+    last_use: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: BTreeMap<String, Entry>,
+    clock: u64,
+    spills: u64,
+    reloads: u64,
+}
+
+/// One line of a [`MemoryReport`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReportEntry {
+    pub name: String,
+    pub tier: Tier,
+    pub bytes: u64,
+}
+
+/// What lives where, and the budgets.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemoryReport {
+    pub host_budget: u64,
+    pub disk_budget: u64,
+    pub host_used: u64,
+    pub disk_used: u64,
+    pub spills: u64,
+    pub reloads: u64,
+    pub entries: Vec<ReportEntry>,
+}
+
+impl std::fmt::Display for MemoryReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "host: {} of {} bytes; disk: {} of {} bytes; {} spill(s), {} reload(s)", self.host_used, self.host_budget, self.disk_used, self.disk_budget, self.spills, self.reloads)?;
+        for e in &self.entries {
+            writeln!(f, "  {:<24} {:?} {} bytes", e.name, e.tier, e.bytes)?;
+        }
+        Ok(())
+    }
+}
+
+/// An execution scope with per-tier budgets and an eviction policy.
+#[derive(Debug)]
+pub struct Scope {
+    host_budget: u64,
+    disk_budget: u64,
+    policy: Eviction,
+    store: TensorStore,
+    state: Mutex<State>,
+}
+
+fn tensor_bytes(t: &Tensor) -> u64 {
+    (t.len() * t.dtype().size()) as u64
+}
+
+impl Scope {
+    /// A scope spilling to `TIGA_SPILL_DIR` (or a per-process directory).
+    pub fn new(host_budget: u64, disk_budget: u64, policy: Eviction) -> Result<Scope> {
+        let store = TensorStore::from_env().map_err(|e| Error::Call(e.to_string()))?;
+        Ok(Scope::with_store(host_budget, disk_budget, policy, store))
+    }
+
+    pub fn with_store(host_budget: u64, disk_budget: u64, policy: Eviction, store: TensorStore) -> Scope {
+        Scope { host_budget, disk_budget, policy, store, state: Mutex::new(State::default()) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn used(st: &State, tier: Tier) -> u64 {
+        st.entries
+            .values()
+            .filter(|e| matches!((&e.place, tier), (Place::Host(_), Tier::Host) | (Place::Disk(_), Tier::Disk)))
+            .map(|e| e.bytes)
+            .sum()
+    }
+
+    /// Make room for `need` more host bytes (spilling LRU tensors other than
+    /// `keep`), or refuse.
+    fn make_room(&self, st: &mut State, need: u64, keep: &str) -> Result<()> {
+        loop {
+            let used = Self::used(st, Tier::Host);
+            if used + need <= self.host_budget {
+                return Ok(());
+            }
+            if self.policy == Eviction::Error {
+                return Err(Error::Call(format!(
+                    "host tier over budget: {used} bytes used + {need} requested > {} (eviction policy `error`)",
+                    self.host_budget
+                )));
+            }
+            let victim = st
+                .entries
+                .iter()
+                .filter(|(n, e)| n.as_str() != keep && matches!(e.place, Place::Host(_)))
+                .min_by_key(|(_, e)| e.last_use)
+                .map(|(n, _)| n.clone());
+            let Some(v) = victim else {
+                return Err(Error::Call(format!(
+                    "host tier over budget: {need} bytes requested, {} budget, and nothing left to evict",
+                    self.host_budget
+                )));
+            };
+            self.spill_locked(st, &v)?;
+        }
+    }
+
+    fn spill_locked(&self, st: &mut State, name: &str) -> Result<()> {
+        let disk_used = Self::used(st, Tier::Disk);
+        let Some(e) = st.entries.get(name) else {
+            return Err(Error::Call(format!("no tensor `{name}` in this scope")));
+        };
+        let Place::Host(t) = &e.place else { return Ok(()) };
+        if disk_used + e.bytes > self.disk_budget {
+            return Err(Error::Call(format!(
+                "disk tier over budget: spilling `{name}` ({} bytes) onto {disk_used} used > {}",
+                e.bytes, self.disk_budget
+            )));
+        }
+        let spilled = self.store.spill(name, &t.view()).map_err(|er| Error::Call(er.to_string()))?;
+        if let Some(e) = st.entries.get_mut(name) {
+            e.place = Place::Disk(spilled);
+        }
+        st.spills += 1;
+        Ok(())
+    }
+
+    /// Add a tensor to the host tier under a name.
+    pub fn add(&self, name: &str, t: Tensor) -> Result<TensorHandle> {
+        let mut st = self.lock();
+        if st.entries.contains_key(name) {
+            return Err(Error::Call(format!("a tensor named `{name}` is already in this scope")));
+        }
+        let bytes = tensor_bytes(&t);
+        self.make_room(&mut st, bytes, name)?;
+        st.clock += 1;
+        let clock = st.clock;
+        st.entries.insert(name.to_string(), Entry { place: Place::Host(Arc::new(t)), bytes, last_use: clock });
+        Ok(TensorHandle { name: name.to_string() })
+    }
+
+    /// The tensor, brought back to the host tier if it was spilled.
+    pub fn get(&self, h: &TensorHandle) -> Result<Arc<Tensor>> {
+        let mut st = self.lock();
+        st.clock += 1;
+        let clock = st.clock;
+        let (bytes, spilled) = match st.entries.get_mut(&h.name) {
+            None => return Err(Error::Call(format!("no tensor `{}` in this scope", h.name))),
+            Some(e) => {
+                e.last_use = clock;
+                match &e.place {
+                    Place::Host(t) => return Ok(t.clone()),
+                    Place::Disk(s) => (e.bytes, s.clone()),
+                }
+            }
+        };
+        self.make_room(&mut st, bytes, &h.name)?;
+        let t = Arc::new(spilled.load().map_err(|e| Error::Call(e.to_string()))?);
+        if let Some(e) = st.entries.get_mut(&h.name) {
+            e.place = Place::Host(t.clone());
+        }
+        st.reloads += 1;
+        Ok(t)
+    }
+
+    /// Move a tensor to disk now (it stays usable through its handle).
+    pub fn spill(&self, h: &TensorHandle) -> Result<()> {
+        let mut st = self.lock();
+        self.spill_locked(&mut st, &h.name)
+    }
+
+    /// Where a tensor lives.
+    pub fn tier(&self, h: &TensorHandle) -> Option<Tier> {
+        self.lock().entries.get(&h.name).map(|e| match e.place {
+            Place::Host(_) => Tier::Host,
+            Place::Disk(_) => Tier::Disk,
+        })
+    }
+
+    /// Drop a tensor from the scope (and its spilled file).
+    pub fn remove(&self, h: &TensorHandle) -> Result<()> {
+        let mut st = self.lock();
+        if let Some(Entry { place: Place::Disk(_), .. }) = st.entries.remove(&h.name) {
+            self.store.remove(&h.name).map_err(|e| Error::Call(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    pub fn memory_report(&self) -> MemoryReport {
+        let st = self.lock();
+        MemoryReport {
+            host_budget: self.host_budget,
+            disk_budget: self.disk_budget,
+            host_used: Self::used(&st, Tier::Host),
+            disk_used: Self::used(&st, Tier::Disk),
+            spills: st.spills,
+            reloads: st.reloads,
+            entries: st
+                .entries
+                .iter()
+                .map(|(n, e)| ReportEntry {
+                    name: n.clone(),
+                    tier: if matches!(e.place, Place::Host(_)) { Tier::Host } else { Tier::Disk },
+                    bytes: e.bytes,
+                })
+                .collect(),
+        }
+    }
+}
