@@ -33,7 +33,7 @@ use crate::call::{bind_extents, execute_rows, Inputs, Outputs};
 use crate::{Error, Kernel, Result};
 
 /// How a paged call cuts the graph.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct PageOptions {
     /// Rows per page (default: `TIGA_PAGED_PAGE_ROWS`, else 1,000,000).
     pub page_rows: Option<usize>,
@@ -44,11 +44,6 @@ pub struct PageOptions {
     pub prefetch: Option<usize>,
 }
 
-impl Default for PageOptions {
-    fn default() -> Self {
-        PageOptions { page_rows: None, page_bytes: None, prefetch: None }
-    }
-}
 
 fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())

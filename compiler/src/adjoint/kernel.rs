@@ -253,13 +253,16 @@ fn state_types_for(k: &Kernel) -> Vec<Type> {
     }
 }
 
+/// Builds a combine region's outputs from the builder and the two states.
+type CombineBody<'a> = dyn Fn(&mut B<'_>, &[ValueId], &[ValueId]) -> Vec<ValueId> + 'a;
+
 /// The augmented reducer of the stats stage and how its messages are made.
 fn stats_reducer(k: &Kernel) -> StatsReducer {
     let sp = k.reducer.span;
     let st = state_types_for(k);
     let n = st.len();
     // combine(a, b) with a = inputs 0..n, b = inputs n..2n.
-    let comb = |f: &dyn Fn(&mut B<'_>, &[ValueId], &[ValueId]) -> Vec<ValueId>| -> Region {
+    let comb = |f: &CombineBody<'_>| -> Region {
         let mut r = Region::new(st.iter().chain(st.iter()).copied().collect());
         let ins: Vec<ValueId> = (0..2 * n).map(|i| r.push(Op::Input(i as u32), st[i % n], sp)).collect();
         let mut b = B { r: &mut r, sp };

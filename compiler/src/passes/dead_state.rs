@@ -45,7 +45,7 @@ pub fn eliminate_dead_state(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), P
     // Live: read by the finish or by the step's extra outputs, then closed
     // under "the update of a live component reads it".
     let mut live: BTreeSet<u32> = states_used(&seg.finish, &seg.finish.outputs.clone());
-    live.extend(states_used(&seg.step, &seg.step.outputs[n.min(seg.step.outputs.len())..].to_vec()));
+    live.extend(states_used(&seg.step, &seg.step.outputs[n.min(seg.step.outputs.len())..]));
     loop {
         let before = live.len();
         let outs: Vec<ValueId> = live.iter().filter_map(|&c| seg.step.outputs.get(c as usize).copied()).collect();
