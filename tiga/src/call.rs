@@ -167,12 +167,38 @@ struct SharedPtrs(Vec<*mut u8>);
 unsafe impl Sync for SharedPtrs {}
 unsafe impl Send for SharedPtrs {}
 
+/// Partial sums of parameter outputs: one set of buffers per fixed block of
+/// rows. Blocks depend only on the number of rows (64 of them), each block
+/// accumulates its rows in order, and the blocks are added in order at the
+/// end, so a parameter gradient has the same bits however the rows were
+/// visited: all at once in memory, or page by page from disk.
+pub(crate) struct ParamPartials {
+    block_rows: usize,
+    outs: Vec<usize>,
+    parts: Vec<Option<Vec<Tensor>>>,
+}
+
+impl ParamPartials {
+    pub(crate) fn new(num_rows: usize, param_outs: &[usize]) -> ParamPartials {
+        let block_rows = num_rows.div_ceil(PARAM_CHUNKS).max(1);
+        let blocks = num_rows.div_ceil(block_rows);
+        ParamPartials { block_rows, outs: param_outs.to_vec(), parts: (0..blocks).map(|_| None).collect() }
+    }
+
+    /// Add every block's partials into `outs`, in block order.
+    pub(crate) fn finish(self, outs: &mut [Tensor]) {
+        for part in self.parts.into_iter().flatten() {
+            for (t, &o) in part.iter().zip(&self.outs) {
+                add_into(&mut outs[o], t);
+            }
+        }
+    }
+}
+
 /// Run `entry` over the rows `base .. base + offsets.len() - 1` (absolute
 /// row numbers; `offsets` is the slice of row offsets for them), in parallel
-/// chunks balanced by edge count, writing `outs`. Parameter outputs are
-/// summed per chunk into private buffers and the partials added in chunk
-/// order; the chunking depends on the graph only (a fixed number of chunks,
-/// not the thread count), so sums are the same on every machine.
+/// chunks balanced by edge count, writing `outs`. Parameter outputs go to
+/// `partials` (per fixed row block; see [`ParamPartials`]).
 ///
 /// # Safety
 /// `raw` (except `outputs`, set here) must hold pointers valid for every row
@@ -183,14 +209,14 @@ pub(crate) unsafe fn execute_rows(
     mut raw: RawArgs,
     offsets: &[u64],
     base: usize,
-    param_outs: &[usize],
+    partials: &mut ParamPartials,
     shapes: &[Vec<usize>],
     dtype: DType,
     outs: &mut [Tensor],
 ) -> Result<()> {
     let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(data_ptr).collect();
     raw.outputs = out_ptrs.as_ptr();
-    if param_outs.is_empty() {
+    if partials.outs.is_empty() {
         let args = SharedArgs(raw);
         let args = &args;
         tiga_runtime::for_each_row_chunk(offsets, |rows| {
@@ -199,37 +225,41 @@ pub(crate) unsafe fn execute_rows(
         });
         return Ok(());
     }
-    let chunks = tiga_runtime::balanced_row_chunks(offsets, PARAM_CHUNKS);
-    let partials: Vec<Result<Vec<Tensor>>> = {
-        use rayon::prelude::*;
-        let shared = SharedArgs(raw);
-        let out_ptrs_base = SharedPtrs(out_ptrs.clone());
-        let (shared, ptrs_base) = (&shared, &out_ptrs_base);
-        chunks
-            .par_iter()
-            .map(|rows| -> Result<Vec<Tensor>> {
-                let mut mine: Vec<Tensor> = param_outs
-                    .iter()
-                    .map(|&o| Tensor::zeros(dtype, shapes[o].clone()).map_err(|e| Error::Call(e.to_string())))
-                    .collect::<Result<_>>()?;
-                let mut ptrs = ptrs_base.0.clone();
-                for (t, &o) in mine.iter_mut().zip(param_outs) {
-                    ptrs[o] = data_ptr(t);
-                }
-                let mut args = shared.0;
-                args.outputs = ptrs.as_ptr();
-                // SAFETY: the caller's contract; this chunk's parameter
-                // outputs point at buffers only this chunk writes.
-                unsafe { entry(&args, (base + rows.start) as u64, (base + rows.end) as u64) };
-                Ok(mine)
-            })
-            .collect()
-    };
-    for part in partials {
-        for (t, &o) in part?.iter().zip(param_outs) {
-            add_into(&mut outs[o], t);
-        }
-    }
+    let end = base + offsets.len().saturating_sub(1);
+    let br = partials.block_rows;
+    let param_outs = partials.outs.clone();
+    use rayon::prelude::*;
+    let shared = SharedArgs(raw);
+    let out_ptrs_base = SharedPtrs(out_ptrs.clone());
+    let (shared, ptrs_base) = (&shared, &out_ptrs_base);
+    partials
+        .parts
+        .par_iter_mut()
+        .enumerate()
+        .filter(|(b, _)| b * br < end && (b + 1) * br > base)
+        .map(|(b, slot)| -> Result<()> {
+            let (s, e) = ((b * br).max(base), ((b + 1) * br).min(end));
+            if slot.is_none() {
+                *slot = Some(
+                    param_outs
+                        .iter()
+                        .map(|&o| Tensor::zeros(dtype, shapes[o].clone()).map_err(|er| Error::Call(er.to_string())))
+                        .collect::<Result<_>>()?,
+                );
+            }
+            let mine = slot.as_mut().ok_or_else(|| Error::Call("internal: missing partials".into()))?;
+            let mut ptrs = ptrs_base.0.clone();
+            for (t, &o) in mine.iter_mut().zip(&param_outs) {
+                ptrs[o] = data_ptr(t);
+            }
+            let mut args = shared.0;
+            args.outputs = ptrs.as_ptr();
+            // SAFETY: the caller's contract; this block's parameter outputs
+            // point at buffers only this block writes, its rows are its own.
+            unsafe { entry(&args, s as u64, e as u64) };
+            Ok(())
+        })
+        .collect::<Result<Vec<()>>>()?;
     Ok(())
 }
 
@@ -277,10 +307,12 @@ impl Kernel {
             fields: field_ptrs.as_ptr(),
             outputs: std::ptr::null(),
         };
+        let mut partials = ParamPartials::new(graph.num_dst(), &param_outs);
         // SAFETY: the variant was compiled for this kernel, dtype, widths and
         // edge-order flag; `bind` checked every field's length against the
         // graph, and the graph's CSR was validated when built.
-        unsafe { execute_rows(entry, raw, graph.offsets(), 0, &param_outs, &shapes, b.dtype, &mut outs)? };
+        unsafe { execute_rows(entry, raw, graph.offsets(), 0, &mut partials, &shapes, b.dtype, &mut outs)? };
+        partials.finish(&mut outs);
         let names = self.captured().outputs.iter().map(|o| o.name.clone());
         Ok(Outputs { items: names.zip(outs).collect() })
     }

@@ -10,11 +10,10 @@
 //! that position `p` of the page lands on the page buffer. Resident memory is
 //! about (prefetch + 1) page buffers plus the fields and outputs in RAM.
 //!
-//! Destination and edge outputs are bit-identical to the in-memory run for
-//! any page size: every row is computed by the same code over the same edges
-//! in the same order. Parameter outputs (sums over all rows) are summed per
-//! chunk of each page, so their grouping (and last bits) depends on the page
-//! plan. The same runner walks the file's stored transpose (a paged
+//! Outputs are bit-identical to the in-memory run for any page size: every
+//! row is computed by the same code over the same edges in the same order,
+//! and parameter outputs (sums over all rows) are grouped in fixed row blocks
+//! that do not depend on the page plan (`call::ParamPartials`). The same runner walks the file's stored transpose (a paged
 //! backward's source stage) and rows in reverse edge order (a monoid's
 //! suffix stage).
 
@@ -29,7 +28,7 @@ use tiga_compiler::ir::Role;
 use tiga_runtime::storage::{FieldRole, GfgFile};
 use tiga_runtime::{Data, Tensor, TensorView};
 
-use crate::call::{bind_extents, execute_rows, Inputs, Outputs};
+use crate::call::{bind_extents, execute_rows, Inputs, Outputs, ParamPartials};
 use crate::{Error, Kernel, Result};
 
 /// How a paged call cuts the graph.
@@ -263,6 +262,7 @@ impl Kernel {
         let fh = File::open(&path).map_err(|e| Error::Call(format!("{pname}: {e}")))?;
         let param_outs: Vec<usize> = k.outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
         let reverse = side == Side::RowReversed;
+        let mut partials = ParamPartials::new(nd, &param_outs);
         let mut run_page = |page: &PageBuf| -> Result<()> {
             // Absolute positions p in [first, first + len) land on the buffer.
             let raw = RawArgs {
@@ -277,7 +277,7 @@ impl Kernel {
             // SAFETY: the variant matches the kernel, dtype, widths and
             // edge-id realization; the page holds every position of its rows;
             // fields and outputs were checked against the file's sizes.
-            unsafe { execute_rows(entry, raw, sub, page.rows.start, &param_outs, &shapes, b.dtype, &mut outs) }
+            unsafe { execute_rows(entry, raw, sub, page.rows.start, &mut partials, &shapes, b.dtype, &mut outs) }
         };
         if depth == 0 {
             for rows in plan {
@@ -304,6 +304,7 @@ impl Kernel {
                 Ok(())
             })?;
         }
+        partials.finish(&mut outs);
         let names = k.outputs.iter().map(|o| o.name.clone());
         Ok(Outputs { items: names.zip(outs).collect() })
     }

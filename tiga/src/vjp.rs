@@ -185,8 +185,8 @@ impl Kernel {
 
     /// The VJP over a graph stored in a `.gfg` file, every stage run paged
     /// (the source stage over the file's stored transpose, a monoid's suffix
-    /// stage over reversed rows). Inputs must be given in RAM; gradients are
-    /// accumulated in RAM.
+    /// stage over reversed rows). Fields not in `inputs` are read from the
+    /// file; gradients are accumulated in RAM.
     pub fn vjp_paged(
         &self,
         file: &GfgFile,
@@ -219,6 +219,28 @@ impl Kernel {
             Target::Memory(g) => Extents { num_src: g.num_src(), num_dst: g.num_dst(), num_edges: g.num_edges() },
             Target::Paged(f, _) => Extents { num_src: f.num_src(), num_dst: f.num_dst(), num_edges: f.num_edges() },
         };
+        // Over a file, fields not given are the file's own (mapped lazily).
+        let mut handles: Vec<(Role, String, tiga_runtime::storage::FieldHandle)> = Vec::new();
+        if let Target::Paged(file, _) = target {
+            for f in &k.fields {
+                let role = match f.role {
+                    Role::Src => tiga_runtime::storage::FieldRole::Src,
+                    Role::Dst => tiga_runtime::storage::FieldRole::Dst,
+                    Role::Edge => tiga_runtime::storage::FieldRole::Edge,
+                    Role::Param => continue,
+                };
+                if !inputs.has(f.role, &f.name) {
+                    if let Ok(h) = file.field(role, &f.name) {
+                        handles.push((f.role, f.name.clone(), h));
+                    }
+                }
+            }
+        }
+        let mut with_file = inputs.clone();
+        for (r, n, h) in &handles {
+            with_file = with_file.with_role(*r, n, h.view().map_err(|e| Error::Call(e.to_string()))?);
+        }
+        let inputs = &with_file;
         let b = crate::call::bind_extents(k, extents, inputs)?;
         // Cotangents: one per output, shaped like it, in the call's dtype.
         let out_shapes = output_shapes(k, &extents, &b.widths);
