@@ -304,6 +304,32 @@ impl GfgFile {
         self.inner.typed_opt("t_offsets")
     }
 
+    /// Tell the kernel how a byte range of a mapped section will be used:
+    /// read soon (`will_need = true`: start reading it in), or done with
+    /// (`false`: drop its pages from this process's resident set; they are
+    /// read again from the file if touched). Paged runs stream through
+    /// sections this way without holding what they have passed. Does nothing
+    /// for a section not mapped yet or a range outside it.
+    pub fn advise(&self, section: &str, bytes: std::ops::Range<usize>, will_need: bool) -> Result<(), GfgError> {
+        let k = self.inner.section_index(section)?;
+        let Some(Some(map)) = self.inner.maps[k].get() else { return Ok(()) };
+        if bytes.start >= bytes.end || bytes.end > map.len() {
+            return Ok(());
+        }
+        let r = if will_need {
+            map.advise_range(memmap2::Advice::WillNeed, bytes.start, bytes.len())
+        } else {
+            // SAFETY: the map is a read-only, shared file mapping: dropping
+            // its pages loses nothing (they are reloaded from the file), and
+            // no reference into them is used after this call (the caller's
+            // contract: the range is done with).
+            unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, bytes.start, bytes.len()) }
+        };
+        // Advice is a hint; a kernel that refuses it changes nothing.
+        let _ = r;
+        Ok(())
+    }
+
     pub fn t_cols(&self) -> Result<Option<&[u32]>, GfgError> {
         self.inner.typed_opt("t_cols")
     }
