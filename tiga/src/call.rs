@@ -176,13 +176,45 @@ pub(crate) struct ParamPartials {
     block_rows: usize,
     outs: Vec<usize>,
     parts: Vec<Option<Vec<Tensor>>>,
+    /// Whether rows longer than [`SPLIT_EDGES`] may be cut into segments
+    /// summed afterwards (see [`splittable`]).
+    split: bool,
+}
+
+/// A row with more edges than this is cut into segments of this many edges
+/// (when the kernel allows it), so one huge row (a power-law hub, or the
+/// transpose of one) does not leave one worker doing it alone. Fixed, so
+/// results do not depend on the machine.
+const SPLIT_EDGES: u64 = 1 << 16;
+
+/// A kernel whose output row is the plain sum of its messages (reducer
+/// `sum`, no `node` or an identity one, destination outputs only): a row's
+/// edges can be cut into segments whose partial outputs add up.
+pub(crate) fn splittable(k: &ir::Kernel) -> bool {
+    let identity_node = match &k.node {
+        None => true,
+        Some(n) => n.outputs.iter().enumerate().all(|(i, v)| matches!(n.node(*v).op, ir::Op::Input(j) if j as usize == i)),
+    };
+    // A segment starts its own row: an edge's rank or a scan would restart.
+    let row_relative = k.edge.nodes.iter().any(|n| matches!(n.op, ir::Op::Rank | ir::Op::Scan(_)));
+    k.reducer.kind == ir::ReducerKind::Sum
+        && !row_relative
+        && identity_node
+        && k.outputs.iter().all(|o| o.role == Role::Dst)
+        && k.outputs.len() == k.message_types().len()
 }
 
 impl ParamPartials {
     pub(crate) fn new(num_rows: usize, param_outs: &[usize]) -> ParamPartials {
         let block_rows = num_rows.div_ceil(PARAM_CHUNKS).max(1);
         let blocks = num_rows.div_ceil(block_rows);
-        ParamPartials { block_rows, outs: param_outs.to_vec(), parts: (0..blocks).map(|_| None).collect() }
+        ParamPartials { block_rows, outs: param_outs.to_vec(), parts: (0..blocks).map(|_| None).collect(), split: false }
+    }
+
+    /// Allow cutting huge rows (for kernels that are [`splittable`]).
+    pub(crate) fn with_split(mut self, split: bool) -> ParamPartials {
+        self.split = split;
+        self
     }
 
     /// Add every block's partials into `outs`, in block order.
@@ -217,12 +249,32 @@ pub(crate) unsafe fn execute_rows(
     let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(data_ptr).collect();
     raw.outputs = out_ptrs.as_ptr();
     if partials.outs.is_empty() {
+        let n = offsets.len().saturating_sub(1);
+        let huge: Vec<usize> =
+            if partials.split { (0..n).filter(|&r| offsets[r + 1] - offsets[r] > SPLIT_EDGES).collect() } else { vec![] };
         let args = SharedArgs(raw);
         let args = &args;
         tiga_runtime::for_each_row_chunk(offsets, |rows| {
-            // SAFETY: the caller's contract; chunks write disjoint rows.
-            unsafe { entry(&args.0, (base + rows.start) as u64, (base + rows.end) as u64) };
+            // Whole rows, skipping the ones cut into segments below.
+            let mut s = rows.start;
+            for r in rows.clone() {
+                if huge.binary_search(&r).is_ok() {
+                    if s < r {
+                        // SAFETY: the caller's contract; chunks write disjoint rows.
+                        unsafe { entry(&args.0, (base + s) as u64, (base + r) as u64) };
+                    }
+                    s = r + 1;
+                }
+            }
+            if s < rows.end {
+                // SAFETY: as above.
+                unsafe { entry(&args.0, (base + s) as u64, (base + rows.end) as u64) };
+            }
         });
+        for &r in &huge {
+            // SAFETY: the caller's contract, for the row's edge segments.
+            unsafe { split_row(entry, raw, offsets[r], offsets[r + 1], base + r, shapes, dtype, outs)? };
+        }
         return Ok(());
     }
     let end = base + offsets.len().saturating_sub(1);
@@ -260,6 +312,69 @@ pub(crate) unsafe fn execute_rows(
             Ok(())
         })
         .collect::<Result<Vec<()>>>()?;
+    Ok(())
+}
+
+/// One huge row `i` of a [`splittable`] kernel, in segments of
+/// [`SPLIT_EDGES`] edges run in parallel: each sees a one-row CSR (its
+/// `offsets[i], offsets[i+1]` are the segment's bounds) and writes row `i`
+/// of private outputs; the segments' rows are then added in order.
+///
+/// # Safety
+/// As [`execute_rows`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn split_row(
+    entry: tiga_compiler::back::abi::EntryFn,
+    raw: RawArgs,
+    first: u64,
+    last: u64,
+    i: usize,
+    shapes: &[Vec<usize>],
+    dtype: DType,
+    outs: &mut [Tensor],
+) -> Result<()> {
+    use rayon::prelude::*;
+    let widths: Vec<usize> = shapes.iter().map(|s| s.iter().skip(1).product::<usize>()).collect();
+    let segs: Vec<(u64, u64)> = (first..last).step_by(SPLIT_EDGES as usize).map(|a| (a, (a + SPLIT_EDGES).min(last))).collect();
+    let shared = SharedArgs(raw);
+    let shared = &shared;
+    let parts: Vec<Result<Vec<Tensor>>> = segs
+        .par_iter()
+        .map(|&(a, b)| -> Result<Vec<Tensor>> {
+            let mut mine: Vec<Tensor> = widths
+                .iter()
+                .map(|&w| Tensor::zeros(dtype, vec![w.max(1)]).map_err(|e| Error::Call(e.to_string())))
+                .collect::<Result<_>>()?;
+            let bounds = [a, b];
+            // Row i of these arrays is element 0 of the segment's buffers.
+            let ptrs: Vec<*mut u8> = mine
+                .iter_mut()
+                .zip(&widths)
+                .map(|(t, &w)| data_ptr(t).wrapping_sub(i * w * dtype.size()))
+                .collect();
+            let mut args = shared.0;
+            args.offsets = bounds.as_ptr().wrapping_sub(i);
+            args.outputs = ptrs.as_ptr();
+            // SAFETY: the kernel reads offsets[i], offsets[i+1] (the bounds),
+            // edges a..b of the real CSR and row i of the real fields, and
+            // writes row i of the outputs (the private buffers).
+            unsafe { entry(&args, i as u64, i as u64 + 1) };
+            Ok(mine)
+        })
+        .collect();
+    for part in parts {
+        for ((t, out), &w) in part?.iter().zip(outs.iter_mut()).zip(&widths) {
+            match (out.data_mut(), t.data()) {
+                (tiga_runtime::DataMut::F32(o), Data::F32(p)) => {
+                    o[i * w..(i + 1) * w].iter_mut().zip(p).for_each(|(x, y)| *x += y)
+                }
+                (tiga_runtime::DataMut::F64(o), Data::F64(p)) => {
+                    o[i * w..(i + 1) * w].iter_mut().zip(p).for_each(|(x, y)| *x += y)
+                }
+                _ => {}
+            }
+        }
+    }
     Ok(())
 }
 
@@ -307,7 +422,7 @@ impl Kernel {
             fields: field_ptrs.as_ptr(),
             outputs: std::ptr::null(),
         };
-        let mut partials = ParamPartials::new(graph.num_dst(), &param_outs);
+        let mut partials = ParamPartials::new(graph.num_dst(), &param_outs).with_split(splittable(self.captured()));
         // SAFETY: the variant was compiled for this kernel, dtype, widths and
         // edge-order flag; `bind` checked every field's length against the
         // graph, and the graph's CSR was validated when built.

@@ -28,7 +28,7 @@ use tiga_compiler::ir::Role;
 use tiga_runtime::storage::{FieldRole, GfgFile};
 use tiga_runtime::{Data, Tensor, TensorView};
 
-use crate::call::{bind_extents, execute_rows, Inputs, Outputs, ParamPartials};
+use crate::call::{bind_extents, execute_rows, splittable, Inputs, Outputs, ParamPartials};
 use crate::{Error, Kernel, Result};
 
 /// How a paged call cuts the graph.
@@ -262,7 +262,7 @@ impl Kernel {
         let fh = File::open(&path).map_err(|e| Error::Call(format!("{pname}: {e}")))?;
         let param_outs: Vec<usize> = k.outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
         let reverse = side == Side::RowReversed;
-        let mut partials = ParamPartials::new(nd, &param_outs);
+        let mut partials = ParamPartials::new(nd, &param_outs).with_split(splittable(k));
         let mut run_page = |page: &PageBuf| -> Result<()> {
             // Absolute positions p in [first, first + len) land on the buffer.
             let raw = RawArgs {
