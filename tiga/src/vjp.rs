@@ -354,14 +354,25 @@ impl Kernel {
         for gp in &plan.adjoint.gradients {
             let i = k.field_by_name(gp.role, &gp.name).map(|f| f.0 as usize).unwrap_or(0);
             let shape = b.views.get(i).map(|v| v.shape().to_vec()).unwrap_or_default();
-            let mut acc = Tensor::zeros(dtype, shape).map_err(|e| Error::Call(e.to_string()))?;
+            // The first part is taken as it is (no copy); the others add in.
+            let mut acc: Option<Tensor> = None;
             for (s, name) in &gp.parts {
-                if let Some(t) = stage_outs.get(*s).and_then(|o| o.get(name)) {
-                    if t.len() == acc.len() {
-                        add_tensors(&mut acc, t);
+                let Some(slot) = stage_outs.get_mut(*s).and_then(|o| o.items.iter_mut().find(|(n, _)| n == name)) else {
+                    continue;
+                };
+                match &mut acc {
+                    None if slot.1.shape() == shape.as_slice() => {
+                        let empty = Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))?;
+                        acc = Some(std::mem::replace(&mut slot.1, empty));
                     }
+                    Some(a) if slot.1.len() == a.len() => add_tensors(a, &slot.1),
+                    _ => {}
                 }
             }
+            let acc = match acc {
+                Some(a) => a,
+                None => Tensor::zeros(dtype, shape).map_err(|e| Error::Call(e.to_string()))?,
+            };
             items.push((gp.role, gp.name.clone(), acc));
         }
         Ok(Gradients { items })

@@ -849,6 +849,36 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         stages.push(Stage { purpose: purpose.into(), graph: side, kernel: ak, bindings: ab });
     }
 
+    // ---- a sum without `node`: the aggregate's cotangent is the output's,
+    // so stages read the cotangent directly, and a stats stage left with
+    // nothing else to do is dropped.
+    if k.reducer.kind == ReducerKind::Sum && k.node.is_none() {
+        for st in stages.iter_mut().skip(1) {
+            for bnd in &mut st.bindings {
+                if let Binding::Stage { stage: 0, output } = bnd {
+                    if let Some(c) = output.strip_prefix("abar").and_then(|c| c.parse::<usize>().ok()) {
+                        if let Some(o) = k.outputs.get(c) {
+                            *bnd = Binding::Cotangent(o.name.clone());
+                        }
+                    }
+                }
+            }
+        }
+        let still_bound = stages.iter().skip(1).any(|st| st.bindings.iter().any(|b| matches!(b, Binding::Stage { stage: 0, .. })));
+        let stats_needed = still_bound || stages[0].kernel.outputs.iter().any(|o| o.name.starts_with("grad."));
+        if !stats_needed {
+            stages.remove(0);
+            for st in &mut stages {
+                for bnd in &mut st.bindings {
+                    if let Binding::Stage { stage, .. } = bnd {
+                        *stage -= 1;
+                    }
+                }
+            }
+            notes.push("sum without `node`: the output's cotangent is each message's; no row-statistics stage".into());
+        }
+    }
+
     // ---- gradients ------------------------------------------------------
     let mut gradients = Vec::new();
     for f in &k.fields {
