@@ -126,6 +126,7 @@ fn binding_short(plan: &AdjointPlan, field: &FieldDecl, b: &Binding) -> String {
             format!("{stage_name}:{output}")
         }
         Binding::EdgeRank => "edge rank within its forward row".to_string(),
+        Binding::InvDegree => "1 / max(degree, 1) of each forward row".to_string(),
     };
     format!("{}.{} <- {from}", field.role.name(), field.name)
 }

@@ -299,6 +299,21 @@ impl Kernel {
             }
         };
         let needs_ranks = plan.adjoint.stages.iter().any(|s| s.bindings.contains(&Binding::EdgeRank));
+        let needs_inv_deg = plan.adjoint.stages.iter().any(|s| s.bindings.contains(&Binding::InvDegree));
+        let inv_deg = if needs_inv_deg {
+            let offs: Vec<u64> = match target {
+                Target::Memory(graph) => graph.offsets().to_vec(),
+                Target::Paged(file, _) => file.offsets().map_err(|e| Error::Call(e.to_string()))?.to_vec(),
+            };
+            let inv = offs.windows(2).map(|w| 1.0 / ((w[1] - w[0]).max(1) as f64));
+            match dtype {
+                DType::F32 => Tensor::from_f32(vec![offs.len().saturating_sub(1)], inv.map(|x| x as f32).collect()),
+                DType::F64 => Tensor::from_f64(vec![offs.len().saturating_sub(1)], inv.collect()),
+            }
+            .map_err(|e| Error::Call(e.to_string()))?
+        } else {
+            Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))?
+        };
         let ranks = if needs_ranks {
             match target {
                 Target::Memory(graph) => ranks_tensor(graph, dtype)?,
@@ -328,6 +343,7 @@ impl Kernel {
                         Binding::Cotangent(name) => cot_view(name),
                         Binding::Stage { stage: s, output } => stage_outs.get(*s).and_then(|o| o.get(output)).map(|t| t.view()),
                         Binding::EdgeRank => Some(ranks.view()),
+                        Binding::InvDegree => Some(inv_deg.view()),
                     };
                     let view = view.ok_or_else(|| {
                         Error::Call(format!("internal: adjoint stage `{}` has no value for field `{}`", stage.kernel.name, fd.name))

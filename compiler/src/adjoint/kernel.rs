@@ -59,6 +59,8 @@ pub enum Binding {
     /// Each edge's position within its forward destination row, in the
     /// user's edge order.
     EdgeRank,
+    /// `1 / max(degree, 1)` of each forward destination row.
+    InvDegree,
 }
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -678,13 +680,24 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         };
         let mut fs = forward_fields(k, swap);
         let stat_role = swap(Role::Dst);
-        let stat_fields: Vec<usize> = stages[stats_stage]
-            .kernel
-            .outputs
-            .iter()
-            .filter(|o| o.role == Role::Dst && !o.name.starts_with("grad."))
-            .map(|o| fs.add(&o.name, stat_role, o.ty, DType::F32, Binding::Stage { stage: stats_stage, output: o.name.clone() }))
-            .collect();
+        // A mean without `node`: each message's cotangent is the output's
+        // cotangent over the row's degree, read directly (no stats stage).
+        let mean_direct = k.reducer.kind == ReducerKind::Mean && k.node.is_none();
+        let stat_fields: Vec<usize> = if mean_direct {
+            k.outputs
+                .iter()
+                .map(|o| fs.add(&format!("cot.{}", o.name), stat_role, o.ty, DType::F32, Binding::Cotangent(o.name.clone())))
+                .collect()
+        } else {
+            stages[stats_stage]
+                .kernel
+                .outputs
+                .iter()
+                .filter(|o| o.role == Role::Dst && !o.name.starts_with("grad."))
+                .map(|o| fs.add(&o.name, stat_role, o.ty, DType::F32, Binding::Stage { stage: stats_stage, output: o.name.clone() }))
+                .collect()
+        };
+        let inv_deg_f = mean_direct.then(|| fs.add("inv_degree", stat_role, Type::Scalar, DType::F32, Binding::InvDegree));
         let mut prefix_f = Vec::new();
         let mut suffix_f = Vec::new();
         if is_monoid {
@@ -736,6 +749,10 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         };
         // The message cotangent.
         let mbar: Vec<ValueId> = match k.reducer.kind {
+            ReducerKind::Mean if inv_deg_f.is_some() => {
+                let inv = b.field(inv_deg_f.unwrap_or(0), Type::Scalar);
+                (0..nm).map(|c| b.bin(BinOp::Mul, st[c], inv)).collect()
+            }
             ReducerKind::Sum | ReducerKind::Mean => st[..nm].to_vec(),
             ReducerKind::Max | ReducerKind::Min => (0..nm)
                 .map(|c| {
@@ -852,7 +869,7 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
     // ---- a sum without `node`: the aggregate's cotangent is the output's,
     // so stages read the cotangent directly, and a stats stage left with
     // nothing else to do is dropped.
-    if k.reducer.kind == ReducerKind::Sum && k.node.is_none() {
+    if matches!(k.reducer.kind, ReducerKind::Sum | ReducerKind::Mean) && k.node.is_none() {
         for st in stages.iter_mut().skip(1) {
             for bnd in &mut st.bindings {
                 if let Binding::Stage { stage: 0, output } = bnd {
@@ -875,7 +892,7 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
                     }
                 }
             }
-            notes.push("sum without `node`: the output's cotangent is each message's; no row-statistics stage".into());
+            notes.push("sum/mean without `node`: each message's cotangent is the output's (over the row's degree for mean), read directly; no row-statistics stage".into());
         }
     }
 
