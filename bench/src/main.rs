@@ -413,8 +413,12 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
             check_fwd,
             check_bwd,
             peer_case: Some("scaled"),
+            tigac: Some(tigac_timing(&g, &x, repeat)),
             ..Case::default()
         });
+        if let Some(Some(Ok((f, b)))) = run.report.cases.last().map(|c| c.tigac.clone()) {
+            eprintln!("[bench] stencil-csr: tigac run --timing: run {f:.2} ms, vjp {b:.2} ms (bench: {:.2} / {:.2} ms)", t.fwd_ms, t.bwd_ms);
+        }
     }
     if want_gen {
         eprintln!("[bench] stencil-generated: hand-written");
@@ -768,4 +772,53 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The same graph and kernel through `tigac run --timing` (the binary next to
+/// this one), so the CLI's kernel times can be compared with the bench's.
+fn tigac_timing(g: &Graph, x: &[f32], repeat: usize) -> Result<(f64, f64), String> {
+    use std::io::Write as _;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let tigac = exe.with_file_name("tigac");
+    if !tigac.exists() {
+        return Err(format!("{} not built (cargo build --release -p tigac)", tigac.display()));
+    }
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let edges = dir.path().join("edges.txt");
+    {
+        let f = std::fs::File::create(&edges).map_err(|e| e.to_string())?;
+        let mut w = std::io::BufWriter::new(f);
+        let (src, dst) = g.coo_in_user_order();
+        for (s, d) in src.iter().zip(&dst) {
+            writeln!(w, "{s} {d}").map_err(|e| e.to_string())?;
+        }
+        w.flush().map_err(|e| e.to_string())?;
+    }
+    let xp = dir.path().join("x.npy");
+    tiga::write_npy(&xp, &tiga::TensorView::from(x)).map_err(|e| e.to_string())?;
+    let kfile = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kernels/gnn.rs");
+    let out = std::process::Command::new(&tigac)
+        .arg("run")
+        .arg(&kfile)
+        .args(["--kernel", "Smoothing", "--graph"])
+        .arg(&edges)
+        .arg("--num-nodes")
+        .arg(g.num_dst().to_string())
+        .arg("--src")
+        .arg(format!("x={}", xp.display()))
+        .arg("--out")
+        .arg(dir.path().join("o.npy"))
+        .arg("--grads")
+        .arg(dir.path().join("grads"))
+        .args(["--repeat", &repeat.to_string(), "--timing"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("tigac failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let line = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(line.trim()).map_err(|e| format!("tigac --timing output: {e}"))?;
+    let f = v["run_ms_median"].as_f64().ok_or("no run_ms_median")?;
+    let b = v["vjp_ms_median"].as_f64().ok_or("no vjp_ms_median")?;
+    Ok((f, b))
 }

@@ -48,6 +48,9 @@ pub struct Case {
     pub hand_bwd_ms: Option<f64>,
     /// Why there is no hand-written backward, when there is none.
     pub hand_bwd_absent: Option<String>,
+    /// `tigac run --timing` on the same graph and kernel (run_ms_median,
+    /// vjp_ms_median), or why it did not run.
+    pub tigac: Option<Result<(f64, f64), String>>,
     pub check_fwd: Option<Check>,
     pub check_bwd: Option<Check>,
     /// The case's name in peers.py, if it has one.
@@ -181,6 +184,14 @@ impl Report {
                     "peer_case": c.peer_case,
                     "peers": if c.peer_case.is_some() { Value::Object(peers) } else { json!({"missing": "peers.py has no such case"}) },
                 });
+                match &c.tigac {
+                    Some(Ok((f, b))) => {
+                        o["tigac_run_ms_median"] = json!(f);
+                        o["tigac_vjp_ms_median"] = json!(b);
+                    }
+                    Some(Err(why)) => o["tigac_missing"] = json!(why),
+                    None => {}
+                }
                 if let Some(why) = &c.hand_bwd_absent {
                     o["hand_bwd_absent"] = json!(why);
                 }
