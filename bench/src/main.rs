@@ -419,6 +419,33 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
         if let Some(Some(Ok((f, b)))) = run.report.cases.last().map(|c| c.tigac.clone()) {
             eprintln!("[bench] stencil-csr: tigac run --timing: run {f:.2} ms, vjp {b:.2} ms (bench: {:.2} / {:.2} ms)", t.fwd_ms, t.bwd_ms);
         }
+        // The macro (rustc/LLVM) back end on the same stencil.
+        if let Some(mk) = macro_kernel("Smoothing").filter(|m| m.aot_variant(DType::F32, &[]).is_some()) {
+            eprintln!("[bench] stencil-csr: tiga rust-aot");
+            let a = run_tiga(mk, &g, &ins, "x", &[], repeat)?;
+            let check_aot = run.checked("stencil-csr forward (rust-aot vs cranelift)", &a.out, &t.out);
+            let (model_bytes, model) = model::stencil_csr(n, e);
+            run.report.cases.push(Case {
+                case: "stencil-csr".into(),
+                backend: "rust-aot",
+                f: 1,
+                nodes: n,
+                edges: e,
+                fwd_ms: Some(a.fwd_ms),
+                bwd_ms: Some(a.bwd_ms),
+                fwd_first_ms: Some(a.fwd_first),
+                bwd_first_ms: Some(a.bwd_first),
+                model_bytes,
+                model,
+                compile_ms: Some(0.0),
+                bwd_compile_ms: Some(a.bwd_compile_ms),
+                hand_fwd_ms: Some(hf),
+                hand_bwd_ms: Some(hb),
+                check_fwd: check_aot,
+                peer_case: Some("scaled"),
+                ..Case::default()
+            });
+        }
     }
     if want_gen {
         eprintln!("[bench] stencil-generated: hand-written");
