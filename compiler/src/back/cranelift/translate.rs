@@ -69,6 +69,20 @@ fn flags() -> MemFlagsData {
     MemFlagsData::trusted()
 }
 
+/// A loop's end: a value, or a constant (a feature width).
+#[derive(Clone, Copy)]
+enum Bound {
+    Value(Value),
+    Imm(i64),
+}
+
+/// An open header-style loop (see `Translator::open_loop`).
+struct OpenLoop {
+    header: ir::Block,
+    exit: ir::Block,
+    counter: Value,
+}
+
 /// The values of the current row and edge, where they exist.
 #[derive(Clone, Copy, Default)]
 struct Cursor {
@@ -197,79 +211,32 @@ impl<'a> Translator<'a> {
         self.promote_scratch()?;
 
         // for i in row_begin..row_end
-        let row_hdr = self.b.create_block();
-        let row_body = self.b.create_block();
-        let row_exit = self.b.create_block();
-        let i = self.b.append_block_param(row_hdr, types::I64);
-        self.b.ins().jump(row_hdr, &[BlockArg::Value(row_begin)]);
-        self.b.switch_to_block(row_hdr);
-        let more = self.b.ins().icmp(IntCC::UnsignedLessThan, i, row_end);
-        self.b.ins().brif(more, row_body, &[], row_exit, &[]);
-        self.b.seal_block(row_body);
-        self.b.seal_block(row_exit);
-
-        self.b.switch_to_block(row_body);
+        let row = self.open_loop(row_begin, Bound::Value(row_end));
+        let i = row.counter;
         let k = self.k;
         if let Some(st) = &self.key.stencil {
             self.cur = Cursor { row: Some(i), deg: None, src: None, edge: None, rank: None };
             self.stmts(&k.init)?;
             self.generated_neighbours(st, i)?;
         } else {
-        let off_addr = self.b.ins().ishl_imm_u(i, 3);
-        let off_addr = self.b.ins().iadd(offsets, off_addr);
-        let first = self.b.ins().load(types::I64, flags(), off_addr, 0);
-        let end = self.b.ins().load(types::I64, flags(), off_addr, 8);
-        let deg = self.b.ins().isub(end, first);
-        self.cur = Cursor { row: Some(i), deg: Some(deg), src: None, edge: None, rank: None };
-        self.stmts(&k.init)?;
-
-        // for p in off[i]..off[i+1] (skipped when the body is empty: a
-        // kernel whose rows need no edges, like an adjoint's row stage)
-        if !k.body.is_empty() {
-            // for p in off[i]..off[i+1]
-            let edge_hdr = self.b.create_block();
-            let edge_body = self.b.create_block();
-            let edge_exit = self.b.create_block();
-            let p = self.b.append_block_param(edge_hdr, types::I64);
-            self.b.ins().jump(edge_hdr, &[BlockArg::Value(first)]);
-            self.b.switch_to_block(edge_hdr);
-            let more = self.b.ins().icmp(IntCC::UnsignedLessThan, p, end);
-            self.b.ins().brif(more, edge_body, &[], edge_exit, &[]);
-            self.b.seal_block(edge_body);
-            self.b.seal_block(edge_exit);
-
-            self.b.switch_to_block(edge_body);
-            if let Some(cols) = cols {
-                let a = self.b.ins().ishl_imm_u(p, 2);
-                let a = self.b.ins().iadd(cols, a);
-                let j = self.b.ins().uload32(flags(), a, 0);
-                self.cur.src = Some(j);
+            let off_addr = self.b.ins().ishl_imm_u(i, 3);
+            let off_addr = self.b.ins().iadd(offsets, off_addr);
+            let first = self.b.ins().load(types::I64, flags(), off_addr, 0);
+            let end = self.b.ins().load(types::I64, flags(), off_addr, 8);
+            let deg = self.b.ins().isub(end, first);
+            self.cur = Cursor { row: Some(i), deg: Some(deg), src: None, edge: None, rank: None };
+            self.stmts(&k.init)?;
+            // The edge loop is skipped when the body is empty (a kernel whose
+            // rows need no edges, like an adjoint's row stage).
+            if !k.body.is_empty() {
+                self.csr_edges(first, end, cols, edge_ids)?;
             }
-            self.cur.edge = Some(match edge_ids {
-                Some(ids) => {
-                    let a = self.b.ins().ishl_imm_u(p, 3);
-                    let a = self.b.ins().iadd(ids, a);
-                    self.b.ins().load(types::I64, flags(), a, 0)
-                }
-                None => p,
-            });
-            self.cur.rank = Some((p, first));
-            self.stmts(&k.body)?;
-            let p1 = self.b.ins().iadd_imm_s(p, 1);
-            self.b.ins().jump(edge_hdr, &[BlockArg::Value(p1)]);
-            self.b.seal_block(edge_hdr);
-            self.b.switch_to_block(edge_exit);
-        }
         }
         self.cur.src = None;
         self.cur.edge = None;
         self.cur.rank = None;
         self.stmts(&k.finish)?;
-        let i1 = self.b.ins().iadd_imm_s(i, 1);
-        self.b.ins().jump(row_hdr, &[BlockArg::Value(i1)]);
-        self.b.seal_block(row_hdr);
-
-        self.b.switch_to_block(row_exit);
+        self.close_loop(row, 1);
         self.b.ins().return_(&[]);
         self.b.finalize(config);
         Ok(())
@@ -324,27 +291,12 @@ impl<'a> Translator<'a> {
             self.lanes[l] = prev;
             return Ok(());
         }
-        let hdr = self.b.create_block();
-        let inner = self.b.create_block();
-        let exit = self.b.create_block();
-        let k = self.b.append_block_param(hdr, types::I64);
         let zero = self.b.ins().iconst(types::I64, 0);
-        self.b.ins().jump(hdr, &[BlockArg::Value(zero)]);
-        self.b.switch_to_block(hdr);
-        let more = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, k, n);
-        self.b.ins().brif(more, inner, &[], exit, &[]);
-        self.b.seal_block(inner);
-        self.b.seal_block(exit);
-
-        self.b.switch_to_block(inner);
-        let prev = self.lanes[l].replace(k);
+        let lp = self.open_loop(zero, Bound::Imm(n));
+        let prev = self.lanes[l].replace(lp.counter);
         self.stmts(body)?;
         self.lanes[l] = prev;
-        let k1 = self.b.ins().iadd_imm_s(k, 1);
-        self.b.ins().jump(hdr, &[BlockArg::Value(k1)]);
-        self.b.seal_block(hdr);
-
-        self.b.switch_to_block(exit);
+        self.close_loop(lp, 1);
         Ok(())
     }
 
@@ -588,25 +540,14 @@ impl<'a> Translator<'a> {
         let chunks: Vec<Option<usize>> = if touches_promoted { (0..(n / vl) as usize).map(Some).collect() } else { vec![None] };
         let mut loop_blocks = None;
         if !touches_promoted {
-            let hdr = self.b.create_block();
-            let inner = self.b.create_block();
-            let exit = self.b.create_block();
-            let k = self.b.append_block_param(hdr, types::I64);
             let zero = self.b.ins().iconst(types::I64, 0);
-            self.b.ins().jump(hdr, &[BlockArg::Value(zero)]);
-            self.b.switch_to_block(hdr);
-            let more = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, k, n);
-            self.b.ins().brif(more, inner, &[], exit, &[]);
-            self.b.seal_block(inner);
-            self.b.seal_block(exit);
-            self.b.switch_to_block(inner);
-            loop_blocks = Some((hdr, exit, k));
+            loop_blocks = Some(self.open_loop(zero, Bound::Imm(n)));
         }
         let prev = self.lanes[l];
         for chunk in chunks {
-            let k = match (chunk, loop_blocks) {
+            let k = match (chunk, &loop_blocks) {
                 (Some(c), _) => self.b.ins().iconst(types::I64, c as i64 * vl),
-                (None, Some((_, _, k))) => k,
+                (None, Some(lp)) => lp.counter,
                 (None, None) => return Err("internal: no loop counter".into()),
             };
             self.lanes[l] = Some(k);
@@ -656,11 +597,8 @@ impl<'a> Translator<'a> {
         }
         }
         self.lanes[l] = prev;
-        if let Some((hdr, exit, k)) = loop_blocks {
-            let k1 = self.b.ins().iadd_imm_s(k, vl);
-            self.b.ins().jump(hdr, &[BlockArg::Value(k1)]);
-            self.b.seal_block(hdr);
-            self.b.switch_to_block(exit);
+        if let Some(lp) = loop_blocks {
+            self.close_loop(lp, vl);
         }
         // acc += the partial sums, lane by lane.
         for (acc, pv) in partial {
@@ -991,6 +929,63 @@ impl<'a> Translator<'a> {
             DType::F32 => self.b.ins().f32const(c as f32),
             DType::F64 => self.b.ins().f64const(c),
         }
+    }
+
+    /// Open `for counter in start..end` as a header-style loop (the shape
+    /// that lets Cranelift fold loads into arithmetic and keep accumulators
+    /// in registers): jump to a header taking the counter as a block
+    /// parameter, branch to the body or the exit, and leave the builder in
+    /// the body.
+    fn open_loop(&mut self, start: Value, end: Bound) -> OpenLoop {
+        let header = self.b.create_block();
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        let counter = self.b.append_block_param(header, types::I64);
+        self.b.ins().jump(header, &[BlockArg::Value(start)]);
+        self.b.switch_to_block(header);
+        let more = match end {
+            Bound::Value(v) => self.b.ins().icmp(IntCC::UnsignedLessThan, counter, v),
+            Bound::Imm(n) => self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, counter, n),
+        };
+        self.b.ins().brif(more, body, &[], exit, &[]);
+        self.b.seal_block(body);
+        self.b.seal_block(exit);
+        self.b.switch_to_block(body);
+        OpenLoop { header, exit, counter }
+    }
+
+    /// Step the counter, jump back to the header and continue after the loop.
+    fn close_loop(&mut self, l: OpenLoop, step: i64) {
+        let next = self.b.ins().iadd_imm_s(l.counter, step);
+        self.b.ins().jump(l.header, &[BlockArg::Value(next)]);
+        self.b.seal_block(l.header);
+        self.b.switch_to_block(l.exit);
+    }
+
+    /// The CSR edge loop of one row: `for p in first..end`, with `j` and
+    /// `e` loaded for the body.
+    fn csr_edges(&mut self, first: Value, end: Value, cols: Option<Value>, edge_ids: Option<Value>) -> TResult<()> {
+        let k = self.k;
+        let edge = self.open_loop(first, Bound::Value(end));
+        let p = edge.counter;
+        if let Some(cols) = cols {
+            let a = self.b.ins().ishl_imm_u(p, 2);
+            let a = self.b.ins().iadd(cols, a);
+            let j = self.b.ins().uload32(flags(), a, 0);
+            self.cur.src = Some(j);
+        }
+        self.cur.edge = Some(match edge_ids {
+            Some(ids) => {
+                let a = self.b.ins().ishl_imm_u(p, 3);
+                let a = self.b.ins().iadd(ids, a);
+                self.b.ins().load(types::I64, flags(), a, 0)
+            }
+            None => p,
+        });
+        self.cur.rank = Some((p, first));
+        self.stmts(&k.body)?;
+        self.close_loop(edge, 1);
+        Ok(())
     }
 
     /// The edge loop of the generated-stencil realization: each neighbour
