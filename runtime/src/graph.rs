@@ -93,7 +93,6 @@ pub struct Graph {
 struct Derived {
     transposed: OnceLock<Arc<Graph>>,
     row_reversed: OnceLock<Arc<Graph>>,
-    ranks: OnceLock<Arc<Vec<u32>>>,
 }
 
 /// Equality is of the graph itself, not of what has been derived from it.
@@ -401,25 +400,6 @@ impl Graph {
                     edge_ids: if identity { None } else { Some(ids) },
                     derived: Derived::default(),
                 })
-            })
-            .clone()
-    }
-
-    /// Each edge's position within its destination row (CSR order), indexed
-    /// by the edge's user index. Built on first use and kept.
-    pub fn edge_ranks(&self) -> Arc<Vec<u32>> {
-        self.derived
-            .ranks
-            .get_or_init(|| {
-                let mut ranks = vec![0u32; self.num_edges()];
-                for i in 0..self.num_dst {
-                    let r = self.row(i);
-                    let start = r.start;
-                    for p in r {
-                        ranks[self.edge_id(p) as usize] = (p - start) as u32;
-                    }
-                }
-                Arc::new(ranks)
             })
             .clone()
     }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use tiga_compiler::back::abi::Stencil2d;
-use tiga_compiler::back::cranelift::RawArgs;
+use tiga_compiler::back::cranelift::{RawArgs, VariantKey};
 use tiga_compiler::bind::{bind_shapes, output_shapes, Extents};
 use tiga_compiler::interp::{interpret_in_order, Array};
 use tiga_compiler::ir::{self, Role};
@@ -82,6 +82,24 @@ pub(crate) struct Bound<'b, 'a> {
     pub dtype: DType,
     pub widths: Vec<usize>,
     pub extents: Extents,
+}
+
+impl Bound<'_, '_> {
+    /// The fields' base pointers, in declaration order (`RawArgs::fields`).
+    pub(crate) fn field_ptrs(&self) -> Vec<*const u8> {
+        self.views
+            .iter()
+            .map(|v| match v.data() {
+                Data::F32(s) => s.as_ptr() as *const u8,
+                Data::F64(s) => s.as_ptr() as *const u8,
+            })
+            .collect()
+    }
+}
+
+/// Zeroed output arrays (compiled kernels may skip writing zeros).
+pub(crate) fn zeroed_outputs(dtype: DType, shapes: &[Vec<usize>]) -> Result<Vec<Tensor>> {
+    shapes.iter().map(|s| Tensor::zeros(dtype, s.clone()).map_err(|e| Error::Call(e.to_string()))).collect()
 }
 
 fn describe_missing(k: &ir::Kernel, i: usize, e: &Extents) -> String {
@@ -402,18 +420,8 @@ impl Kernel {
             }
         };
         let shapes = output_shapes(self.captured(), &b.extents, &b.widths);
-        let mut outs: Vec<Tensor> = shapes
-            .iter()
-            .map(|s| Tensor::zeros(b.dtype, s.clone()).map_err(|e| Error::Call(e.to_string())))
-            .collect::<Result<_>>()?;
-        let field_ptrs: Vec<*const u8> = b
-            .views
-            .iter()
-            .map(|v| match v.data() {
-                Data::F32(s) => s.as_ptr() as *const u8,
-                Data::F64(s) => s.as_ptr() as *const u8,
-            })
-            .collect();
+        let mut outs = zeroed_outputs(b.dtype, &shapes)?;
+        let field_ptrs = b.field_ptrs();
         let param_outs: Vec<usize> = self.captured().outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
         let raw = RawArgs {
             offsets: graph.offsets().as_ptr(),
@@ -491,30 +499,14 @@ impl Kernel {
         let n = (st.rows as usize).checked_mul(st.cols as usize).ok_or_else(|| Error::Call("stencil too large".into()))?;
         let extents = Extents { num_src: n, num_dst: n, num_edges: stencil_edges(st) };
         let b = bind_extents(k, extents, inputs)?;
-        let key = tiga_compiler::back::cranelift::VariantKey {
-            kernel: format!("{}#{}", self.name(), self.hash),
-            dtype: ir_dtype(b.dtype),
-            widths: b.widths.clone(),
-            edge_ids: false,
-            stencil: Some(st.clone()),
-        };
+        let key = VariantKey { stencil: Some(st.clone()), ..self.variant_key(ir_dtype(b.dtype), b.widths.clone(), false) };
         let (variant, _) = crate::jit().variant(self.loop_kernel(), &key)?;
         let shapes = output_shapes(k, &b.extents, &b.widths);
-        let mut outs: Vec<Tensor> = shapes
-            .iter()
-            .map(|s| Tensor::zeros(b.dtype, s.clone()).map_err(|e| Error::Call(e.to_string())))
-            .collect::<Result<_>>()?;
+        let mut outs = zeroed_outputs(b.dtype, &shapes)?;
         if !k.outputs_of(Role::Param).is_empty() {
             return Err(Error::Call("parameter outputs are not supported on generated stencils yet".into()));
         }
-        let field_ptrs: Vec<*const u8> = b
-            .views
-            .iter()
-            .map(|v| match v.data() {
-                Data::F32(s) => s.as_ptr() as *const u8,
-                Data::F64(s) => s.as_ptr() as *const u8,
-            })
-            .collect();
+        let field_ptrs = b.field_ptrs();
         let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(data_ptr).collect();
         let args = SharedArgs(RawArgs {
             offsets: std::ptr::null(),

@@ -239,7 +239,7 @@ impl Kernel {
         self.compiled.captured.outputs.iter().map(|o| o.name.as_str()).collect()
     }
 
-    fn variant_key(&self, dtype: ir::DType, widths: Vec<usize>, edge_ids: bool) -> VariantKey {
+    pub(crate) fn variant_key(&self, dtype: ir::DType, widths: Vec<usize>, edge_ids: bool) -> VariantKey {
         VariantKey { kernel: format!("{}#{}", self.name(), self.hash), dtype, widths, edge_ids, stencil: None }
     }
 

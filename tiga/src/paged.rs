@@ -25,10 +25,9 @@ use tiga_compiler::back::abi::EntryFn;
 use tiga_compiler::back::cranelift::RawArgs;
 use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
-use tiga_runtime::storage::{FieldRole, GfgFile};
-use tiga_runtime::{Data, Tensor, TensorView};
+use tiga_runtime::storage::{FieldHandle, FieldRole, GfgFile};
 
-use crate::call::{bind_extents, execute_rows, splittable, Inputs, Outputs, ParamPartials};
+use crate::call::{bind_extents, execute_rows, splittable, zeroed_outputs, Inputs, Outputs, ParamPartials};
 use crate::{Error, Kernel, Result};
 
 /// How a paged call cuts the graph.
@@ -168,6 +167,33 @@ fn read_page(
     Ok(PageBuf { rows, first, offsets, cols, edge_ids })
 }
 
+/// The file's own fields for the kernel's fields not in `inputs` (mapped
+/// lazily when viewed).
+pub(crate) fn file_fields(k: &tiga_compiler::ir::Kernel, file: &GfgFile, inputs: &Inputs<'_>) -> Vec<(Role, String, FieldHandle)> {
+    k.fields
+        .iter()
+        .filter(|f| !inputs.has(f.role, &f.name))
+        .filter_map(|f| {
+            let role = match f.role {
+                Role::Src => FieldRole::Src,
+                Role::Dst => FieldRole::Dst,
+                Role::Edge => FieldRole::Edge,
+                Role::Param => return None,
+            };
+            file.field(role, &f.name).ok().map(|h| (f.role, f.name.clone(), h))
+        })
+        .collect()
+}
+
+/// `inputs` plus the views of these file fields.
+pub(crate) fn with_file_fields<'a>(inputs: &Inputs<'a>, handles: &'a [(Role, String, FieldHandle)]) -> Result<Inputs<'a>> {
+    let mut all = inputs.clone();
+    for (r, n, h) in handles {
+        all = all.with_role(*r, n, h.view().map_err(|e| Error::Call(e.to_string()))?);
+    }
+    Ok(all)
+}
+
 impl Kernel {
     /// Run over a graph on disk, in pages. Fields come from `inputs`, or,
     /// when absent there, from the file's own fields of the same role and
@@ -181,29 +207,10 @@ impl Kernel {
         let path = file.path().to_path_buf();
         let pname = path.display().to_string();
         let gfg_err = |e: tiga_runtime::storage::GfgError| Error::Call(e.to_string());
-        let mut handles: Vec<(Role, String, tiga_runtime::storage::FieldHandle)> = Vec::new();
-        for f in &k.fields {
-            if inputs.has(f.role, &f.name) || side != Side::Forward {
-                continue;
-            }
-            let role = match f.role {
-                Role::Src => FieldRole::Src,
-                Role::Dst => FieldRole::Dst,
-                Role::Edge => FieldRole::Edge,
-                Role::Param => continue,
-            };
-            if let Ok(h) = file.field(role, &f.name) {
-                handles.push((f.role, f.name.clone(), h));
-            }
-        }
-        let mut from_file: Vec<(Role, String, TensorView<'_>)> = Vec::new();
-        for (r, n, h) in &handles {
-            from_file.push((*r, n.clone(), h.view().map_err(gfg_err)?));
-        }
-        let mut all = inputs.clone();
-        for (r, n, v) in from_file {
-            all = all.with_role(r, &n, v);
-        }
+        // Fields not given are the file's own (a forward run's; adjoint
+        // stages get theirs from the VJP).
+        let handles = if side == Side::Forward { file_fields(k, file, inputs) } else { Vec::new() };
+        let all = with_file_fields(inputs, &handles)?;
         let (ns, nd) = match side {
             Side::Transposed => (file.num_dst(), file.num_src()),
             _ => (file.num_src(), file.num_dst()),
@@ -234,18 +241,8 @@ impl Kernel {
             }
         }
         let shapes = output_shapes(k, &b.extents, &b.widths);
-        let mut outs: Vec<Tensor> = shapes
-            .iter()
-            .map(|s| Tensor::zeros(b.dtype, s.clone()).map_err(|e| Error::Call(e.to_string())))
-            .collect::<Result<_>>()?;
-        let field_ptrs: Vec<*const u8> = b
-            .views
-            .iter()
-            .map(|v| match v.data() {
-                Data::F32(s) => s.as_ptr() as *const u8,
-                Data::F64(s) => s.as_ptr() as *const u8,
-            })
-            .collect();
+        let mut outs = zeroed_outputs(b.dtype, &shapes)?;
+        let field_ptrs = b.field_ptrs();
         // Plan pages. By rows, only the row count is needed; by bytes, the
         // mapped offsets are scanned once (no copy).
         let plan = if opts.page_bytes.is_some() {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use tiga_compiler::adjoint::kernel::{generate_adjoint, Adjoint, Binding, GraphUse};
-use tiga_compiler::bind::{bind_shapes, output_shapes, Extents};
+use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
 use tiga_runtime::{DType, Data, Graph, Tensor, TensorView};
 
@@ -58,21 +58,6 @@ fn ones_like(dtype: DType, shape: &[usize]) -> Result<Tensor> {
     .map_err(|e| Error::Call(e.to_string()))
 }
 
-fn ranks_tensor(g: &Graph, dtype: DType) -> Result<Tensor> {
-    let r = g.edge_ranks();
-    let n = r.len();
-    if dtype == DType::F32 && g.offsets().windows(2).any(|w| w[1] - w[0] > (1 << 24)) {
-        return Err(Error::Call(
-            "a row has more than 2^24 edges: the f32 backward of max/min cannot name its winning edge exactly; run in f64".into(),
-        ));
-    }
-    match dtype {
-        DType::F32 => Tensor::from_f32(vec![n], r.iter().map(|&x| x as f32).collect()),
-        DType::F64 => Tensor::from_f64(vec![n], r.iter().map(|&x| f64::from(x)).collect()),
-    }
-    .map_err(|e| Error::Call(e.to_string()))
-}
-
 /// Where a VJP runs: a graph in memory, or a `.gfg` file read in pages.
 #[derive(Clone, Copy)]
 enum Target<'a> {
@@ -80,17 +65,28 @@ enum Target<'a> {
     Paged(&'a GfgFile, &'a PageOptions),
 }
 
-/// Edge ranks (position within the forward row, by user edge id) from a
-/// file's offsets and edge ids.
-fn file_ranks(file: &GfgFile, dtype: DType) -> Result<Tensor> {
-    let e = |x: tiga_runtime::storage::GfgError| Error::Call(x.to_string());
-    let offsets = file.offsets().map_err(e)?;
-    let ids = file.edge_ids().map_err(e)?;
-    let mut ranks = vec![0f64; file.num_edges()];
-    for i in 0..offsets.len().saturating_sub(1) {
-        let (s, t) = (offsets[i] as usize, offsets[i + 1] as usize);
+impl Target<'_> {
+    /// The forward CSR's row offsets and edge ids (in place: mapped for a
+    /// file).
+    fn csr(&self) -> Result<(&[u64], Option<&[u64]>)> {
+        let e = |x: tiga_runtime::storage::GfgError| Error::Call(x.to_string());
+        Ok(match self {
+            Target::Memory(g) => (g.offsets(), g.edge_ids()),
+            Target::Paged(f, _) => (f.offsets().map_err(e)?, f.edge_ids().map_err(e)?),
+        })
+    }
+}
+
+/// Each edge's position within its forward destination row, indexed by the
+/// edge's user index, in the call's dtype.
+fn ranks_tensor(offsets: &[u64], ids: Option<&[u64]>, num_edges: usize, dtype: DType) -> Result<Tensor> {
+    let mut ranks = vec![0f64; num_edges];
+    for w in offsets.windows(2) {
+        let (s, t) = (w[0] as usize, w[1] as usize);
         if dtype == DType::F32 && t - s > (1 << 24) {
-            return Err(Error::Call("a row has more than 2^24 edges: run the max/min backward in f64".into()));
+            return Err(Error::Call(
+                "a row has more than 2^24 edges: the f32 backward of max/min cannot name its winning edge exactly; run in f64".into(),
+            ));
         }
         for p in s..t {
             let id = ids.map(|v| v[p] as usize).unwrap_or(p);
@@ -99,10 +95,9 @@ fn file_ranks(file: &GfgFile, dtype: DType) -> Result<Tensor> {
             }
         }
     }
-    let n = ranks.len();
     match dtype {
-        DType::F32 => Tensor::from_f32(vec![n], ranks.iter().map(|&x| x as f32).collect()),
-        DType::F64 => Tensor::from_f64(vec![n], ranks),
+        DType::F32 => Tensor::from_f32(vec![num_edges], ranks.iter().map(|&x| x as f32).collect()),
+        DType::F64 => Tensor::from_f64(vec![num_edges], ranks),
     }
     .map_err(|er| Error::Call(er.to_string()))
 }
@@ -220,26 +215,11 @@ impl Kernel {
             Target::Paged(f, _) => Extents { num_src: f.num_src(), num_dst: f.num_dst(), num_edges: f.num_edges() },
         };
         // Over a file, fields not given are the file's own (mapped lazily).
-        let mut handles: Vec<(Role, String, tiga_runtime::storage::FieldHandle)> = Vec::new();
-        if let Target::Paged(file, _) = target {
-            for f in &k.fields {
-                let role = match f.role {
-                    Role::Src => tiga_runtime::storage::FieldRole::Src,
-                    Role::Dst => tiga_runtime::storage::FieldRole::Dst,
-                    Role::Edge => tiga_runtime::storage::FieldRole::Edge,
-                    Role::Param => continue,
-                };
-                if !inputs.has(f.role, &f.name) {
-                    if let Ok(h) = file.field(role, &f.name) {
-                        handles.push((f.role, f.name.clone(), h));
-                    }
-                }
-            }
-        }
-        let mut with_file = inputs.clone();
-        for (r, n, h) in &handles {
-            with_file = with_file.with_role(*r, n, h.view().map_err(|e| Error::Call(e.to_string()))?);
-        }
+        let handles = match target {
+            Target::Paged(file, _) => crate::paged::file_fields(k, file, inputs),
+            Target::Memory(_) => Vec::new(),
+        };
+        let with_file = crate::paged::with_file_fields(inputs, &handles)?;
         let inputs = &with_file;
         let b = crate::call::bind_extents(k, extents, inputs)?;
         // Cotangents: one per output, shaped like it, in the call's dtype.
@@ -273,7 +253,6 @@ impl Kernel {
                 Some(_) => {}
             }
         }
-        let _ = bind_shapes;
         let plan = self.adjoint_plan()?;
         let dtype = if reference { DType::F64 } else { b.dtype };
         // In reference mode every array travels as f64.
@@ -301,10 +280,7 @@ impl Kernel {
         let needs_ranks = plan.adjoint.stages.iter().any(|s| s.bindings.contains(&Binding::EdgeRank));
         let needs_inv_deg = plan.adjoint.stages.iter().any(|s| s.bindings.contains(&Binding::InvDegree));
         let inv_deg = if needs_inv_deg {
-            let offs: Vec<u64> = match target {
-                Target::Memory(graph) => graph.offsets().to_vec(),
-                Target::Paged(file, _) => file.offsets().map_err(|e| Error::Call(e.to_string()))?.to_vec(),
-            };
+            let (offs, _) = target.csr()?;
             let inv = offs.windows(2).map(|w| 1.0 / ((w[1] - w[0]).max(1) as f64));
             match dtype {
                 DType::F32 => Tensor::from_f32(vec![offs.len().saturating_sub(1)], inv.map(|x| x as f32).collect()),
@@ -315,10 +291,8 @@ impl Kernel {
             Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))?
         };
         let ranks = if needs_ranks {
-            match target {
-                Target::Memory(graph) => ranks_tensor(graph, dtype)?,
-                Target::Paged(file, _) => file_ranks(file, dtype)?,
-            }
+            let (offsets, ids) = target.csr()?;
+            ranks_tensor(offsets, ids, extents.num_edges, dtype)?
         } else { Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))? };
         let mut stage_outs: Vec<Outputs> = Vec::with_capacity(plan.stages.len());
         for (si, stage) in plan.adjoint.stages.iter().enumerate() {

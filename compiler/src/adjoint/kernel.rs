@@ -824,10 +824,9 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         // The edge function's adjoint, seeded with the message cotangent.
         let mut seeds: Vec<Option<ValueId>> = mbar.iter().map(|x| Some(*x)).collect();
         seeds.resize(k.edge.outputs.len(), None);
-        let v = vjp_region(&k.edge, &mut edge, |op| match op {
-            Op::Field(f) => None.or(Some(*f)).and(None),
-            _ => None,
-        }, &seeds)?;
+        // Field ids are the forward's (its fields come first), so the edge
+        // region is copied as it is.
+        let v = vjp_region(&k.edge, &mut edge, |_| None, &seeds)?;
         let leaf = |f: usize| v.leaves.iter().find(|(o, _)| *o == Op::Field(FieldId(f as u32))).map(|(_, x)| *x);
         let mut b = B { r: &mut edge, sp };
         let mut outs = Vec::new();

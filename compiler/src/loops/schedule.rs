@@ -219,10 +219,10 @@ fn schedule_region(
     let num_state = if sink == SinkKind::Finish { 0 } else { slots.len() };
     for (o, &v) in r.outputs.iter().enumerate() {
         let i = v.0 as usize;
-        let (slot_vec, accumulate): (Option<(WidthId, SinkTarget)>, bool) = if o < num_state {
+        let slot_vec: Option<(WidthId, SinkTarget)> = if o < num_state {
             match slots.get(o) {
-                Some(Slot::Vector(buf, w)) => (Some((*w, SinkTarget::Scratch(*buf))), false),
-                _ => (None, false),
+                Some(Slot::Vector(buf, w)) => Some((*w, SinkTarget::Scratch(*buf))),
+                _ => None,
             }
         } else {
             let Some(&out) = extra_targets.get(o - num_state) else {
@@ -239,14 +239,13 @@ fn schedule_region(
                     matrix_sinks.push((i, out as u32));
                     continue;
                 }
-                Type::Vector(w) => (Some((w, SinkTarget::Output(out as u32, acc))), acc),
+                Type::Vector(w) => Some((w, SinkTarget::Output(out as u32, acc))),
                 _ => {
                     scalar_outputs.push((i, out as u32, acc));
                     continue;
                 }
             }
         };
-        let _ = accumulate;
         match slot_vec {
             None => {
                 if let Some(s) = slots.get(o) {

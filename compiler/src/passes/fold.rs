@@ -55,9 +55,6 @@ fn fold_region(reg: &mut Region) -> usize {
                 folded += 1;
             }
         }
-        if new_b.is_some() && !matches!(reg.nodes[i].op, Op::Const(_)) {
-            // Booleans stay as comparisons of constants; their value is known.
-        }
         match forward {
             Some(p) => {
                 folded += 1;

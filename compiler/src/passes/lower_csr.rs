@@ -16,12 +16,7 @@
 
 use super::{PassError, Remarks};
 use crate::ir::print::TypeIn;
-use crate::ir::{BinOp, CmpOp, Kernel, Op, ReducerKind, Region, Role, Segment, Span, Type, UnOp, ValueId};
-
-fn konst(r: &mut Region, c: f64, sp: Span) -> ValueId {
-    // A scalar constant: the scheduler broadcasts it into vector state.
-    r.push(Op::Const(c), Type::Scalar, sp)
-}
+use crate::ir::{BinOp, CmpOp, Kernel, Op, ReducerKind, Region, Role, Segment, Type, UnOp, ValueId};
 
 /// Build the segment for a builtin reducer, componentwise over the message.
 fn builtin_segment(k: &Kernel, kind: ReducerKind) -> Segment {
@@ -38,9 +33,9 @@ fn builtin_segment(k: &Kernel, kind: ReducerKind) -> Segment {
         _ => 0.0,
     };
     let mut init_outs = Vec::new();
-    for &t in &msg {
-        let _ = t;
-        init_outs.push(konst(&mut init, identity, sp));
+    // Scalar constants: the scheduler broadcasts them into vector state.
+    for _ in &msg {
+        init_outs.push(init.push(Op::Const(identity), Type::Scalar, sp));
     }
     init.outputs = init_outs;
     let mut step_outs = Vec::new();
