@@ -10,14 +10,15 @@
 //! order of the lines; edge fields are written in that order. A closed-form
 //! check per graph makes sure that order is the one this file wrote.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use tiga::compiler::ir::{Role, Type};
 use tiga::{DType, Graph, Inputs, Kernel, Tensor};
 use tiga_runtime::{read_npy, write_npy};
 
-const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
+mod common;
+use common::*;
 
 /// Every kernel in gnn.rs; `every_kernel_is_covered` keeps the list in step.
 const KERNELS: [&str; 10] = [
@@ -32,10 +33,6 @@ const KERNELS: [&str; 10] = [
     "Top2Sum",
     "EdgeGate",
 ];
-
-fn gnn_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kernels/gnn.rs")
-}
 
 fn tigac(dir: &Path, args: &[String]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tigac")).current_dir(dir).args(args).output().expect("spawn tigac")

@@ -2,43 +2,14 @@
 //! / `tigac explain` on `.gfg` files: the built executable, run in a
 //! temporary directory, checked from the outside.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
 use tiga::TensorView;
 use tiga_runtime::storage::{save_gfg, FieldRole, GfgFile};
 use tiga_runtime::{read_edge_list, read_matrix_market, write_npy, Graph};
 
-fn gnn_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kernels/gnn.rs")
-}
-
-fn tigac(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tigac")).current_dir(dir).args(args).output().expect("spawn tigac")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-#[track_caller]
-fn ok(o: &Output) {
-    assert!(o.status.success(), "tigac failed ({:?})\nstdout:\n{}\nstderr:\n{}", o.status, stdout(o), stderr(o));
-}
-
-/// A user error: exit 1, every key word in stderr, no panic.
-#[track_caller]
-fn fails_with(o: &Output, words: &[&str]) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(1), "expected exit 1\nstdout:\n{}\nstderr:\n{err}", stdout(o));
-    assert!(!err.contains("panicked"), "panicked:\n{err}");
-    for w in words {
-        assert!(err.contains(w), "stderr lacks `{w}`:\n{err}");
-    }
-}
+mod common;
+use common::*;
 
 fn npy_f32(path: &Path, shape: &[usize], data: &[f32]) {
     write_npy(path, &TensorView::from_slice_f32(shape.to_vec(), data).expect("shape")).expect("write npy");

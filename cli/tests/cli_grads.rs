@@ -3,51 +3,13 @@
 //! gradient files compared with the facade's f64 reference VJP (or a closed
 //! form), its messages checked from the outside.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
 use tiga::{Gradients, Inputs, Kernel, TensorView};
-use tiga_runtime::{read_npy, write_npy};
+use tiga_runtime::read_npy;
 
-const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
-
-fn gnn_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kernels/gnn.rs")
-}
-
-fn tigac(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tigac")).current_dir(dir).args(args).output().expect("spawn tigac")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-#[track_caller]
-fn ok(o: &Output) {
-    assert!(o.status.success(), "tigac failed ({:?})\nstdout:\n{}\nstderr:\n{}", o.status, stdout(o), stderr(o));
-}
-
-/// A user error: exit 1, every key word in stderr, no panic.
-#[track_caller]
-fn fails_with(o: &Output, words: &[&str]) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(1), "expected exit 1\nstdout:\n{}\nstderr:\n{err}", stdout(o));
-    assert!(!err.contains("panicked"), "panicked:\n{err}");
-    for w in words {
-        assert!(err.contains(w), "stderr lacks `{w}`:\n{err}");
-    }
-}
-
-fn npy_f32(path: &Path, shape: &[usize], data: &[f32]) {
-    write_npy(path, &TensorView::from_slice_f32(shape.to_vec(), data).expect("shape")).expect("write npy");
-}
-fn npy_f64(path: &Path, shape: &[usize], data: &[f64]) {
-    write_npy(path, &TensorView::from_slice_f64(shape.to_vec(), data).expect("shape")).expect("write npy");
-}
+mod common;
+use common::*;
 
 #[track_caller]
 fn close(what: &str, actual: &[f64], expected: &[f64], rel: f64) {
