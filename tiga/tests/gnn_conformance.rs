@@ -3,26 +3,16 @@
 //! graphs with empty rows, isolated nodes, self loops, multi-edges, a
 //! bipartite shape and a single node, in f32 and in f64.
 
-use tiga::compiler::ir::{Role, Type};
+use tiga::compiler::ir::Role;
 use tiga::{Graph, Inputs, Kernel, Tensor};
+
+mod common;
+use common::{field_shape, Rng};
 
 #[allow(clippy::all)]
 mod gnn {
     use tiga::message_passing;
     include!("../../examples/kernels/gnn.rs");
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn uniform(&mut self) -> f64 {
-        (self.next() % 1_000_000) as f64 / 500_000.0 - 1.0
-    }
 }
 
 /// Random graphs covering the shapes the issue names.
@@ -57,19 +47,7 @@ fn make_fields(k: &Kernel, g: &Graph, f: usize, rng: &mut Rng) -> Vec<(Role, Str
     k.fields()
         .iter()
         .map(|fd| {
-            let rows = match fd.role {
-                Role::Src => Some(g.num_src()),
-                Role::Dst => Some(g.num_dst()),
-                Role::Edge => Some(g.num_edges()),
-                Role::Param => None,
-            };
-            let shape = match (rows, fd.ty) {
-                (Some(n), Type::Scalar) => vec![n],
-                (Some(n), _) => vec![n, f],
-                (None, Type::Scalar) => vec![1],
-                (None, Type::Vector(_)) => vec![f],
-                (None, _) => vec![f, f],
-            };
+            let shape = field_shape(fd.role, fd.ty, g, f);
             let len = shape.iter().product();
             (fd.role, fd.name.clone(), shape, (0..len).map(|_| rng.uniform()).collect())
         })

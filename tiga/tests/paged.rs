@@ -3,8 +3,11 @@
 //! row to the whole graph, prefetch 0 to 4, with fields in RAM and on disk.
 
 use tiga::compiler::ir::{Role, Type};
-use tiga::runtime::storage::{save_gfg, FieldRole, GfgFile};
+use tiga::runtime::storage::{save_gfg, GfgFile};
 use tiga::{Graph, Inputs, Kernel, PageOptions, Tensor};
+
+mod common;
+use common::{disk_fields, params_only};
 
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 
@@ -58,29 +61,10 @@ fn paged_equals_in_memory() {
         let want = k.run(&g, &ins).expect("in-memory run");
         // The file holds the graph and (for the "on disk" case) the fields.
         let path = dir.path().join(format!("{}.gfg", k.name()));
-        let on_disk: Vec<(FieldRole, &str, tiga::TensorView<'_>)> = tensors
-            .iter()
-            .filter_map(|(r, nm, t)| {
-                let role = match r {
-                    Role::Src => FieldRole::Src,
-                    Role::Dst => FieldRole::Dst,
-                    Role::Edge => FieldRole::Edge,
-                    Role::Param => return None,
-                };
-                Some((role, nm.as_str(), t.view()))
-            })
-            .collect();
+        let on_disk = disk_fields(&tensors);
         save_gfg(&path, &g, false, &on_disk).expect("save");
         let file = GfgFile::open(&path).expect("open");
-        let params_only = {
-            let mut i = Inputs::new();
-            for (r, nm, t) in &tensors {
-                if *r == Role::Param {
-                    i = i.with_role(*r, nm, t);
-                }
-            }
-            i
-        };
+        let params_only = params_only(&tensors);
         for rows in [1usize, 2, 7, n] {
             for prefetch in 0..=4usize {
                 for fields_in_ram in [true, false] {
@@ -168,29 +152,10 @@ fn paged_vjp_equals_in_memory() {
         let want = k.vjp(&g, &ins, &cot_v).expect("in-memory vjp");
         // The graph with its transpose, and the fields, on disk.
         let path = dir.path().join(format!("{}.gfg", k.name()));
-        let on_disk: Vec<(FieldRole, &str, tiga::TensorView<'_>)> = tensors
-            .iter()
-            .filter_map(|(r, nm, t)| {
-                let role = match r {
-                    Role::Src => FieldRole::Src,
-                    Role::Dst => FieldRole::Dst,
-                    Role::Edge => FieldRole::Edge,
-                    Role::Param => return None,
-                };
-                Some((role, nm.as_str(), t.view()))
-            })
-            .collect();
+        let on_disk = disk_fields(&tensors);
         save_gfg(&path, &g, true, &on_disk).expect("save with transpose");
         let file = GfgFile::open(&path).expect("open");
-        let params_only = {
-            let mut i = Inputs::new();
-            for (r, nm, t) in &tensors {
-                if *r == Role::Param {
-                    i = i.with_role(*r, nm, t);
-                }
-            }
-            i
-        };
+        let params_only = params_only(&tensors);
         for rows in [1usize, 2, 7, n] {
             for prefetch in 0..=4usize {
                 for fields_in_ram in [true, false] {

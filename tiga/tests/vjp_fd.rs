@@ -4,24 +4,14 @@
 //! graphs with empty rows, isolated nodes, self loops, multi-edges and a
 //! bipartite shape; and the JIT's f32 VJP against the f64 adjoint.
 
-use tiga::compiler::ir::{Role, Type};
+use tiga::compiler::ir::Role;
 use tiga::{Graph, Inputs, Kernel, Tensor};
+
+mod common;
+use common::{field_shape, Rng};
 
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 const REDUCERS: &str = include_str!("../../examples/kernels/reducers.rs");
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn uniform(&mut self) -> f64 {
-        (self.next() % 1_000_000) as f64 / 500_000.0 - 1.0
-    }
-}
 
 fn random_graph(rng: &mut Rng, ns: usize, nd: usize, ne: usize) -> Graph {
     let mut src = Vec::new();
@@ -45,19 +35,7 @@ fn fields_for(k: &Kernel, g: &Graph, f: usize, rng: &mut Rng) -> Vec<Field> {
     k.fields()
         .iter()
         .map(|fd| {
-            let rows = match fd.role {
-                Role::Src => Some(g.num_src()),
-                Role::Dst => Some(g.num_dst()),
-                Role::Edge => Some(g.num_edges()),
-                Role::Param => None,
-            };
-            let shape = match (rows, fd.ty) {
-                (Some(n), Type::Scalar) => vec![n],
-                (Some(n), _) => vec![n, f],
-                (None, Type::Scalar) => vec![1],
-                (None, Type::Matrix(..)) => vec![f, f],
-                (None, _) => vec![f],
-            };
+            let shape = field_shape(fd.role, fd.ty, g, f);
             let len = shape.iter().product();
             (fd.role, fd.name.clone(), shape, (0..len).map(|_| rng.uniform()).collect())
         })
