@@ -273,6 +273,11 @@ pub(crate) unsafe fn execute_rows(
         let args = SharedArgs(raw);
         let args = &args;
         tiga_runtime::for_each_row_chunk(offsets, |rows| {
+            if huge.is_empty() {
+                // SAFETY: the caller's contract; chunks write disjoint rows.
+                unsafe { entry(&args.0, (base + rows.start) as u64, (base + rows.end) as u64) };
+                return;
+            }
             // Whole rows, skipping the ones cut into segments below.
             let mut s = rows.start;
             for r in rows.clone() {
