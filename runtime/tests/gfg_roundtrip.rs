@@ -96,7 +96,7 @@ fn check_pages(file: &GfgFile, g: &Graph, transposed: bool) {
             let end = (start + size).min(n);
             let p = page(start..end).expect("page");
             assert_eq!(p.rows, start..end);
-            assert_eq!(p.offsets, g.offsets()[start..=end].to_vec());
+            assert_eq!(p.offsets, &g.offsets()[start..=end]);
             assert_eq!(p.edge_range(), g.offsets()[start] as usize..g.offsets()[end] as usize);
             for k in 0..p.num_rows() {
                 assert_eq!(&p.cols[p.local_row(k)], &g.cols()[g.row(start + k)]);

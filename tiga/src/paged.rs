@@ -2,13 +2,17 @@
 //! streamed through the unchanged compiled kernel one page of destination
 //! rows at a time.
 //!
-//! Nothing is read whole: each page's row offsets, column indices and edge
-//! ids are read with positioned reads (not memory
-//! maps, whose touched pages would stay in the resident set) into buffers
-//! that a background reader fills up to `prefetch` pages ahead. The kernel
-//! sees absolute CSR positions: its `cols`/`edge_ids` pointers are offset so
-//! that position `p` of the page lands on the page buffer. Resident memory is
-//! about (prefetch + 1) page buffers plus the fields and outputs in RAM.
+//! Nothing is read whole. Pages are viewed in place in the file's mapping
+//! ([`GfgFile::page`]: read ahead with `WillNeed` unless already in memory,
+//! checked against the counts on first visit) and unmapped again once the
+//! kernel has passed them ([`GfgFile::release_page`]), so the resident set
+//! holds about two pages of adjacency, not the pages passed. A pool task
+//! reads page i + `prefetch` while page i's rows run. Copying pages into
+//! buffers with positioned reads was measured first: on a warm page cache
+//! the copy cost as much as the kernel (it is still how rows with reversed
+//! edges, which the file does not store, are read, into recycled buffers).
+//! The kernel sees absolute CSR positions: its `cols`/`edge_ids` pointers
+//! are offset so that position `p` of the page lands on the page's data.
 //!
 //! Outputs are bit-identical to the in-memory run for any page size: every
 //! row is computed by the same code over the same edges in the same order,
@@ -19,13 +23,12 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::mpsc;
 
 use tiga_compiler::back::abi::EntryFn;
 use tiga_compiler::back::cranelift::RawArgs;
 use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
-use tiga_runtime::storage::{FieldHandle, FieldRole, GfgFile};
+use tiga_runtime::storage::{FieldHandle, FieldRole, GfgFile, Page};
 
 use crate::call::{bind_extents, execute_rows, splittable, zeroed_outputs, Inputs, Outputs, ParamPartials};
 use crate::{Error, Kernel, Result};
@@ -93,25 +96,36 @@ pub(crate) enum Side {
 
 /// One page's adjacency, read from disk: its rows' offsets (absolute CSR
 /// positions), column indices and edge ids.
+///
+/// Buffers are recycled from page to page (the consumer hands each finished
+/// page back to the reader): a fresh multi-megabyte allocation per page
+/// costs a page fault per 4 KiB and a zero fill, which on a warm page cache
+/// took longer than the read itself. The vectors only grow; `edges` is the
+/// page's logical length.
+#[derive(Default)]
 struct PageBuf {
     rows: std::ops::Range<usize>,
     first: usize,
+    edges: usize,
     offsets: Vec<u64>,
     cols: Vec<u32>,
-    edge_ids: Option<Vec<u64>>,
+    edge_ids: Vec<u64>,
+    has_ids: bool,
 }
 
-/// Read `count` little-endian elements of `T` at byte `at` straight into a
-/// vector (no intermediate byte buffer). The format is little-endian and the
-/// reader refuses big-endian hosts, so the bytes are the values.
-fn read_vec<T: Copy + Default>(file: &File, path: &str, at: u64, count: usize) -> std::result::Result<Vec<T>, String> {
-    let mut v: Vec<T> = vec![T::default(); count];
+/// Read `count` little-endian elements of `T` at byte `at` into the front of
+/// `v`, growing it (zero-filled, once) when it is shorter. The format is
+/// little-endian and the reader refuses big-endian hosts, so the bytes are
+/// the values.
+fn read_into<T: Copy + Default>(file: &File, path: &str, at: u64, count: usize, v: &mut Vec<T>) -> std::result::Result<(), String> {
+    if v.len() < count {
+        v.resize(count, T::default());
+    }
     let bytes = count * std::mem::size_of::<T>();
-    // SAFETY: `v` owns `count` initialized `T`s (u32/u64 here: every bit
-    // pattern is valid), viewed as their `bytes` bytes for the read.
+    // SAFETY: `v` holds at least `count` initialized `T`s (u32/u64 here:
+    // every bit pattern is valid), viewed as their `bytes` bytes for the read.
     let buf = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, bytes) };
-    file.read_exact_at(buf, at).map_err(|e| format!("{path}: reading a page: {e}"))?;
-    Ok(v)
+    file.read_exact_at(buf, at).map_err(|e| format!("{path}: reading a page: {e}"))
 }
 
 /// Where a side's sections start in the file.
@@ -126,45 +140,148 @@ struct SectionsAt {
     num_edges: usize,
 }
 
+/// Fill `page` with the adjacency of `rows`.
 fn read_page(
     file: &File,
     path: &str,
     at: SectionsAt,
     rows: std::ops::Range<usize>,
     reverse_rows: bool,
-) -> std::result::Result<PageBuf, String> {
-    let offsets: Vec<u64> = read_vec(file, path, at.offsets + rows.start as u64 * 8, rows.len() + 1)?;
+    page: &mut PageBuf,
+) -> std::result::Result<(), String> {
+    let nr = rows.len();
+    read_into(file, path, at.offsets + rows.start as u64 * 8, nr + 1, &mut page.offsets)?;
+    let offsets = &page.offsets[..=nr];
     if let Some(w) = offsets.windows(2).position(|w| w[1] < w[0]) {
         return Err(format!("{path}: row offsets decrease at row {}", rows.start + w));
     }
-    let (first, last) = (offsets[0] as usize, offsets[rows.len()] as usize);
+    let (first, last) = (offsets[0] as usize, offsets[nr] as usize);
     if last > at.num_edges {
         return Err(format!("{path}: row offset {last} is past the {} edges", at.num_edges));
     }
     let n = last - first;
-    let mut cols: Vec<u32> = read_vec(file, path, at.cols + first as u64 * 4, n)?;
-    if let Some(c) = cols.iter().find(|&&c| c as usize >= at.num_src) {
-        return Err(format!("{path}: column {c} in rows {rows:?} is out of range for {} sources", at.num_src));
+    read_into(file, path, at.cols + first as u64 * 4, n, &mut page.cols)?;
+    let cols = &mut page.cols[..n];
+    // A max first (it vectorizes); the search only names the culprit.
+    if n > 0 && cols.iter().fold(0u32, |m, &c| m.max(c)) as usize >= at.num_src {
+        if let Some(c) = cols.iter().find(|&&c| c as usize >= at.num_src) {
+            return Err(format!("{path}: column {c} in rows {rows:?} is out of range for {} sources", at.num_src));
+        }
     }
-    let mut edge_ids: Option<Vec<u64>> = match at.ids {
-        Some(a) => Some(read_vec(file, path, a + first as u64 * 8, n)?),
-        None => None,
-    };
-    if let Some(e) = edge_ids.as_ref().and_then(|ids| ids.iter().find(|&&e| e as usize >= at.num_edges)) {
-        return Err(format!("{path}: edge id {e} in rows {rows:?} is out of range for {} edges", at.num_edges));
+    page.has_ids = at.ids.is_some() || reverse_rows;
+    match at.ids {
+        Some(a) => {
+            read_into(file, path, a + first as u64 * 8, n, &mut page.edge_ids)?;
+            let ids = &page.edge_ids[..n];
+            if n > 0 && ids.iter().fold(0u64, |m, &e| m.max(e)) as usize >= at.num_edges {
+                if let Some(e) = ids.iter().find(|&&e| e as usize >= at.num_edges) {
+                    return Err(format!("{path}: edge id {e} in rows {rows:?} is out of range for {} edges", at.num_edges));
+                }
+            }
+        }
+        None if reverse_rows => {
+            // Absent ids are the positions themselves.
+            page.edge_ids.clear();
+            page.edge_ids.extend(first as u64..last as u64);
+        }
+        None => {}
     }
     if reverse_rows {
-        // Each row's edges in reverse order, with their user ids (absent
-        // ids are the positions themselves).
-        let mut ids: Vec<u64> = edge_ids.take().unwrap_or_else(|| (first as u64..last as u64).collect());
-        for w in offsets.windows(2) {
+        // Each row's edges in reverse order, with their user ids.
+        let ids = &mut page.edge_ids[..n];
+        for w in page.offsets[..=nr].windows(2) {
             let (s, e) = (w[0] as usize - first, w[1] as usize - first);
             cols[s..e].reverse();
             ids[s..e].reverse();
         }
-        edge_ids = Some(ids);
     }
-    Ok(PageBuf { rows, first, offsets, cols, edge_ids })
+    page.rows = rows;
+    page.first = first;
+    page.edges = n;
+    Ok(())
+}
+
+/// Where a paged run's pages come from.
+enum Source<'a> {
+    /// Viewed in place in the file's mapping: mapped ahead of the kernel
+    /// ([`GfgFile::page`] populates and checks it) and dropped from the
+    /// resident set after ([`GfgFile::release_page`]). No copy: on a warm
+    /// page cache a copy per page cost as much as the kernel itself.
+    Mapped { file: &'a GfgFile, transposed: bool },
+    /// Read into recycled buffers: rows whose edges run in reverse order (a
+    /// right fold), which the file does not store.
+    Read { fh: File, pname: String, at: SectionsAt, reverse: bool },
+}
+
+/// One page in flight.
+#[derive(Default)]
+struct Slot<'a> {
+    mapped: Option<Page<'a>>,
+    buf: PageBuf,
+}
+
+impl<'a> Source<'a> {
+    fn prepare(&self, rows: std::ops::Range<usize>, slot: &mut Slot<'a>) -> std::result::Result<(), String> {
+        match self {
+            Source::Mapped { file, transposed } => {
+                let page = if *transposed { file.transposed_page(rows) } else { file.page(rows) };
+                slot.mapped = Some(page.map_err(|e| e.to_string())?);
+                Ok(())
+            }
+            Source::Read { fh, pname, at, reverse } => read_page(fh, pname, *at, rows, *reverse, &mut slot.buf),
+        }
+    }
+
+    fn release(&self, page: Option<Page<'a>>) {
+        if let (Source::Mapped { file, .. }, Some(page)) = (self, page) {
+            file.release_page(&page);
+        }
+    }
+}
+
+impl Slot<'_> {
+    /// The kernel's adjacency pointers (absolute positions land on the page;
+    /// fields and outputs are filled in by the caller), the page's offsets
+    /// and its first row.
+    fn args(&self) -> (RawArgs, &[u64], usize) {
+        use std::ptr::null;
+        match &self.mapped {
+            Some(p) => {
+                let first = p.offsets[0] as usize;
+                let raw = RawArgs {
+                    offsets: p.offsets.as_ptr().wrapping_sub(p.rows.start),
+                    cols: p.cols.as_ptr().wrapping_sub(first),
+                    edge_ids: p.edge_ids.map(|e| e.as_ptr().wrapping_sub(first)).unwrap_or(null()),
+                    fields: null(),
+                    outputs: null(),
+                };
+                (raw, p.offsets, p.rows.start)
+            }
+            None => {
+                let p = &self.buf;
+                let raw = RawArgs {
+                    offsets: p.offsets.as_ptr().wrapping_sub(p.rows.start),
+                    cols: p.cols.as_ptr().wrapping_sub(p.first),
+                    edge_ids: if p.has_ids { p.edge_ids.as_ptr().wrapping_sub(p.first) } else { null() },
+                    fields: null(),
+                    outputs: null(),
+                };
+                (raw, &p.offsets[..=p.rows.len()], p.rows.start)
+            }
+        }
+    }
+}
+
+/// Moves the paged pipeline (which holds the kernel's raw field pointers)
+/// onto a pool thread.
+struct AssertSend<F>(F);
+// SAFETY: the pointers borrow buffers owned by the calling frame, which
+// waits for the pipeline to finish (`rayon::scope` returns only then).
+unsafe impl<F> Send for AssertSend<F> {}
+impl<F: FnOnce() -> R, R> AssertSend<F> {
+    fn call(self) -> R {
+        (self.0)()
+    }
 }
 
 /// The file's own fields for the kernel's fields not in `inputs` (mapped
@@ -256,50 +373,80 @@ impl Kernel {
         };
         let at = SectionsAt { offsets: offsets_at, cols: cols_at, ids: ids_at, num_src: ns, num_edges: file.num_edges() };
         let depth = opts.prefetch_depth();
-        let fh = File::open(&path).map_err(|e| Error::Call(format!("{pname}: {e}")))?;
-        let param_outs: Vec<usize> = k.outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
-        let reverse = side == Side::RowReversed;
-        let mut partials = ParamPartials::new(nd, &param_outs).with_split(splittable(k));
-        let mut run_page = |page: &PageBuf| -> Result<()> {
-            // Absolute positions p in [first, first + len) land on the buffer.
-            let raw = RawArgs {
-                // Row i's offsets at page.offsets[i - rows.start].
-                offsets: page.offsets.as_ptr().wrapping_sub(page.rows.start),
-                cols: page.cols.as_ptr().wrapping_sub(page.first),
-                edge_ids: page.edge_ids.as_ref().map(|e| e.as_ptr().wrapping_sub(page.first)).unwrap_or(std::ptr::null()),
-                fields: field_ptrs.as_ptr(),
-                outputs: std::ptr::null(),
-            };
-            let sub = &page.offsets[..];
-            // SAFETY: the variant matches the kernel, dtype, widths and
-            // edge-id realization; the page holds every position of its rows;
-            // fields and outputs were checked against the file's sizes.
-            unsafe { execute_rows(entry, raw, sub, page.rows.start, &mut partials, &shapes, b.dtype, &mut outs) }
-        };
-        if depth == 0 {
-            for rows in plan {
-                let page = read_page(&fh, &pname, at, rows, reverse).map_err(Error::Call)?;
-                run_page(&page)?;
-            }
+        let source = if side == Side::RowReversed {
+            let fh = File::open(&path).map_err(|e| Error::Call(format!("{pname}: {e}")))?;
+            Source::Read { fh, pname: pname.clone(), at, reverse: side == Side::RowReversed }
         } else {
-            let (tx, rx) = mpsc::sync_channel::<std::result::Result<PageBuf, String>>(depth.saturating_sub(1));
-            std::thread::scope(|scope| -> Result<()> {
-                let fh = &fh;
-                let pname = &pname;
-                scope.spawn(move || {
-                    for rows in plan {
-                        let r = read_page(fh, pname, at, rows, reverse);
-                        let stop = r.is_err();
-                        if tx.send(r).is_err() || stop {
-                            break;
-                        }
-                    }
-                });
-                for page in rx {
-                    run_page(&page.map_err(Error::Call)?)?;
+            Source::Mapped { file, transposed: side == Side::Transposed }
+        };
+        let param_outs: Vec<usize> = k.outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
+        let mut partials = ParamPartials::new(nd, &param_outs).with_split(splittable(k));
+        let run_page = |slot: &Slot<'_>, partials: &mut ParamPartials, outs: &mut [tiga_runtime::Tensor]| -> Result<()> {
+            let (mut raw, sub, start) = slot.args();
+            raw.fields = field_ptrs.as_ptr();
+            // SAFETY: the variant matches the kernel, dtype, widths and
+            // edge-id realization; the page holds every position of its rows
+            // (checked against the file's sizes when it was read); fields and
+            // outputs were checked against the file's sizes.
+            unsafe { execute_rows(entry, raw, sub, start, partials, &shapes, b.dtype, outs) }
+        };
+        // The pipeline runs on a pool thread, so that each page's parallel
+        // rows and the reader's task are split there (no hand-off from this
+        // thread per page). Beside page i's rows, one task reads page
+        // i + depth into the slot page i - 1 used and releases page i - 2.
+        // Release lags a page because a fault maps the 64 KiB around it:
+        // page i's first touches map the tail of page i - 1 again, so page
+        // i - 1 is released only after page i has run. At most depth + 2
+        // pages are held, and only two of them mapped.
+        let ring = depth + 1;
+        let pipeline = AssertSend(|| -> Result<()> {
+            let mut slots: Vec<Slot<'_>> = (0..ring).map(|_| Slot::default()).collect();
+            let mut ran_before: Option<Page<'_>> = None;
+            for (j, rows) in plan.iter().take(depth).enumerate() {
+                source.prepare(rows.clone(), &mut slots[j]).map_err(Error::Call)?;
+            }
+            for (i, rows) in plan.iter().enumerate() {
+                let cur = i % ring;
+                if depth == 0 {
+                    source.prepare(rows.clone(), &mut slots[cur]).map_err(Error::Call)?;
+                    run_page(&slots[cur], &mut partials, &mut outs)?;
+                    source.release(std::mem::replace(&mut ran_before, slots[cur].mapped.take()));
+                    continue;
                 }
-                Ok(())
-            })?;
+                // The slot of page i - 1, where page i + depth goes.
+                let back = (i + depth) % ring;
+                let mut next = std::mem::take(&mut slots[back]);
+                let older = std::mem::replace(&mut ran_before, next.mapped.take());
+                let ahead = plan.get(i + depth).cloned();
+                let mut read = Ok(());
+                let mut ran = Ok(());
+                rayon::in_place_scope(|s| {
+                    let (source, next, read) = (&source, &mut next, &mut read);
+                    s.spawn(move |_| {
+                        source.release(older);
+                        if let Some(r) = ahead {
+                            *read = source.prepare(r, next);
+                        }
+                    });
+                    ran = run_page(&slots[cur], &mut partials, &mut outs);
+                });
+                slots[back] = next;
+                ran?;
+                read.map_err(Error::Call)?;
+            }
+            source.release(ran_before.take());
+            for slot in &mut slots {
+                source.release(slot.mapped.take());
+            }
+            if let Source::Mapped { file, .. } = &source {
+                file.release_adjacency();
+            }
+            Ok(())
+        });
+        rayon::scope(move |_| pipeline.call())?;
+        // A field read from the file does not stay resident after the call.
+        for (_, _, h) in &handles {
+            h.release();
         }
         partials.finish(&mut outs);
         let names = k.outputs.iter().map(|o| o.name.clone());

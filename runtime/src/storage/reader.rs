@@ -39,6 +39,34 @@ struct Inner {
     index: HashMap<String, usize>,
     /// One lazily made map per section (`None` for an empty section).
     maps: Vec<OnceLock<Option<Mmap>>>,
+    /// Pages (side, rows) whose offsets, columns and edge ids have been
+    /// checked against the counts. A paged run passes over the same pages
+    /// every step; the check reads the page from memory a second time, which
+    /// on a memory-bound kernel cost as much as the kernel. A `.gfg` is
+    /// replaced by rename, never rewritten in place, so a page checked once
+    /// stays valid for the life of this open file (the same trust the
+    /// mapping itself needs).
+    checked: std::sync::Mutex<std::collections::HashSet<(Side, usize, usize)>>,
+}
+
+/// How a mapped byte range will be used (a hint: a kernel that refuses it
+/// changes nothing but speed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// Read soon: start reading it into the page cache.
+    WillNeed,
+    /// Read next: map its pages into this process now (`MADV_POPULATE_READ`),
+    /// so that the first touch does not fault. Costly on large ranges (the
+    /// kernel maps page by page; a touch that faults maps 16 at once).
+    Populate,
+    /// Read soon, cheaply: `WillNeed` unless a sample of the range's pages
+    /// (first, middle, last) is already in memory. On a warm page cache
+    /// `WillNeed` walks every page of the range for nothing, which on
+    /// 100k-row pages of a stencil cost a sixth of the kernel's time.
+    ReadAhead,
+    /// Done with: drop its pages from this process's resident set; they
+    /// are read again from the page cache or the file if touched.
+    Done,
 }
 
 /// A field stored in a file, as the manifest describes it.
@@ -60,7 +88,7 @@ pub struct Page<'a> {
     pub rows: Range<usize>,
     /// `rows.len() + 1` absolute CSR positions: row `rows.start + k` has its
     /// edges at positions `offsets[k]..offsets[k + 1]`.
-    pub offsets: Vec<u64>,
+    pub offsets: &'a [u64],
     /// The column (source) of each edge of the page, positions
     /// `offsets[0]..offsets[rows.len()]`.
     pub cols: &'a [u32],
@@ -68,6 +96,8 @@ pub struct Page<'a> {
     /// `None` when the file stores none (CSR order is the user's order, so
     /// the id of position `p` is `p`).
     pub edge_ids: Option<&'a [u64]>,
+    /// Which CSR of the file the page is from (for [`GfgFile::release_page`]).
+    side: Side,
 }
 
 impl Page<'_> {
@@ -127,7 +157,7 @@ impl Element for f64 {
 }
 
 /// Which CSR a page or accessor reads: the graph or its transpose.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Side {
     Forward,
     Transposed,
@@ -188,7 +218,7 @@ impl GfgFile {
         let index = manifest.sections.iter().enumerate().map(|(k, s)| (s.name.clone(), k)).collect();
         let maps = manifest.sections.iter().map(|_| OnceLock::new()).collect();
         Ok(GfgFile {
-            inner: Arc::new(Inner { path: path.to_path_buf(), name, file, manifest, index, maps }),
+            inner: Arc::new(Inner { path: path.to_path_buf(), name, file, manifest, index, maps, checked: Default::default() }),
         })
     }
 
@@ -304,29 +334,15 @@ impl GfgFile {
         self.inner.typed_opt("t_offsets")
     }
 
-    /// Tell the kernel how a byte range of a mapped section will be used:
-    /// read soon (`will_need = true`: start reading it in), or done with
-    /// (`false`: drop its pages from this process's resident set; they are
-    /// read again from the file if touched). Paged runs stream through
-    /// sections this way without holding what they have passed. Does nothing
-    /// for a section not mapped yet or a range outside it.
-    pub fn advise(&self, section: &str, bytes: std::ops::Range<usize>, will_need: bool) -> Result<(), GfgError> {
+    /// Tell the kernel how a byte range of a mapped section will be used
+    /// (see [`Advice`]). Paged runs stream through sections this way: each
+    /// page is populated ahead of the kernel and dropped after it, so what
+    /// they have passed does not stay in the resident set. Does nothing for
+    /// a section not mapped yet or an empty range; a range past the section
+    /// is cut at its end.
+    pub fn advise(&self, section: &str, bytes: std::ops::Range<usize>, advice: Advice) -> Result<(), GfgError> {
         let k = self.inner.section_index(section)?;
-        let Some(Some(map)) = self.inner.maps[k].get() else { return Ok(()) };
-        if bytes.start >= bytes.end || bytes.end > map.len() {
-            return Ok(());
-        }
-        let r = if will_need {
-            map.advise_range(memmap2::Advice::WillNeed, bytes.start, bytes.len())
-        } else {
-            // SAFETY: the map is a read-only, shared file mapping: dropping
-            // its pages loses nothing (they are reloaded from the file), and
-            // no reference into them is used after this call (the caller's
-            // contract: the range is done with).
-            unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, bytes.start, bytes.len()) }
-        };
-        // Advice is a hint; a kernel that refuses it changes nothing.
-        let _ = r;
+        self.inner.advise(k, bytes, advice);
         Ok(())
     }
 
@@ -389,11 +405,92 @@ impl GfgFile {
     pub fn transposed_page(&self, rows: Range<usize>) -> Result<Page<'_>, GfgError> {
         self.inner.page(Side::Transposed, rows)
     }
+
+    /// Drop a page's adjacency from the process's resident set once it has
+    /// been used (its views stay valid: what is touched again is read back).
+    /// A paged run releases each page after its rows are computed, so its
+    /// resident memory is the pages in flight, not the pages passed.
+    pub fn release_page(&self, page: &Page<'_>) {
+        self.inner.release(page);
+    }
+
+    /// Drop every mapped page of the adjacency (both CSRs, edge ids) from
+    /// the resident set: the end of a paged run, which leaves behind at most
+    /// what its last page's faults mapped past its end.
+    pub fn release_adjacency(&self) {
+        for name in ["offsets", "cols", "edge_ids", "t_offsets", "t_cols", "t_edge_ids"] {
+            if let Ok(k) = self.inner.section_index(name) {
+                self.inner.advise(k, 0..usize::MAX, Advice::Done);
+            }
+        }
+    }
+}
+
+/// How far below a released page the release reaches (see `Inner::release`).
+const RELEASE_MARGIN: usize = 2 << 20;
+
+/// Whether the OS pages holding the first, middle and last byte of
+/// `map[start..start + len]` are in memory (`mincore`).
+fn sample_resident(map: &Mmap, start: usize, len: usize) -> bool {
+    // SAFETY: `sysconf` has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+    let base = map.as_ptr() as usize;
+    [start, start + len / 2, start + len.saturating_sub(1)].iter().all(|&off| {
+        let addr = (base + off) / page * page;
+        let mut vec = 0u8;
+        // SAFETY: `addr` is the page-aligned start of a page of this live
+        // mapping (`off < map.len()`); `vec` holds the one byte that a
+        // one-page query writes.
+        let r = unsafe { libc::mincore(addr as *mut libc::c_void, 1, &mut vec) };
+        r == 0 && vec & 1 == 1
+    })
 }
 
 impl Inner {
     fn corrupt(&self, section: &str, message: String) -> GfgError {
         GfgError::Corrupt { path: self.name.clone(), section: section.to_string(), message }
+    }
+
+    fn release(&self, page: &Page<'_>) {
+        let (o, c, e) = page.side.names();
+        let span = page.edge_range();
+        let rows = page.rows.clone();
+        // From 2 MiB below the page: a fault maps around the address it
+        // touches (64 KiB of small pages, or a whole 2 MiB folio with one
+        // entry), so the next page's first touches map the tail of this one
+        // again; releasing each page with this margin unmaps what the pages
+        // after it mapped below their start.
+        let below = |at: usize| at.saturating_sub(RELEASE_MARGIN);
+        for (name, bytes) in [
+            (o, below(rows.start * 8)..(rows.end + 1) * 8),
+            (c, below(span.start * 4)..span.end * 4),
+            (e, below(span.start * 8)..span.end * 8),
+        ] {
+            if let Ok(k) = self.section_index(name) {
+                self.advise(k, bytes, Advice::Done);
+            }
+        }
+    }
+
+    fn advise(&self, k: usize, bytes: std::ops::Range<usize>, advice: Advice) {
+        let Some(Some(map)) = self.maps[k].get() else { return };
+        let end = bytes.end.min(map.len());
+        if bytes.start >= end {
+            return;
+        }
+        let len = end - bytes.start;
+        let r = match advice {
+            Advice::WillNeed => map.advise_range(memmap2::Advice::WillNeed, bytes.start, len),
+            Advice::Populate => map.advise_range(memmap2::Advice::PopulateRead, bytes.start, len),
+            Advice::ReadAhead if sample_resident(map, bytes.start, len) => Ok(()),
+            Advice::ReadAhead => map.advise_range(memmap2::Advice::WillNeed, bytes.start, len),
+            // SAFETY: the map is a read-only, shared file mapping: dropping
+            // its pages loses nothing (they are reloaded from the file), and
+            // whoever still reads them faults them back in.
+            Advice::Done => unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, bytes.start, len) },
+        };
+        // Advice is a hint; a kernel that refuses it changes nothing.
+        let _ = r;
     }
 
     fn section_index(&self, name: &str) -> Result<usize, GfgError> {
@@ -517,13 +614,21 @@ impl Inner {
                 len: num_dst,
             });
         }
+        let (ko, kc, ke) = (self.section_index(o)?, self.section_index(c)?, self.index.get(e).copied());
+        // Start reading what is not in memory; the checks below (first
+        // visit) or the kernel (later visits) fault the pages in.
+        self.advise(ko, rows.start * 8..(rows.end + 1) * 8, Advice::ReadAhead);
         let all = self.typed::<u64>(o)?;
-        let offsets = all[rows.start..=rows.end].to_vec();
+        let offsets = &all[rows.start..=rows.end];
         let num_edges = self.manifest.num_edges;
-        for (k, w) in offsets.windows(2).enumerate() {
-            if w[1] < w[0] {
-                let i = rows.start + k + 1;
-                return Err(self.corrupt(o, format!("offsets decrease at row {i}: {} > {}", w[0], w[1])));
+        let key = (side, rows.start, rows.end);
+        let checked = self.checked.lock().map(|c| c.contains(&key)).unwrap_or(false);
+        if !checked {
+            for (k, w) in offsets.windows(2).enumerate() {
+                if w[1] < w[0] {
+                    let i = rows.start + k + 1;
+                    return Err(self.corrupt(o, format!("offsets decrease at row {i}: {} > {}", w[0], w[1])));
+                }
             }
         }
         let (first, last) = (offsets[0], offsets[offsets.len() - 1]);
@@ -531,27 +636,43 @@ impl Inner {
             return Err(self.corrupt(o, format!("offsets[{}] = {last} exceeds num_edges = {num_edges}", rows.end)));
         }
         let span = first as usize..last as usize;
-        let cols = &self.typed::<u32>(c)?[span.clone()];
-        if let Some(p) = cols.iter().position(|&s| s as usize >= num_src) {
-            return Err(self.corrupt(
-                c,
-                format!("{c}[{}] = {} is out of range for {num_src} sources", span.start + p, cols[p]),
-            ));
+        self.advise(kc, span.start * 4..span.end * 4, Advice::ReadAhead);
+        if let Some(ke) = ke {
+            self.advise(ke, span.start * 8..span.end * 8, Advice::ReadAhead);
         }
-        let edge_ids = match self.typed_opt::<u64>(e)? {
-            Some(ids) => {
-                let ids = &ids[span.clone()];
+        let cols = &self.typed::<u32>(c)?[span.clone()];
+        let edge_ids = self.typed_opt::<u64>(e)?.map(|ids| &ids[span.clone()]);
+        if checked {
+            return Ok(Page { rows, offsets, cols, edge_ids, side });
+        }
+        // A maximum first (it vectorizes); the search only names the culprit.
+        if !cols.is_empty() && cols.iter().fold(0u32, |m, &s| m.max(s)) as usize >= num_src {
+            if let Some(p) = cols.iter().position(|&s| s as usize >= num_src) {
+                return Err(self.corrupt(
+                    c,
+                    format!("{c}[{}] = {} is out of range for {num_src} sources", span.start + p, cols[p]),
+                ));
+            }
+        }
+        if let Some(ids) = edge_ids {
+            if !ids.is_empty() && ids.iter().fold(0u64, |m, &id| m.max(id)) >= num_edges {
                 if let Some(p) = ids.iter().position(|&id| id >= num_edges) {
                     return Err(self.corrupt(
                         e,
                         format!("{e}[{}] = {} is out of range for {num_edges} edges", span.start + p, ids[p]),
                     ));
                 }
-                Some(ids)
             }
-            None => None,
-        };
-        Ok(Page { rows, offsets, cols, edge_ids })
+        }
+        if let Ok(mut c) = self.checked.lock() {
+            c.insert(key);
+        }
+        // The checks mapped the whole page; unmap it again (it stays in the
+        // page cache) so that a page read ahead is not resident before its
+        // turn: a paged run then holds one page's mapping, not depth + 1.
+        let page = Page { rows, offsets, cols, edge_ids, side };
+        self.release(&page);
+        Ok(page)
     }
 }
 
@@ -630,6 +751,14 @@ impl FieldHandle {
     /// The whole field, copied into memory.
     pub fn to_tensor(&self) -> Result<Tensor, GfgError> {
         Ok(self.view()?.to_tensor())
+    }
+
+    /// Drop this field's pages from the process's resident set (views stay
+    /// valid: what they touch again is read back from the page cache or the
+    /// file). A paged run does this for the file fields it read, so a field
+    /// on disk does not stay resident after the call.
+    pub fn release(&self) {
+        self.file.advise(self.index, 0..usize::MAX, Advice::Done);
     }
 
     /// Checks this field's CRC-32.
