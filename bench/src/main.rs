@@ -60,7 +60,7 @@ usage: tiga-bench [--quick] [--repeat N] [--threads N] [--json PATH]
                   [--no-scaling] [--seed N]
 
   --quick           graphs 16x smaller, 3 repeats (unless --repeat)
-  --repeat N        timed calls per measurement after one warm-up (default 5)
+  --repeat N        timed calls per measurement after 3 warm-ups (default 7)
   --threads N       rayon threads (default: all CPUs); peers get the same
   --json PATH       where the JSON goes, written atomically (default bench.json)
   --cases LIST      only these: stencil-csr, stencil-generated, powerlaw-sum,
@@ -133,7 +133,7 @@ fn parse_args() -> Result<Opts, String> {
         }
     }
     if o.repeat == 0 {
-        o.repeat = if o.quick { 3 } else { 5 };
+        o.repeat = if o.quick { 3 } else { 7 };
     }
     Ok(o)
 }
@@ -156,13 +156,25 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// One warm-up call, then `repeat` timed calls. Returns the warm-up's time,
-/// the median, and the last result. A result is dropped after its clock
-/// stops (freeing a large output is not part of the call).
+/// Warm-up calls untimed; see [`time`].
+const WARM_UPS: usize = 3;
+
+/// `WARM_UPS` warm-up calls, then `repeat` timed calls. Returns the first
+/// warm-up's time, the median, and the last result. A result is dropped after
+/// its clock stops (freeing a large output is not part of the call). Three
+/// warm-ups, not one: glibc serves the first few large outputs with fresh
+/// pages (it maps the first, then raises its mmap threshold and grows the
+/// heap) and only then reuses freed ones; with one warm-up the median of 5
+/// still held those page faults, and `tigac run --timing` (a fresh process
+/// with another allocation history) differed from the bench by up to 1.9x
+/// on the stencil.
 fn time<T, E>(repeat: usize, mut f: impl FnMut() -> Result<T, E>) -> Result<(f64, f64, T), E> {
     let t = Instant::now();
     let mut last = f()?;
     let first = t.elapsed().as_secs_f64() * 1e3;
+    for _ in 1..WARM_UPS {
+        last = f()?;
+    }
     let mut times = Vec::with_capacity(repeat);
     for _ in 0..repeat {
         let t = Instant::now();
@@ -837,7 +849,7 @@ fn tigac_timing(g: &Graph, x: &[f32], repeat: usize) -> Result<(f64, f64), Strin
         .arg(dir.path().join("o.npy"))
         .arg("--grads")
         .arg(dir.path().join("grads"))
-        .args(["--repeat", &repeat.to_string(), "--timing"])
+        .args(["--repeat", &(repeat + WARM_UPS).to_string(), "--timing"])
         .output()
         .map_err(|e| e.to_string())?;
     if !out.status.success() {

@@ -195,19 +195,9 @@ impl Graph {
         src: &[u32],
         dst: &[u32],
     ) -> Result<Graph, GraphError> {
-        check_node_count("source", num_src)?;
-        check_node_count("destination", num_dst)?;
-        if src.len() != dst.len() {
-            return Err(GraphError::EdgeListLengths { src_len: src.len(), dst_len: dst.len() });
-        }
+        Graph::check_edges(num_src, num_dst, src, dst)?;
         let mut offsets = vec![0u64; num_dst + 1];
-        for (edge, (&s, &d)) in src.iter().zip(dst).enumerate() {
-            if s as usize >= num_src {
-                return Err(GraphError::EdgeSourceOutOfRange { edge, src: s, num_src });
-            }
-            if d as usize >= num_dst {
-                return Err(GraphError::EdgeDestinationOutOfRange { edge, dst: d, num_dst });
-            }
+        for &d in dst {
             offsets[d as usize + 1] += 1;
         }
         for i in 0..num_dst {
@@ -216,6 +206,25 @@ impl Graph {
         let edges = src.iter().zip(dst).enumerate().map(|(e, (&s, &d))| (s, d, e as u64));
         let (cols, edge_ids) = scatter_by_row(&offsets, edges, src.len());
         Ok(Graph { num_src, num_dst, offsets, cols, edge_ids, derived: Derived::default() })
+    }
+
+    /// What [`Graph::from_edges`] refuses: node counts over the limit,
+    /// lists of different lengths, ids out of range (naming the first edge).
+    pub fn check_edges(num_src: usize, num_dst: usize, src: &[u32], dst: &[u32]) -> Result<(), GraphError> {
+        check_node_count("source", num_src)?;
+        check_node_count("destination", num_dst)?;
+        if src.len() != dst.len() {
+            return Err(GraphError::EdgeListLengths { src_len: src.len(), dst_len: dst.len() });
+        }
+        for (edge, (&s, &d)) in src.iter().zip(dst).enumerate() {
+            if s as usize >= num_src {
+                return Err(GraphError::EdgeSourceOutOfRange { edge, src: s, num_src });
+            }
+            if d as usize >= num_dst {
+                return Err(GraphError::EdgeDestinationOutOfRange { edge, dst: d, num_dst });
+            }
+        }
+        Ok(())
     }
 
     /// Edge `a -> b` of a petgraph graph becomes an edge from source `a` to
@@ -245,16 +254,27 @@ impl Graph {
         neighbors: &[Vec<i64>],
         periodic: bool,
     ) -> Result<Graph, GraphError> {
+        let (n, max_edges) = Graph::stencil_size(shape, neighbors)?;
+        let mut offsets = Vec::with_capacity(n + 1);
+        offsets.push(0u64);
+        let mut cols = Vec::with_capacity(max_edges);
+        Graph::stencil_rows(shape, neighbors, periodic, |row| {
+            cols.extend_from_slice(row);
+            offsets.push(cols.len() as u64);
+            true
+        })?;
+        Ok(Graph { num_src: n, num_dst: n, offsets, cols, edge_ids: None, derived: Derived::default() })
+    }
+
+    /// A stencil's node count and its most edges (nodes × offsets), checked
+    /// against the limits `stencil` enforces.
+    pub fn stencil_size(shape: &[usize], neighbors: &[Vec<i64>]) -> Result<(usize, usize), GraphError> {
         if shape.is_empty() {
             return Err(GraphError::StencilEmptyShape);
         }
         for (index, d) in neighbors.iter().enumerate() {
             if d.len() != shape.len() {
-                return Err(GraphError::StencilOffsetDims {
-                    index,
-                    expected: shape.len(),
-                    actual: d.len(),
-                });
+                return Err(GraphError::StencilOffsetDims { index, expected: shape.len(), actual: d.len() });
             }
         }
         let n = shape
@@ -262,15 +282,27 @@ impl Graph {
             .try_fold(1usize, |acc, &s| acc.checked_mul(s))
             .filter(|&n| n <= MAX_NODES)
             .ok_or_else(|| GraphError::StencilTooLarge { shape: shape.to_vec() })?;
-        let too_many_edges =
-            || GraphError::StencilTooManyEdges { shape: shape.to_vec(), offsets: neighbors.len() };
-        let max_edges = n.checked_mul(neighbors.len()).ok_or_else(too_many_edges)?;
+        let max_edges = n
+            .checked_mul(neighbors.len())
+            .ok_or_else(|| GraphError::StencilTooManyEdges { shape: shape.to_vec(), offsets: neighbors.len() })?;
+        Ok((n, max_edges))
+    }
 
-        let mut offsets = Vec::with_capacity(n + 1);
-        offsets.push(0u64);
-        let mut cols = Vec::with_capacity(max_edges);
+    /// The rows of [`Graph::stencil`] in order, each as its columns (the
+    /// neighbours in `neighbors` order), without holding the graph: what a
+    /// builder that streams to disk reads. `row` returns `false` to stop.
+    /// Returns the node count.
+    pub fn stencil_rows(
+        shape: &[usize],
+        neighbors: &[Vec<i64>],
+        periodic: bool,
+        mut row: impl FnMut(&[u32]) -> bool,
+    ) -> Result<usize, GraphError> {
+        let (n, _) = Graph::stencil_size(shape, neighbors)?;
+        let mut cols = Vec::with_capacity(neighbors.len());
         let mut coord = vec![0usize; shape.len()];
         for _ in 0..n {
+            cols.clear();
             'offset: for d in neighbors {
                 let mut id: usize = 0;
                 for ((&c, &s), &dk) in coord.iter().zip(shape).zip(d) {
@@ -286,7 +318,9 @@ impl Graph {
                 }
                 cols.push(id as u32);
             }
-            offsets.push(cols.len() as u64);
+            if !row(&cols) {
+                break;
+            }
             // Advance the row-major coordinate, last dimension fastest.
             for k in (0..shape.len()).rev() {
                 coord[k] += 1;
@@ -296,7 +330,7 @@ impl Graph {
                 coord[k] = 0;
             }
         }
-        Ok(Graph { num_src: n, num_dst: n, offsets, cols, edge_ids: None, derived: Derived::default() })
+        Ok(n)
     }
 
     /// The 4-neighbour grid (up, down, left, right), the common case of

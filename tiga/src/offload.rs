@@ -12,16 +12,22 @@
 //! [`Kernel::vjp_any`] dispatch to the in-memory or the paged runner, and
 //! give the same numbers (see `tests/paged.rs`).
 //!
-//! This increment builds the CSR in memory before deciding (the budget
-//! bounds what is *kept*); builders that stream straight to disk
-//! (`tigac convert`'s external sort) are the next step for graphs whose
-//! construction itself does not fit.
+//! A builder whose CSR would be over the budget never builds it: it streams
+//! the edges (in the user's order) through the external sort of `tigac
+//! convert` ([`GfgBuilder`], its memory bounded by the budget) straight into
+//! the file, transpose included. The file is byte for byte what saving the
+//! in-memory graph would write. Whether a graph is over the budget is
+//! decided from its sizes before building: `from_edges` and `concat` know
+//! their exact CSR bytes; `stencil` uses its most edges (nodes × offsets),
+//! so a stencil whose borders bring it just under the budget is streamed
+//! too. `from_csr` gets the CSR already built by the caller; what it avoids
+//! is a second copy (the transpose).
 
 use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tiga_runtime::storage::{save_gfg, GfgFile};
+use tiga_runtime::storage::{BuildOptions, GfgBuilder, GfgFile};
 use tiga_runtime::{Graph, TensorView};
 
 use crate::call::{Inputs, Outputs};
@@ -100,6 +106,13 @@ impl AnyGraph {
 
 static SPILL_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Bytes of a CSR with these counts (row offsets, columns, and edge ids
+/// when the user's edge order is not CSR order).
+fn csr_bytes(num_dst: usize, num_edges: usize, edge_ids: bool) -> u64 {
+    let ids = if edge_ids { num_edges as u64 * 8 } else { 0 };
+    (num_dst as u64 + 1) * 8 + num_edges as u64 * 4 + ids
+}
+
 /// Keep `g` in memory if it fits the budget, else persist it and return the
 /// paged handle.
 pub fn offload(g: Graph) -> Result<AnyGraph> {
@@ -107,6 +120,36 @@ pub fn offload(g: Graph) -> Result<AnyGraph> {
     if graph_bytes(&g) <= budget {
         return Ok(AnyGraph::Memory(Arc::new(g)));
     }
+    let (ns, nd) = (g.num_src(), g.num_dst());
+    stream_to_disk(ns, nd, budget, |b| {
+        match g.edge_ids() {
+            // CSR order is the user's order: rows as they are.
+            None => {
+                for (d, w) in g.offsets().windows(2).enumerate() {
+                    for &s in &g.cols()[w[0] as usize..w[1] as usize] {
+                        b.push(s, d as u32)?;
+                    }
+                }
+            }
+            Some(_) => {
+                let (src, dst) = g.coo_in_user_order();
+                for (&s, &d) in src.iter().zip(&dst) {
+                    b.push(s, d)?;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Stream edges (pushed by `push_all` in the user's order) into a new
+/// offloaded `.gfg` with its transpose, sorting within `budget` bytes.
+fn stream_to_disk(
+    num_src: usize,
+    num_dst: usize,
+    budget: u64,
+    push_all: impl FnOnce(&mut GfgBuilder) -> std::result::Result<(), tiga_runtime::storage::GfgError>,
+) -> Result<AnyGraph> {
     let n = SPILL_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = format!("graph-{}-{n}.gfg", std::process::id());
     let (dir, path) = match std::env::var_os("TIGA_SPILL_DIR") {
@@ -124,9 +167,11 @@ pub fn offload(g: Graph) -> Result<AnyGraph> {
             (Some(t), p)
         }
     };
-    let empty: [(tiga_runtime::storage::FieldRole, &str, TensorView<'_>); 0] = [];
-    save_gfg(&path, &g, true, &empty).map_err(|e| Error::Call(e.to_string()))?;
-    drop(g);
+    let gfg = |e: tiga_runtime::storage::GfgError| Error::Call(format!("offloading a graph over the RAM budget: {e}"));
+    let memory_bytes = usize::try_from(budget).unwrap_or(usize::MAX);
+    let mut b = GfgBuilder::new(&path, BuildOptions { memory_bytes, transpose: true }).map_err(gfg)?;
+    push_all(&mut b).map_err(gfg)?;
+    b.save(num_src as u64, num_dst as u64, &mut |_, _, _| {}).map_err(gfg)?;
     let file = GfgFile::open(&path).map_err(|e| Error::Call(e.to_string()))?;
     Ok(AnyGraph::Paged(Arc::new(PagedGraph { file, path, _dir: dir })))
 }
@@ -136,29 +181,89 @@ pub mod build {
     use super::*;
 
     pub fn from_edges(num_src: usize, num_dst: usize, src: &[u32], dst: &[u32]) -> Result<AnyGraph> {
-        offload(Graph::from_edges(num_src, num_dst, src, dst)?)
+        let over = |budget| {
+            let sorted = dst.windows(2).all(|w| w[0] <= w[1]);
+            src.len() == dst.len() && csr_bytes(num_dst, src.len(), !sorted) > budget
+        };
+        match ram_budget() {
+            // Out-of-range ids and counts over the limits are refused as the
+            // in-memory builder refuses them, before anything is written.
+            Some(budget) if over(budget) => {
+                Graph::check_edges(num_src, num_dst, src, dst)?;
+                stream_to_disk(num_src, num_dst, budget, |b| {
+                    for (&s, &d) in src.iter().zip(dst) {
+                        b.push(s, d)?;
+                    }
+                    Ok(())
+                })
+            }
+            _ => offload(Graph::from_edges(num_src, num_dst, src, dst)?),
+        }
     }
     pub fn from_csr(num_src: usize, num_dst: usize, offsets: Vec<u64>, cols: Vec<u32>) -> Result<AnyGraph> {
         offload(Graph::from_csr(num_src, num_dst, offsets, cols)?)
     }
     pub fn stencil(shape: &[usize], neighbors: &[Vec<i64>], periodic: bool) -> Result<AnyGraph> {
-        offload(Graph::stencil(shape, neighbors, periodic)?)
+        let (n, max_edges) = Graph::stencil_size(shape, neighbors)?;
+        match ram_budget() {
+            Some(budget) if csr_bytes(n, max_edges, false) > budget => stream_to_disk(n, n, budget, |b| {
+                let mut d = 0u32;
+                let mut failed = None;
+                Graph::stencil_rows(shape, neighbors, periodic, |row| {
+                    for &s in row {
+                        if let Err(e) = b.push(s, d) {
+                            failed = Some(e);
+                            return false;
+                        }
+                    }
+                    d += 1;
+                    true
+                })
+                .map_err(|e| tiga_runtime::storage::GfgError::Corrupt {
+                    path: "stencil".into(),
+                    section: "stencil".into(),
+                    message: e.to_string(),
+                })?;
+                failed.map_or(Ok(()), Err)
+            }),
+            _ => offload(Graph::stencil(shape, neighbors, periodic)?),
+        }
     }
     /// Graphs side by side: node ids of each part are shifted past the
     /// previous parts' (a block-diagonal union), edges in part order.
     pub fn concat(parts: &[&Graph]) -> Result<AnyGraph> {
-        let (mut src, mut dst) = (Vec::new(), Vec::new());
         let (mut ns, mut nd) = (0usize, 0usize);
+        let mut shifts = Vec::with_capacity(parts.len());
         for g in parts {
-            let (s, d) = g.coo_in_user_order();
-            let (so, dof) = (u32::try_from(ns), u32::try_from(nd));
-            let (Ok(so), Ok(dof)) = (so, dof) else {
+            let (Ok(so), Ok(dof)) = (u32::try_from(ns), u32::try_from(nd)) else {
                 return Err(Error::Call("concatenated graph has more than 2^32 nodes".into()));
             };
-            src.extend(s.iter().map(|x| x + so));
-            dst.extend(d.iter().map(|x| x + dof));
+            shifts.push((so, dof));
             ns += g.num_src();
             nd += g.num_dst();
+        }
+        let edges: usize = parts.iter().map(|g| g.num_edges()).sum();
+        // Parts in CSR order concatenate to CSR order (shifted rows follow).
+        let ids = parts.iter().any(|g| g.edge_ids().is_some());
+        if let Some(budget) = ram_budget().filter(|&b| csr_bytes(nd, edges, ids) > b) {
+            if u32::try_from(ns).is_err() || u32::try_from(nd).is_err() {
+                return Err(Error::Call("concatenated graph has more than 2^32 nodes".into()));
+            }
+            return stream_to_disk(ns, nd, budget, |b| {
+                for (g, &(so, dof)) in parts.iter().zip(&shifts) {
+                    let (s, d) = g.coo_in_user_order();
+                    for (&s, &d) in s.iter().zip(&d) {
+                        b.push(s + so, d + dof)?;
+                    }
+                }
+                Ok(())
+            });
+        }
+        let (mut src, mut dst) = (Vec::with_capacity(edges), Vec::with_capacity(edges));
+        for (g, &(so, dof)) in parts.iter().zip(&shifts) {
+            let (s, d) = g.coo_in_user_order();
+            src.extend(s.iter().map(|x| x + so));
+            dst.extend(d.iter().map(|x| x + dof));
         }
         from_edges(ns, nd, &src, &dst)
     }
