@@ -11,6 +11,10 @@
 //! tier, the budget and the request. [`Scope::memory_report`] says what lives
 //! where.
 //!
+//! [`Scope::snapshot`] saves the values of every tensor of the scope under
+//! one name; [`Scope::restore_snapshot`] brings them back, in this or
+//! another process, lazily (disk tier, read on first use).
+//!
 //! Spilled tensors go to a [`TensorStore`]: `TIGA_SPILL_DIR` when set (they
 //! outlive the process and can be reattached by name), else a per-process
 //! directory.
@@ -18,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use tiga_runtime::storage::{SpilledTensor, TensorStore};
+use tiga_runtime::storage::{Snapshot, SpilledTensor, TensorStore};
 use tiga_runtime::Tensor;
 
 use crate::{Error, Result};
@@ -63,6 +67,9 @@ struct Entry {
     place: Place,
     bytes: u64,
     last_use: u64,
+    /// Whether a `Disk` place is the scope's own file (spilled by it), or
+    /// a snapshot's member (restored: the scope reads it, never removes it).
+    owns_file: bool,
 }
 
 #[derive(Debug, Default)]
@@ -185,6 +192,7 @@ impl Scope {
         let spilled = self.store.spill(name, &t.view()).map_err(|er| Error::Call(er.to_string()))?;
         if let Some(e) = st.entries.get_mut(name) {
             e.place = Place::Disk(spilled);
+            e.owns_file = true;
         }
         st.spills += 1;
         Ok(())
@@ -200,7 +208,7 @@ impl Scope {
         self.make_room(&mut st, bytes, name)?;
         st.clock += 1;
         let clock = st.clock;
-        st.entries.insert(name.to_string(), Entry { place: Place::Host(Arc::new(t)), bytes, last_use: clock });
+        st.entries.insert(name.to_string(), Entry { place: Place::Host(Arc::new(t)), bytes, last_use: clock, owns_file: false });
         Ok(TensorHandle { name: name.to_string() })
     }
 
@@ -245,10 +253,60 @@ impl Scope {
     /// Drop a tensor from the scope (and its spilled file).
     pub fn remove(&self, h: &TensorHandle) -> Result<()> {
         let mut st = self.lock();
-        if let Some(Entry { place: Place::Disk(_), .. }) = st.entries.remove(&h.name) {
+        if let Some(Entry { place: Place::Disk(_), owns_file: true, .. }) = st.entries.remove(&h.name) {
             self.store.remove(&h.name).map_err(|e| Error::Call(e.to_string()))?;
         }
         Ok(())
+    }
+
+    /// Save the value of every tensor of the scope, wherever it lives, as
+    /// snapshot `name` of the scope's store (see
+    /// [`TensorStore::save_snapshot`]: a save over an older snapshot of that
+    /// name replaces it only once complete). Spilled tensors are read back
+    /// one at a time to be written; nothing moves between tiers.
+    pub fn snapshot(&self, name: &str) -> Result<Snapshot> {
+        let st = self.lock();
+        let mut values: Vec<(&str, Arc<Tensor>)> = Vec::with_capacity(st.entries.len());
+        // Host tensors are shared, spilled ones loaded (checksum checked).
+        for (n, e) in &st.entries {
+            let t = match &e.place {
+                Place::Host(t) => t.clone(),
+                Place::Disk(s) => Arc::new(s.load().map_err(|er| Error::Call(format!("snapshot `{name}`: {er}")))?),
+            };
+            values.push((n.as_str(), t));
+        }
+        let views: Vec<(&str, tiga_runtime::TensorView<'_>)> = values.iter().map(|(n, t)| (*n, t.view())).collect();
+        self.store.save_snapshot(name, &views).map_err(|e| Error::Call(format!("snapshot `{name}`: {e}")))
+    }
+
+    /// Bring snapshot `name` of the scope's store into the scope, lazily:
+    /// each member becomes a tensor of the same name in the disk tier,
+    /// read (and its checksum checked) when first used. Refused, before
+    /// anything is added, when a name is already in the scope or the disk
+    /// tier cannot hold the members.
+    pub fn restore_snapshot(&self, name: &str) -> Result<Vec<TensorHandle>> {
+        let snap = self.store.open_snapshot(name).map_err(|e| Error::Call(e.to_string()))?;
+        let mut st = self.lock();
+        if let Some(dup) = snap.names().find(|n| st.entries.contains_key(*n)) {
+            return Err(Error::Call(format!("restoring snapshot `{name}`: a tensor named `{dup}` is already in this scope")));
+        }
+        let bytes: u64 = snap.members().iter().map(|(_, t)| t.byte_len()).sum();
+        let disk_used = Self::used(&st, Tier::Disk);
+        if disk_used + bytes > self.disk_budget {
+            return Err(Error::Call(format!(
+                "disk tier over budget: restoring snapshot `{name}` ({bytes} bytes) onto {disk_used} used > {}",
+                self.disk_budget
+            )));
+        }
+        let mut handles = Vec::with_capacity(snap.len());
+        for (n, t) in snap.members() {
+            st.clock += 1;
+            let clock = st.clock;
+            let bytes = t.byte_len();
+            st.entries.insert(n.clone(), Entry { place: Place::Disk(t.clone()), bytes, last_use: clock, owns_file: false });
+            handles.push(TensorHandle { name: n.clone() });
+        }
+        Ok(handles)
     }
 
     pub fn memory_report(&self) -> MemoryReport {

@@ -71,3 +71,70 @@ fn a_spilled_tensor_is_still_a_kernel_and_vjp_input() {
     // d/dx_j of Σ out = out-degree of j.
     assert_eq!(grads.src("x").and_then(|t| t.as_f64()), Some(&[2.0, 1.0, 1.0, 1.0][..]));
 }
+
+#[test]
+fn snapshots_save_every_tier_and_restore_lazily_elsewhere() {
+    let (dir, st) = store();
+    let scope = Scope::with_store(1 << 20, 1 << 20, Eviction::Lru, st.clone());
+    let wv: Vec<f32> = (0..300).map(|i| i as f32 * 0.5 - 7.0).collect();
+    let bv: Vec<f64> = (0..12).map(|i| f64::from(i).sqrt()).collect();
+    let w = scope.add("w", Tensor::from_f32(vec![100, 3], wv.clone()).expect("w")).expect("w");
+    let b = scope.add("b", Tensor::from_f64(vec![12], bv.clone()).expect("b")).expect("b");
+    scope.spill(&b).expect("spill b");
+    let snap = scope.snapshot("ckpt").expect("snapshot");
+    assert_eq!((snap.generation(), snap.names().collect::<Vec<_>>()), (1, vec!["b", "w"]));
+    // The scope is unchanged: nothing moved between tiers.
+    assert_eq!((scope.tier(&w), scope.tier(&b)), (Some(Tier::Host), Some(Tier::Disk)));
+
+    // Another "process": a new store on the same directory, a new scope.
+    let other = Scope::with_store(1 << 20, 1 << 20, Eviction::Lru, TensorStore::at(dir.path()).expect("store"));
+    let hs = other.restore_snapshot("ckpt").expect("restore");
+    assert_eq!(hs.iter().map(|h| h.name()).collect::<Vec<_>>(), vec!["b", "w"]);
+    for h in &hs {
+        assert_eq!(other.tier(h), Some(Tier::Disk), "restored lazily");
+    }
+    assert_eq!(other.memory_report().reloads, 0);
+    let w2 = other.get(&hs[1]).expect("w");
+    assert_eq!(w2.shape(), &[100, 3]);
+    assert_eq!(w2.as_f32().expect("f32"), &wv[..]);
+    assert_eq!(other.get(&hs[0]).expect("b").as_f64().expect("f64"), &bv[..]);
+    assert_eq!(other.memory_report().reloads, 2);
+    // Removing a restored tensor leaves the snapshot's files alone.
+    other.remove(&hs[0]).expect("remove");
+    assert!(st.open_snapshot("ckpt").expect("still there").get("b").expect("b").load().is_ok());
+    // A name clash is refused before anything is added.
+    let e = other.restore_snapshot("ckpt").expect_err("w is already there");
+    assert!(e.to_string().contains("`w`"), "{e}");
+    assert!(other.tier(&hs[0]).is_none());
+
+    // Saving again replaces the snapshot whole: generation 2, old files gone,
+    // orphans of an interrupted save (generation 7, never committed) too.
+    let orphan = Tensor::from_f32(vec![2], vec![9.0, 9.0]).expect("orphan");
+    st.spill("ckpt@7@w", &orphan.view()).expect("orphan");
+    assert_eq!(st.open_snapshot("ckpt").expect("open").generation(), 1, "the orphan is not part of it");
+    scope.remove(&b).expect("remove b");
+    let snap2 = scope.snapshot("ckpt").expect("snapshot again");
+    assert_eq!((snap2.generation(), snap2.len()), (2, 1));
+    let names = st.names().expect("names");
+    assert_eq!(names, vec!["ckpt@2@w".to_string()], "only the committed generation's files remain");
+    assert_eq!(st.snapshots().expect("list"), vec!["ckpt".to_string()]);
+
+    // A member file swapped under the manifest is refused on open; a
+    // flipped data byte is refused on load.
+    let path = st.open_snapshot("ckpt").expect("open").get("w").expect("w").path().to_path_buf();
+    let mut bytes = std::fs::read(&path).expect("read");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&path, &bytes).expect("write");
+    let lazy = st.open_snapshot("ckpt").expect("headers are intact");
+    let e = lazy.get("w").expect("w").load().expect_err("data changed");
+    assert!(e.to_string().contains("checksum") || e.to_string().contains("changed"), "{e}");
+    st.spill("ckpt@2@w", &orphan.view()).expect("swap the member");
+    let e = st.open_snapshot("ckpt").expect_err("another tensor under the member's name");
+    assert!(e.to_string().contains("crc32"), "{e}");
+    let e = st.open_snapshot("nope").expect_err("missing");
+    assert!(e.to_string().contains("ckpt"), "names what is there: {e}");
+    assert!(st.save_snapshot("a@b", &[]).is_err(), "`@` is refused in snapshot names");
+    st.remove_snapshot("ckpt").expect("remove");
+    assert!(st.names().expect("names").is_empty() && st.snapshots().expect("list").is_empty());
+}

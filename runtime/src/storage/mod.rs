@@ -37,6 +37,7 @@ mod external;
 mod format;
 mod reader;
 mod stream;
+mod snapshot;
 pub mod tensors;
 mod writer;
 
@@ -53,6 +54,7 @@ pub use reader::{Advice, FieldHandle, FieldInfo, GfgFile, Page};
 pub use external::{BuildOptions, BuildPhase, BuildStats, GfgBuilder};
 pub use stream::{GfgStreamWriter, SectionPlan, SectionSink, StreamElem};
 pub use writer::{save_gfg, GfgWriter, PendingGfg};
+pub use snapshot::{Snapshot, SNAPSHOT_EXT};
 pub use tensors::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
 
 /// Which rows a field is indexed by: sources, destinations or edges (in the

@@ -289,16 +289,19 @@ impl TensorStore {
     /// The names stored, sorted (files `NAME.tensor` with a valid name;
     /// temporary files of saves in progress are not listed).
     pub fn names(&self) -> Result<Vec<String>> {
+        self.files_named(TENSOR_EXT, |n| validate_tensor_name(n).is_ok())
+    }
+
+    /// Stems of the regular files `STEM.EXT` in the store whose stem passes
+    /// `valid`, sorted.
+    pub(super) fn files_named(&self, ext: &str, valid: impl Fn(&str) -> bool) -> Result<Vec<String>> {
         let mut names = Vec::new();
+        let suffix = format!(".{ext}");
         for entry in std::fs::read_dir(&self.dir).map_err(io_err(&self.dir))? {
             let entry = entry.map_err(io_err(&self.dir))?;
             let file_name = entry.file_name();
-            let Some(file_name) = file_name.to_str() else { continue };
-            let Some(name) = file_name.strip_suffix(".tensor") else { continue };
-            if validate_tensor_name(name).is_err() {
-                continue;
-            }
-            if entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
+            let Some(name) = file_name.to_str().and_then(|f| f.strip_suffix(suffix.as_str())) else { continue };
+            if valid(name) && entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
                 names.push(name.to_string());
             }
         }
