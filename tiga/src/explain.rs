@@ -78,6 +78,9 @@ pub(crate) fn explain(k: &Kernel) -> String {
             if key.edge_ids { "permuted" } else { "identity" },
             ms
         );
+        for note in crate::jit().get(key).map(|v| v.notes.clone()).unwrap_or_default() {
+            let _ = writeln!(s, "    {note}");
+        }
     }
     let _ = writeln!(s);
     adjoint(&mut s, k);

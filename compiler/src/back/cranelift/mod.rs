@@ -147,6 +147,9 @@ pub struct Variant {
     /// Cranelift's VCode listing of the final machine code (the
     /// disassembly-like text; no capstone).
     pub asm: Option<String>,
+    /// What code generation chose: SIMD width, accumulators in registers,
+    /// feature blocks (shown by `explain`).
+    pub notes: Vec<String>,
     func: EntryFn,
     // Field order matters only for clarity: `func` points into `_module`.
     _module: ModuleGuard,
@@ -242,6 +245,11 @@ impl Jit {
         Ok((v, false))
     }
 
+    /// The variant for `key` if it is compiled (not counted as a hit).
+    pub fn get(&self, key: &VariantKey) -> Option<Arc<Variant>> {
+        self.lock().map.get(key).cloned()
+    }
+
     pub fn stats(&self) -> CacheStats {
         let g = self.lock();
         let mut variants: Vec<(VariantKey, f64)> = g.map.iter().map(|(k, v)| (k.clone(), v.compile_ms)).collect();
@@ -313,7 +321,7 @@ pub fn compile(k: &LoopKernel, key: &VariantKey) -> Result<Variant, BackError> {
     let math = math::declare(module, &mut ctx.func, k, key.dtype).map_err(module_err)?;
     let mut fbc = FunctionBuilderContext::new();
     let builder = FunctionBuilder::new(&mut ctx.func, &mut fbc);
-    translate::Translator::new(builder, k, key, &scratch, math)
+    let notes = translate::Translator::new(builder, k, key, &scratch, math)
         .run(module.target_config())
         .map_err(|message| BackError::Malformed { kernel: kernel(), message })?;
     let clif = ctx.func.display().to_string();
@@ -341,6 +349,7 @@ pub fn compile(k: &LoopKernel, key: &VariantKey) -> Result<Variant, BackError> {
         compile_ms: start.elapsed().as_secs_f64() * 1e3,
         clif,
         asm,
+        notes,
         func,
         _module: guard,
     })

@@ -65,6 +65,11 @@ pub(super) fn scratch_sizes(k: &LoopKernel, key: &VariantKey) -> TResult<Vec<u64
 /// kept in registers (16 × 128 bits = 64 f32 lanes).
 const MAX_UNROLL: i64 = 16;
 
+/// Vectors of lanes per pass over a row's edges under feature blocking
+/// (see `Translator::blocking_plan`): 8 of the 16 xmm registers hold
+/// accumulators, the rest the loads and temporaries.
+const BLOCK_VECTORS: i64 = 8;
+
 fn flags() -> MemFlagsData {
     MemFlagsData::trusted()
 }
@@ -120,6 +125,15 @@ pub(super) struct Translator<'a> {
     /// lanes, when every access is in an unrollable SIMD loop (see
     /// [`Translator::promote_scratch`]).
     promoted: Vec<Option<Vec<Variable>>>,
+    /// Feature blocking (see [`Translator::blocking_plan`]): the width
+    /// symbol, its lane count and the block size, when the row's work runs
+    /// once per block of lanes.
+    blocking: Option<(WidthId, i64, i64)>,
+    /// The block being emitted: its first lane.
+    block_start: Option<i64>,
+    /// Feature loops emitted as SIMD and as scalar loops (for the notes).
+    simd_loops: usize,
+    scalar_loops: usize,
     cur: Cursor,
 }
 
@@ -159,12 +173,18 @@ impl<'a> Translator<'a> {
             outputs: vec![None; k.outputs.len()],
             lanes: vec![None; k.num_loop_vars as usize],
             promoted: Vec::new(),
+            blocking: None,
+            block_start: None,
+            simd_loops: 0,
+            scalar_loops: 0,
             cur: Cursor::default(),
         }
     }
 
-    /// Build the whole function and finalize the builder.
-    pub(super) fn run(mut self, config: TargetFrontendConfig) -> TResult<()> {
+    /// Build the whole function and finalize the builder. Returns what code
+    /// generation chose (vector width, registers, feature blocks), for
+    /// `explain`.
+    pub(super) fn run(mut self, config: TargetFrontendConfig) -> TResult<Vec<String>> {
         let entry = self.b.create_block();
         self.b.append_block_params_for_function_params(entry);
         self.b.switch_to_block(entry);
@@ -208,6 +228,7 @@ impl<'a> Translator<'a> {
             let base = self.b.ins().stack_addr(types::I64, slot, 0);
             self.scratch.push(base);
         }
+        self.blocking = self.blocking_plan()?;
         self.promote_scratch()?;
 
         // for i in row_begin..row_end
@@ -218,28 +239,74 @@ impl<'a> Translator<'a> {
             self.cur = Cursor { row: Some(i), deg: None, src: None, edge: None, rank: None };
             self.stmts(&k.init)?;
             self.generated_neighbours(st, i)?;
+            self.cur.src = None;
+            self.cur.edge = None;
+            self.cur.rank = None;
+            self.stmts(&k.finish)?;
         } else {
             let off_addr = self.b.ins().ishl_imm_u(i, 3);
             let off_addr = self.b.ins().iadd(offsets, off_addr);
             let first = self.b.ins().load(types::I64, flags(), off_addr, 0);
             let end = self.b.ins().load(types::I64, flags(), off_addr, 8);
             let deg = self.b.ins().isub(end, first);
-            self.cur = Cursor { row: Some(i), deg: Some(deg), src: None, edge: None, rank: None };
-            self.stmts(&k.init)?;
-            // The edge loop is skipped when the body is empty (a kernel whose
-            // rows need no edges, like an adjoint's row stage).
-            if !k.body.is_empty() {
-                self.csr_edges(first, end, cols, edge_ids)?;
+            // One pass over the row's edges per feature block (one pass in
+            // all without blocking).
+            let blocks: Vec<Option<i64>> = match self.blocking {
+                Some((_, w, bl)) => (0..w / bl).map(|b| Some(b * bl)).collect(),
+                None => vec![None],
+            };
+            for start in blocks {
+                self.block_start = start;
+                self.cur = Cursor { row: Some(i), deg: Some(deg), src: None, edge: None, rank: None };
+                self.stmts(&k.init)?;
+                // The edge loop is skipped when the body is empty (a kernel
+                // whose rows need no edges, like an adjoint's row stage).
+                if !k.body.is_empty() {
+                    self.csr_edges(first, end, cols, edge_ids)?;
+                }
+                self.cur.src = None;
+                self.cur.edge = None;
+                self.cur.rank = None;
+                self.stmts(&k.finish)?;
             }
+            self.block_start = None;
         }
-        self.cur.src = None;
-        self.cur.edge = None;
-        self.cur.rank = None;
-        self.stmts(&k.finish)?;
         self.close_loop(row, 1);
         self.b.ins().return_(&[]);
+        let notes = self.notes();
         self.b.finalize(config);
-        Ok(())
+        Ok(notes)
+    }
+
+    fn notes(&self) -> Vec<String> {
+        let (vty, vl) = self.vlen();
+        let mut notes = Vec::new();
+        if let Some(st) = &self.key.stencil {
+            notes.push(format!(
+                "realization: generated stencil {}x{} ({} offsets{}): neighbours from the row index, no CSR read",
+                st.rows,
+                st.cols,
+                st.offsets.len(),
+                if st.periodic { ", periodic" } else { "" }
+            ));
+        }
+        let loops = self.simd_loops + self.scalar_loops;
+        if loops > 0 {
+            notes.push(format!(
+                "feature loops: {} of {loops} as {vty} SIMD ({} bits), the rest scalar",
+                self.simd_loops,
+                vl * self.key.dtype.size() as i64 * 8
+            ));
+        }
+        for (b, p) in self.promoted.iter().enumerate() {
+            if let Some(vars) = p {
+                notes.push(format!("accumulator scratch{b}: in {} vector registers (not the stack)", vars.len()));
+            }
+        }
+        if let Some((_, n, bl)) = self.blocking {
+            notes.push(format!("feature blocks: {bl} of {n} lanes, {} passes over each row's edges", n / bl));
+        }
+        notes
     }
 
     fn stmts(&mut self, list: &[Stmt]) -> TResult<()> {
@@ -265,7 +332,8 @@ impl<'a> Translator<'a> {
             }
             Stmt::Loop { lane, width, body } => {
                 let n = self.width(*width)?;
-                self.feature_loop(*lane, n, body)
+                let (start, len) = self.lane_range(*width, n);
+                self.feature_loop(*lane, start, len, body)
             }
         }
     }
@@ -273,7 +341,7 @@ impl<'a> Translator<'a> {
     /// `for lane in 0..n { body }` as a header-style loop (straight-line
     /// code when `n` is 0 or 1; SIMD when the body allows, see
     /// [`Translator::vector_loop`]).
-    fn feature_loop(&mut self, lane: LoopVar, n: i64, body: &[Stmt]) -> TResult<()> {
+    fn feature_loop(&mut self, lane: LoopVar, start: i64, n: i64, body: &[Stmt]) -> TResult<()> {
         let l = lane.0 as usize;
         if l >= self.lanes.len() {
             self.lanes.resize(l + 1, None);
@@ -281,18 +349,20 @@ impl<'a> Translator<'a> {
         if n == 0 {
             return Ok(());
         }
-        if self.vector_loop(lane, n, body)? {
+        if self.vector_loop(lane, start, n, body)? {
+            self.simd_loops += 1;
             return Ok(());
         }
+        self.scalar_loops += 1;
         if n == 1 {
-            let zero = self.b.ins().iconst(types::I64, 0);
-            let prev = self.lanes[l].replace(zero);
+            let first = self.b.ins().iconst(types::I64, start);
+            let prev = self.lanes[l].replace(first);
             self.stmts(body)?;
             self.lanes[l] = prev;
             return Ok(());
         }
-        let zero = self.b.ins().iconst(types::I64, 0);
-        let lp = self.open_loop(zero, Bound::Imm(n));
+        let first = self.b.ins().iconst(types::I64, start);
+        let lp = self.open_loop(first, Bound::Imm(start + n));
         let prev = self.lanes[l].replace(lp.counter);
         self.stmts(body)?;
         self.lanes[l] = prev;
@@ -435,6 +505,79 @@ impl<'a> Translator<'a> {
         }
     }
 
+    /// The lanes a feature loop of `width` (`n` lanes) covers in the code
+    /// being emitted: its block under feature blocking, else all of them.
+    fn lane_range(&self, width: WidthId, n: i64) -> (i64, i64) {
+        match (self.blocking, self.block_start) {
+            (Some((w, _, bl)), Some(start)) if w == width => (start, bl),
+            _ => (0, n),
+        }
+    }
+
+    /// Lanes of `width` handled per pass over a row's edges.
+    fn lanes_per_pass(&self, width: WidthId) -> TResult<i64> {
+        match self.blocking {
+            Some((w, _, bl)) if w == width => Ok(bl),
+            _ => self.width(width),
+        }
+    }
+
+    /// Feature blocking: when a row's accumulators would need more vector
+    /// registers than x64 has (16 xmm; past about 8 vectors of accumulators
+    /// the temporaries spill), the row's init, edge loop and finish run once
+    /// per block of [`BLOCK_VECTORS`] vectors of lanes, each pass re-reading
+    /// the row's (cached) columns. Only for kernels whose lanes are
+    /// independent: every feature loop has the same width symbol, none sits
+    /// in another or reduces across lanes, scratch arrays have that width,
+    /// and no store outside a feature loop accumulates (a parameter output),
+    /// so that running scalar statements once per block changes nothing.
+    /// Measured (F = 64 / 128 f32 sum, power-law graph): 227 -> 185 ms and
+    /// 645 -> 372 ms.
+    fn blocking_plan(&self) -> TResult<Option<(WidthId, i64, i64)>> {
+        if self.key.stencil.is_some() {
+            return Ok(None);
+        }
+        let (_, vl) = self.vlen();
+        let block = vl * BLOCK_VECTORS;
+        let mut width: Option<WidthId> = None;
+        for list in [&self.k.init, &self.k.body, &self.k.finish] {
+            for st in list.iter() {
+                match st {
+                    Stmt::Loop { lane, width: w, body } => {
+                        if width.is_some_and(|x| x != *w)
+                            || body.iter().any(|b| matches!(b, Stmt::Loop { .. }))
+                            || !Self::reductions(body).is_empty()
+                            || !self.vectorizable(*lane, body)
+                        {
+                            return Ok(None);
+                        }
+                        width = Some(*w);
+                    }
+                    Stmt::Store(Addr::Output { out, lane: None }, _) => {
+                        let role = self.k.outputs.get(*out as usize).map(|o| o.role);
+                        if role == Some(Role::Param) {
+                            return Ok(None);
+                        }
+                    }
+                    // Per-edge scalar work that is dear (an attention score's
+                    // exp) would be redone in every block.
+                    Stmt::Set(_, Inst::Unary(UnOp::Exp | UnOp::Ln | UnOp::Tanh | UnOp::Sigmoid | UnOp::Sqrt, _) | Inst::Powi(..))
+                        if std::ptr::eq(list, &self.k.body) =>
+                    {
+                        return Ok(None);
+                    }
+                    Stmt::Store(..) | Stmt::Set(..) => {}
+                }
+            }
+        }
+        let Some(w) = width else { return Ok(None) };
+        let n = self.width(w)?;
+        if n <= block || n % block != 0 || self.k.scratch.iter().any(|s| *s != w) {
+            return Ok(None);
+        }
+        Ok(Some((w, n, block)))
+    }
+
     /// Keep a scratch array (an accumulator) in vector registers instead of
     /// the stack when every access to it sits in a SIMD loop short enough to
     /// unroll (at most [`MAX_UNROLL`] vectors) and indexes it by that loop's
@@ -446,12 +589,12 @@ impl<'a> Translator<'a> {
             .k
             .scratch
             .iter()
-            .map(|w| self.width(*w).map(|w| w >= vl && w % vl == 0 && w / vl <= MAX_UNROLL).unwrap_or(false))
+            .map(|w| self.lanes_per_pass(*w).map(|w| w >= vl && w % vl == 0 && w / vl <= MAX_UNROLL).unwrap_or(false))
             .collect();
         fn walk(t: &Translator<'_>, list: &[Stmt], ok: &mut [bool], vl: i64) {
             for st in list {
                 if let Stmt::Loop { lane, width, body } = st {
-                    let w = t.width(*width).unwrap_or(0);
+                    let w = t.lanes_per_pass(*width).unwrap_or(0);
                     let unrollable = w >= vl && w % vl == 0 && w / vl <= MAX_UNROLL && t.vectorizable(*lane, body);
                     for inner in body {
                         let addrs: Vec<&Addr> = match inner {
@@ -481,7 +624,7 @@ impl<'a> Translator<'a> {
             if !promote {
                 continue;
             }
-            let w = self.width(self.k.scratch[b])?;
+            let w = self.lanes_per_pass(self.k.scratch[b])?;
             let vars: Vec<Variable> = (0..w / vl)
                 .map(|_| {
                     let v = self.b.declare_var(vty);
@@ -507,7 +650,7 @@ impl<'a> Translator<'a> {
     /// The loop as SIMD code (`f32x4`/`f64x2`, 128-bit like every x64
     /// Cranelift vector) when [`Translator::vectorizable`] holds and the
     /// width is a multiple of the vector length. Returns whether it did.
-    fn vector_loop(&mut self, lane: LoopVar, n: i64, body: &[Stmt]) -> TResult<bool> {
+    fn vector_loop(&mut self, lane: LoopVar, start: i64, n: i64, body: &[Stmt]) -> TResult<bool> {
         let (vty, vl) = match self.key.dtype {
             DType::F32 => (types::F32X4, 4i64),
             DType::F64 => (types::F64X2, 2i64),
@@ -540,13 +683,13 @@ impl<'a> Translator<'a> {
         let chunks: Vec<Option<usize>> = if touches_promoted { (0..(n / vl) as usize).map(Some).collect() } else { vec![None] };
         let mut loop_blocks = None;
         if !touches_promoted {
-            let zero = self.b.ins().iconst(types::I64, 0);
-            loop_blocks = Some(self.open_loop(zero, Bound::Imm(n)));
+            let first = self.b.ins().iconst(types::I64, start);
+            loop_blocks = Some(self.open_loop(first, Bound::Imm(start + n)));
         }
         let prev = self.lanes[l];
         for chunk in chunks {
             let k = match (chunk, &loop_blocks) {
-                (Some(c), _) => self.b.ins().iconst(types::I64, c as i64 * vl),
+                (Some(c), _) => self.b.ins().iconst(types::I64, start + c as i64 * vl),
                 (None, Some(lp)) => lp.counter,
                 (None, None) => return Err("internal: no loop counter".into()),
             };
