@@ -7,9 +7,13 @@ const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 
 #[test]
 fn generated_stencil_equals_csr_stencil() {
-    let offsets = vec![(-1i64, 0i64), (1, 0), (0, -1), (0, 1)];
-    for periodic in [false, true] {
-        for (rows, cols) in [(1usize, 1usize), (1, 7), (5, 1), (13, 17)] {
+    // The four-neighbour stencil, and a lopsided one (interior rows take a
+    // branch-free path whose border is as wide as the largest offset; rows
+    // are cut in chunks that start mid grid row).
+    let four = vec![(-1i64, 0i64), (1, 0), (0, -1), (0, 1)];
+    let lopsided = vec![(-2i64, 1i64), (1, 0), (0, -1), (0, 3), (1, 1)];
+    for (offsets, periodic) in [(&four, false), (&four, true), (&lopsided, false), (&lopsided, true)] {
+        for (rows, cols) in [(1usize, 1usize), (1, 7), (5, 1), (13, 17), (4, 5), (61, 67)] {
             let st = Stencil2d { rows: rows as u64, cols: cols as u64, offsets: offsets.clone(), periodic };
             let neigh: Vec<Vec<i64>> = offsets.iter().map(|&(r, c)| vec![r, c]).collect();
             let g = Graph::stencil(&[rows, cols], &neigh, periodic).expect("stencil graph");

@@ -231,18 +231,45 @@ impl<'a> Translator<'a> {
         self.blocking = self.blocking_plan()?;
         self.promote_scratch()?;
 
+        // A generated stencil's grid coordinates (r, c) of row i: one
+        // division for the chunk's first row, then carried (c + 1, wrapping
+        // to the next r), not a division per row.
+        let coords = match &self.key.stencil {
+            Some(st) => {
+                let cols = st.cols as i64;
+                let (r, c) = (self.b.declare_var(types::I64), self.b.declare_var(types::I64));
+                let r0 = self.b.ins().udiv_imm_u(row_begin, cols);
+                let rc = self.b.ins().imul_imm_s(r0, cols);
+                let c0 = self.b.ins().isub(row_begin, rc);
+                self.b.def_var(r, r0);
+                self.b.def_var(c, c0);
+                Some((r, c))
+            }
+            None => None,
+        };
         // for i in row_begin..row_end
         let row = self.open_loop(row_begin, Bound::Value(row_end));
         let i = row.counter;
         let k = self.k;
-        if let Some(st) = &self.key.stencil {
+        if let (Some(st), Some((rv, cv))) = (&self.key.stencil, coords) {
             self.cur = Cursor { row: Some(i), deg: None, src: None, edge: None, rank: None };
             self.stmts(&k.init)?;
-            self.generated_neighbours(st, i)?;
+            let (r, c) = (self.b.use_var(rv), self.b.use_var(cv));
+            self.generated_neighbours(st, i, r, c)?;
             self.cur.src = None;
             self.cur.edge = None;
             self.cur.rank = None;
             self.stmts(&k.finish)?;
+            // Next row: c + 1, or column 0 of the next grid row.
+            let (r, c) = (self.b.use_var(rv), self.b.use_var(cv));
+            let c1 = self.b.ins().iadd_imm_s(c, 1);
+            let wrap = self.b.ins().icmp_imm_u(IntCC::Equal, c1, st.cols as i64);
+            let zero = self.b.ins().iconst(types::I64, 0);
+            let c2 = self.b.ins().select(wrap, zero, c1);
+            let up = self.b.ins().uextend(types::I64, wrap);
+            let r2 = self.b.ins().iadd(r, up);
+            self.b.def_var(rv, r2);
+            self.b.def_var(cv, c2);
         } else {
             let off_addr = self.b.ins().ishl_imm_u(i, 3);
             let off_addr = self.b.ins().iadd(offsets, off_addr);
@@ -1132,19 +1159,51 @@ impl<'a> Translator<'a> {
     }
 
     /// The edge loop of the generated-stencil realization: each neighbour
-    /// offset in turn, its border test on the index, the body when the
-    /// neighbour exists. The degree is the count of neighbours visited.
-    fn generated_neighbours(&mut self, st: &crate::back::abi::Stencil2d, i: Value) -> TResult<()> {
+    /// offset in turn, its border test on the grid coordinates `(r, c)`, the
+    /// body when the neighbour exists. The degree is the count of
+    /// neighbours visited. Rows whose every neighbour is inside the grid
+    /// (all but a border as wide as the largest offset) take a copy of the
+    /// body with no tests and a constant degree; the rest take the tested
+    /// (or, periodic, wrapped) path.
+    fn generated_neighbours(&mut self, st: &crate::back::abi::Stencil2d, i: Value, r: Value, c: Value) -> TResult<()> {
         let k = self.k;
         if k.reads_role(Role::Edge) {
             return Err("a generated stencil has no edge fields: use the CSR realization".into());
         }
         let (rows, cols) = (st.rows as i64, st.cols as i64);
-        let r = self.b.ins().udiv_imm_u(i, cols);
-        let rc = self.b.ins().imul_imm_s(r, cols);
-        let c = self.b.ins().isub(i, rc);
         let count = self.b.declare_var(types::I64);
         let zero = self.b.ins().iconst(types::I64, 0);
+        let (dr_lo, dr_hi) = st.offsets.iter().fold((0i64, 0i64), |(lo, hi), &(dr, _)| (lo.min(dr), hi.max(dr)));
+        let (dc_lo, dc_hi) = st.offsets.iter().fold((0i64, 0i64), |(lo, hi), &(_, dc)| (lo.min(dc), hi.max(dc)));
+        let (inner_r, inner_c) = (rows - (dr_hi - dr_lo), cols - (dc_hi - dc_lo));
+        let join = self.b.create_block();
+        if inner_r > 0 && inner_c > 0 && !st.offsets.is_empty() {
+            // Interior: -dr_lo <= r < rows - dr_hi and likewise for c, as
+            // one unsigned compare each.
+            let fast = self.b.create_block();
+            let slow = self.b.create_block();
+            let rr = self.b.ins().iadd_imm_s(r, dr_lo);
+            let ok_r = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, rr, inner_r);
+            let cc = self.b.ins().iadd_imm_s(c, dc_lo);
+            let ok_c = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, cc, inner_c);
+            let inside = self.b.ins().band(ok_r, ok_c);
+            self.b.ins().brif(inside, fast, &[], slow, &[]);
+            self.b.seal_block(fast);
+            self.b.seal_block(slow);
+            self.b.switch_to_block(fast);
+            for (n, &(dr, dc)) in st.offsets.iter().enumerate() {
+                let j = self.b.ins().iadd_imm_s(i, dr * cols + dc);
+                let seen = self.b.ins().iconst(types::I64, n as i64);
+                self.cur.src = Some(j);
+                self.cur.edge = None;
+                self.cur.rank = Some((seen, zero));
+                self.stmts(&k.body)?;
+            }
+            let all = self.b.ins().iconst(types::I64, st.offsets.len() as i64);
+            self.b.def_var(count, all);
+            self.b.ins().jump(join, &[]);
+            self.b.switch_to_block(slow);
+        }
         self.b.def_var(count, zero);
         for &(dr, dc) in &st.offsets {
             let body = self.b.create_block();
@@ -1152,13 +1211,13 @@ impl<'a> Translator<'a> {
             let r2 = self.b.ins().iadd_imm_s(r, dr);
             let c2 = self.b.ins().iadd_imm_s(c, dc);
             let j = if st.periodic {
+                // x mod n in [0, n) (an offset may exceed the grid: a
+                // remainder, not one add or subtract).
                 let wrap = |b: &mut FunctionBuilder<'_>, x: Value, n: i64| {
-                    let neg = b.ins().icmp_imm_s(IntCC::SignedLessThan, x, 0);
-                    let up = b.ins().iadd_imm_s(x, n);
-                    let x = b.ins().select(neg, up, x);
-                    let over = b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x, n);
-                    let down = b.ins().iadd_imm_s(x, -n);
-                    b.ins().select(over, down, x)
+                    let m = b.ins().srem_imm_s(x, n);
+                    let neg = b.ins().icmp_imm_s(IntCC::SignedLessThan, m, 0);
+                    let up = b.ins().iadd_imm_s(m, n);
+                    b.ins().select(neg, up, m)
                 };
                 let r3 = wrap(&mut self.b, r2, rows);
                 let c3 = wrap(&mut self.b, c2, cols);
@@ -1189,6 +1248,9 @@ impl<'a> Translator<'a> {
             self.b.seal_block(next);
             self.b.switch_to_block(next);
         }
+        self.b.ins().jump(join, &[]);
+        self.b.seal_block(join);
+        self.b.switch_to_block(join);
         self.cur.deg = Some(self.b.use_var(count));
         Ok(())
     }
