@@ -60,7 +60,8 @@ usage: tiga-bench [--quick] [--repeat N] [--threads N] [--json PATH]
                   [--no-scaling] [--seed N]
 
   --quick           graphs 16x smaller, 3 repeats (unless --repeat)
-  --repeat N        timed calls per measurement after 3 warm-ups (default 7)
+  --repeat N        timed calls per measurement after 3 warm-ups (default 7;
+                    peers: at most 3 after one warm-up)
   --threads N       rayon threads (default: all CPUs); peers get the same
   --json PATH       where the JSON goes, written atomically (default bench.json)
   --cases LIST      only these: stencil-csr, stencil-generated, powerlaw-sum,
@@ -155,6 +156,9 @@ fn median(mut v: Vec<f64>) -> f64 {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
+
+/// Timed calls per peer measurement (after peers.py's warm-up), at most.
+const PEER_REPEATS: usize = 3;
 
 /// Warm-up calls untimed; see [`time`].
 const WARM_UPS: usize = 3;
@@ -340,7 +344,13 @@ impl Run {
     /// Runs peers.py for these case indices of the report (those that name a
     /// peers.py case), on a graph directory written for them.
     fn peers_for(&mut self, idx: &[usize], g: &Graph, x: &[f32], f: usize, attention: Option<(&[f32], &[f32])>) {
-        let cases: Vec<&'static str> = idx.iter().filter_map(|&i| self.report.cases[i].peer_case).collect();
+        // One run per peer case: both back ends of a case share its peers.
+        let mut cases: Vec<&'static str> = Vec::new();
+        for c in idx.iter().filter_map(|&i| self.report.cases[i].peer_case) {
+            if !cases.contains(&c) {
+                cases.push(c);
+            }
+        }
         if cases.is_empty() {
             return;
         }
@@ -365,7 +375,9 @@ impl Run {
                 if let Err(e) = peers::write_graph_dir(&dir.0, g, x, f, attention) {
                     return self.fail(e);
                 }
-                peers::run(&a, &dir.0, &cases, self.report.machine.threads, self.o.repeat)
+                // PyTorch's gather/scatter takes seconds per call on the
+                // power-law graph: at most PEER_REPEATS timed calls each.
+                peers::run(&a, &dir.0, &cases, self.report.machine.threads, self.o.repeat.min(PEER_REPEATS))
             }
         };
         for &i in idx {
