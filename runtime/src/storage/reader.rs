@@ -336,8 +336,8 @@ impl GfgFile {
 
     /// Tell the kernel how a byte range of a mapped section will be used
     /// (see [`Advice`]). Paged runs stream through sections this way: each
-    /// page is populated ahead of the kernel and dropped after it, so what
-    /// they have passed does not stay in the resident set. Does nothing for
+    /// page is read ahead of the kernel and dropped after it, so what they
+    /// have passed does not stay in the resident set. Does nothing for
     /// a section not mapped yet or an empty range; a range past the section
     /// is cut at its end.
     pub fn advise(&self, section: &str, bytes: std::ops::Range<usize>, advice: Advice) -> Result<(), GfgError> {
