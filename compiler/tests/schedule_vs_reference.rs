@@ -39,3 +39,43 @@ fn scheduled_kernels_match_reference() {
         }
     }
 }
+
+/// The never-NaN analysis: in MaxPool the accumulator (and so every `max`)
+/// is never NaN, while the gathered field value may be; in GatAttention the
+/// running maximum is never NaN, while the score (an add of two loads) may be.
+#[test]
+fn never_nan_finds_accumulators() {
+    use tiga_compiler::loops::{never_nan, Addr, Inst, Stmt};
+    let ks = parse_kernel_file(GNN).expect("parses");
+    for name in ["MaxPool", "GatAttention"] {
+        let k = ks.iter().find(|k| k.name == name).expect("kernel");
+        let lk = schedule(&run_pipeline(k.clone()).expect("passes").lowered).expect("schedules");
+        let nn = never_nan(&lk);
+        let mut maxes = 0;
+        let mut field_loads = 0;
+        fn walk(s: &[Stmt], f: &mut dyn FnMut(&Stmt)) {
+            for st in s {
+                if let Stmt::Loop { body, .. } = st {
+                    walk(body, f);
+                } else {
+                    f(st);
+                }
+            }
+        }
+        for part in [&lk.init, &lk.body, &lk.finish] {
+            walk(part, &mut |st| match st {
+                Stmt::Set(v, Inst::Binary(tiga_compiler::ir::BinOp::Max, a, b)) => {
+                    maxes += 1;
+                    assert!(nn[a.0 as usize] || nn[b.0 as usize], "{name}: max v{}, v{}", a.0, b.0);
+                    assert!(nn[v.0 as usize], "{name}: the max itself");
+                }
+                Stmt::Set(v, Inst::Load(Addr::Field { .. })) => {
+                    field_loads += 1;
+                    assert!(!nn[v.0 as usize], "{name}: a field value may be NaN");
+                }
+                _ => {}
+            });
+        }
+        assert!(maxes > 0 && field_loads > 0, "{name}: {maxes} max, {field_loads} field loads");
+    }
+}

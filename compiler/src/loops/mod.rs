@@ -20,6 +20,7 @@
 //! scratch arrays ([`Addr::Scratch`]).
 
 pub mod eval;
+mod never_nan;
 mod print;
 mod schedule;
 
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ir::{BinOp, CmpOp, FieldDecl, FieldId, OutputDecl, UnOp, WidthDecl, WidthId};
 
+pub use never_nan::never_nan;
 pub use schedule::{schedule, ScheduleError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

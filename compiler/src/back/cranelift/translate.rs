@@ -131,6 +131,9 @@ pub(super) struct Translator<'a> {
     blocking: Option<(WidthId, i64, i64)>,
     /// The block being emitted: its first lane.
     block_start: Option<i64>,
+    /// Variables that are never NaN ([`crate::loops::never_nan`]): a `max`
+    /// or `min` with such an operand is one compare and select.
+    not_nan: Vec<bool>,
     /// Feature loops emitted as SIMD and as scalar loops (for the notes).
     simd_loops: usize,
     scalar_loops: usize,
@@ -175,6 +178,7 @@ impl<'a> Translator<'a> {
             promoted: Vec::new(),
             blocking: None,
             block_start: None,
+            not_nan: crate::loops::never_nan(k),
             simd_loops: 0,
             scalar_loops: 0,
             cur: Cursor::default(),
@@ -856,8 +860,8 @@ impl<'a> Translator<'a> {
                     _ => return Err("no vector form".into()),
                 }
             }
-            Inst::Binary(o, x, y) => {
-                let (x, y) = (op(self, x)?, op(self, y)?);
+            Inst::Binary(o, xv, yv) => {
+                let (x, y) = (op(self, xv)?, op(self, yv)?);
                 match o {
                     BinOp::Add => self.b.ins().fadd(x, y),
                     BinOp::Sub => self.b.ins().fsub(x, y),
@@ -865,12 +869,22 @@ impl<'a> Translator<'a> {
                     BinOp::Div => self.b.ins().fdiv(x, y),
                     BinOp::Min | BinOp::Max => {
                         // As the scalar path: x if (x < y) (resp. >), else y;
-                        // and x when y is NaN.
+                        // and x when y is NaN. One compare and select when
+                        // an operand is never NaN.
                         let cc = if *o == BinOp::Min { FloatCC::LessThan } else { FloatCC::GreaterThan };
-                        let take_x = mask(self, cc, x, y);
-                        let r = self.b.ins().bitselect(take_x, x, y);
-                        let y_nan = mask(self, FloatCC::Unordered, y, y);
-                        self.b.ins().bitselect(y_nan, x, r)
+                        if self.never_nan(*xv) {
+                            let take_y = mask(self, cc, y, x);
+                            self.b.ins().bitselect(take_y, y, x)
+                        } else {
+                            let take_x = mask(self, cc, x, y);
+                            let r = self.b.ins().bitselect(take_x, x, y);
+                            if self.never_nan(*yv) {
+                                r
+                            } else {
+                                let y_nan = mask(self, FloatCC::Unordered, y, y);
+                                self.b.ins().bitselect(y_nan, x, r)
+                            }
+                        }
                     }
                     BinOp::LeakyRelu => {
                         let z = self.fconst(0.0);
@@ -965,6 +979,24 @@ impl<'a> Translator<'a> {
                     self.b.ins().band(x, y)
                 } else {
                     self.b.ins().bor(x, y)
+                }
+            }
+            Inst::Binary(op @ (BinOp::Min | BinOp::Max), xv, yv) => {
+                want(Num, "a binary operation")?;
+                let (x, y) = (self.num_var(*xv)?, self.num_var(*yv)?);
+                let cc = if *op == BinOp::Min { FloatCC::LessThan } else { FloatCC::GreaterThan };
+                match (self.never_nan(*xv), self.never_nan(*yv)) {
+                    // The never-NaN operand is kept when the compare fails
+                    // (NaN compares false), as Rust's max/min keep it.
+                    (true, _) => {
+                        let take_y = self.b.ins().fcmp(cc, y, x);
+                        self.b.ins().select(take_y, y, x)
+                    }
+                    (false, true) => {
+                        let take_x = self.b.ins().fcmp(cc, x, y);
+                        self.b.ins().select(take_x, x, y)
+                    }
+                    (false, false) => self.binary(*op, x, y),
                 }
             }
             Inst::Binary(op, x, y) => {
@@ -1356,6 +1388,10 @@ impl<'a> Translator<'a> {
 
     fn lane(&self, l: LoopVar) -> TResult<Value> {
         self.lanes.get(l.0 as usize).copied().flatten().ok_or_else(|| format!("k{} used outside its loop", l.0))
+    }
+
+    fn never_nan(&self, v: Var) -> bool {
+        self.not_nan.get(v.0 as usize).copied().unwrap_or(false)
     }
 
     fn kind(&self, v: Var) -> TResult<VarKind> {
