@@ -51,11 +51,9 @@ pub fn never_nan(k: &LoopKernel) -> Vec<bool> {
                         }
                     }
                 }
-                Stmt::Store(Addr::Scratch { buf, .. }, x) => {
-                    if !vars.get(x.0 as usize).copied().unwrap_or(false) {
-                        if let Some(slot) = bufs.get_mut(*buf as usize) {
-                            *slot = false;
-                        }
+                Stmt::Store(Addr::Scratch { buf, .. }, x) if !vars.get(x.0 as usize).copied().unwrap_or(false) => {
+                    if let Some(slot) = bufs.get_mut(*buf as usize) {
+                        *slot = false;
                     }
                 }
                 _ => {}
