@@ -7,6 +7,8 @@
 //! call would realize the graph: `in_memory` (a CSR in RAM; the default, and
 //! what any text graph gives) or, with `--graph FILE.gfg`, `paged_csr`: the
 //! backing file and the page plan (pages, rows per page, prefetch depth).
+//! With `--width F`, the JIT variant for that width is compiled first, so
+//! the report shows what code generation chose for it.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -20,6 +22,7 @@ pub fn explain(
     graph: Option<&Path>,
     num_nodes: Option<usize>,
     paging: &PageArgs,
+    variant: Option<(usize, tiga::DType)>,
 ) -> Result<(), Failure> {
     if let Some(flag) = paging.given() {
         match graph {
@@ -59,6 +62,15 @@ pub fn explain(
             }
         },
     };
+    // `--width`: compile the variant first, so the report lists it with
+    // its code-generation notes.
+    if let Some((width, dtype)) = variant {
+        for k in &kernels {
+            let widths = vec![width; k.captured().widths.len()];
+            k.variant(dtype, &widths, false)
+                .map_err(|e| Failure::new(format!("kernel `{}` at width {width}: {e}", k.name())))?;
+        }
+    }
     let text: Vec<String> = kernels.iter().map(|k| k.explain()).collect();
     let mut out = std::io::stdout().lock();
     // A closed pipe (`tigac explain .. | head`) is not an error worth a message.

@@ -125,6 +125,13 @@ struct ExplainArgs {
     num_nodes: Option<usize>,
     #[command(flatten)]
     paging: PagingArgs,
+    /// Also compile the JIT variant for this feature width (every width symbol) and show what code
+    /// generation chose: SIMD width, accumulators in registers, feature blocks.
+    #[arg(long, value_name = "F", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    width: Option<u32>,
+    /// The element type of that variant.
+    #[arg(long, value_name = "TYPE", default_value = "f32", value_parser = ["f32", "f64"])]
+    dtype: String,
 }
 
 #[derive(Args, Debug)]
@@ -181,7 +188,8 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
     match command {
         Command::Compile(a) => compile::compile(&a.file, a.kernel.as_deref(), &a.emit, a.out.as_deref()),
         Command::Explain(a) => {
-            explain::explain(&a.file, a.kernel.as_deref(), a.graph.as_deref(), a.num_nodes, &a.paging.page_args())
+            let variant = a.width.map(|w| (w as usize, if a.dtype == "f64" { tiga::DType::F64 } else { tiga::DType::F32 }));
+            explain::explain(&a.file, a.kernel.as_deref(), a.graph.as_deref(), a.num_nodes, &a.paging.page_args(), variant)
         }
         Command::Convert(a) => convert::convert(&convert::ConvertRequest {
             input: a.input,

@@ -315,6 +315,24 @@ fn explain_lists_the_passes_in_order() {
 }
 
 #[test]
+fn explain_with_a_width_shows_code_generation() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let o = tigac(&root, &["explain", "examples/kernels/gnn.rs", "--kernel", "VecSum", "--width", "64"]);
+    ok(&o);
+    let text = stdout(&o);
+    for want in ["widths [64]", "as f32x4 SIMD (128 bits)", "in 8 vector registers", "feature blocks: 32 of 64 lanes, 2 passes"] {
+        assert!(text.contains(want), "`{want}` missing:\n{text}");
+    }
+    let o = tigac(&root, &["explain", "examples/kernels/gnn.rs", "--kernel", "VecSum", "--width", "16", "--dtype", "f64"]);
+    ok(&o);
+    let text = stdout(&o);
+    assert!(text.contains("f64 widths [16]") && text.contains("f64x2") && !text.contains("feature blocks"), "{text}");
+    // A usage error (clap's exit status 2), naming the flag.
+    let bad = tigac(&root, &["explain", "examples/kernels/gnn.rs", "--width", "0"]);
+    assert!(!bad.status.success() && stderr(&bad).contains("--width"), "{}", stderr(&bad));
+}
+
+#[test]
 fn emit_writes_each_stage() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
