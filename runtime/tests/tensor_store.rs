@@ -288,3 +288,60 @@ fn the_process_store_is_removed_at_exit() {
     );
     assert!(!Path::new(dir).exists(), "{dir} outlived the process that made it");
 }
+
+/// Damaged snapshot manifests (mutations of a real one, and random bytes)
+/// are errors that name the file, never a panic; a good one still opens.
+#[test]
+fn damaged_snapshot_manifests_are_errors() {
+    let dir = tmpdir();
+    let store = TensorStore::at(dir.path()).expect("store");
+    let a = Tensor::from_f32(vec![3], vec![1.0, 2.0, 3.0]).expect("a");
+    let b = Tensor::from_f64(vec![2, 2], vec![0.5; 4]).expect("b");
+    store.save_snapshot("ck", &[("a", a.view()), ("b", b.view())]).expect("save");
+    let manifest = dir.path().join("ck.snapshot");
+    let good = std::fs::read(&manifest).expect("read");
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut errors = 0;
+    for round in 0..600 {
+        let bytes: Vec<u8> = match round % 3 {
+            // A flipped byte.
+            0 => {
+                let mut m = good.clone();
+                let i = next() as usize % m.len();
+                m[i] ^= 1 << (next() % 8);
+                m
+            }
+            // Cut short.
+            1 => good[..next() as usize % good.len()].to_vec(),
+            // Random bytes, sometimes behind the right first line.
+            _ => {
+                let mut m: Vec<u8> = if next() % 2 == 0 { b"tiga-snapshot 1\n".to_vec() } else { Vec::new() };
+                m.extend((0..next() % 200).map(|_| next() as u8));
+                m
+            }
+        };
+        std::fs::write(&manifest, &bytes).expect("write");
+        match store.open_snapshot("ck") {
+            Ok(s) => {
+                // Only a manifest that still names real members opens.
+                for (name, t) in s.members() {
+                    assert!(name == "a" || name == "b", "opened a member named {name:?}");
+                    t.load().expect("a member that opens loads");
+                }
+            }
+            Err(e) => {
+                errors += 1;
+                assert!(!e.to_string().is_empty());
+            }
+        }
+    }
+    assert!(errors > 300, "only {errors} of 600 damaged manifests were refused");
+    std::fs::write(&manifest, &good).expect("restore");
+    assert_eq!(store.open_snapshot("ck").expect("good again").len(), 2);
+}
