@@ -237,6 +237,31 @@ fn run_tiga(
     Ok(TigaRun { fwd_first, fwd_ms, bwd_first, bwd_ms, compile_ms, bwd_compile_ms, out, grad })
 }
 
+impl TigaRun {
+    /// A table row with this run's times: the forward and backward after
+    /// warm-up and the first calls, and the compile times (none for the
+    /// macro's ahead-of-time variants: compiled with the bench).
+    fn case(&self, case: &str, backend: &'static str, f: usize, (nodes, edges): (usize, usize), (model_bytes, model): (u64, String)) -> Case {
+        let aot = backend == "rust-aot";
+        Case {
+            case: case.into(),
+            backend,
+            f,
+            nodes,
+            edges,
+            fwd_ms: Some(self.fwd_ms),
+            bwd_ms: Some(self.bwd_ms),
+            fwd_first_ms: Some(self.fwd_first),
+            bwd_first_ms: Some(self.bwd_first),
+            model_bytes,
+            model,
+            compile_ms: Some(if aot { 0.0 } else { self.compile_ms }),
+            bwd_compile_ms: Some(self.bwd_compile_ms),
+            ..Case::default()
+        }
+    }
+}
+
 /// Compares a baseline with tiga; more than 1e-3 relative is an error.
 fn check(what: &str, got: &[f32], want: &[f32]) -> Result<Check, String> {
     if got.len() != want.len() {
@@ -418,27 +443,14 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
         let (_, hb, hgrad) = time(repeat, || hand::csr_sum_backward(&g, &gt, &gout, 1, Post::Scale(0.25)))?;
         let check_fwd = run.checked("stencil-csr forward", &hout, &t.out);
         let check_bwd = run.checked("stencil-csr backward", &hgrad, &t.grad);
-        let (model_bytes, model) = model::stencil_csr(n, e);
         run.report.cases.push(Case {
-            case: "stencil-csr".into(),
-            f: 1,
-            nodes: n,
-            edges: e,
-            fwd_ms: Some(t.fwd_ms),
-            bwd_ms: Some(t.bwd_ms),
-            fwd_first_ms: Some(t.fwd_first),
-            bwd_first_ms: Some(t.bwd_first),
-            model_bytes,
-            model,
-            compile_ms: Some(t.compile_ms),
-            bwd_compile_ms: Some(t.bwd_compile_ms),
             hand_fwd_ms: Some(hf),
             hand_bwd_ms: Some(hb),
             check_fwd,
             check_bwd,
             peer_case: Some("scaled"),
             tigac: Some(tigac_timing(&g, &x, repeat)),
-            ..Case::default()
+            ..t.case("stencil-csr", "cranelift", 1, (n, e), model::stencil_csr(n, e))
         });
         if let Some(Some(Ok((f, b)))) = run.report.cases.last().map(|c| c.tigac.clone()) {
             eprintln!("[bench] stencil-csr: tigac run --timing: run {f:.2} ms, vjp {b:.2} ms (bench: {:.2} / {:.2} ms)", t.fwd_ms, t.bwd_ms);
@@ -448,26 +460,12 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
             eprintln!("[bench] stencil-csr: tiga rust-aot");
             let a = run_tiga(mk, &g, &ins, "x", &[], repeat)?;
             let check_aot = run.checked("stencil-csr forward (rust-aot vs cranelift)", &a.out, &t.out);
-            let (model_bytes, model) = model::stencil_csr(n, e);
             run.report.cases.push(Case {
-                case: "stencil-csr".into(),
-                backend: "rust-aot",
-                f: 1,
-                nodes: n,
-                edges: e,
-                fwd_ms: Some(a.fwd_ms),
-                bwd_ms: Some(a.bwd_ms),
-                fwd_first_ms: Some(a.fwd_first),
-                bwd_first_ms: Some(a.bwd_first),
-                model_bytes,
-                model,
-                compile_ms: Some(0.0),
-                bwd_compile_ms: Some(a.bwd_compile_ms),
                 hand_fwd_ms: Some(hf),
                 hand_bwd_ms: Some(hb),
                 check_fwd: check_aot,
                 peer_case: Some("scaled"),
-                ..Case::default()
+                ..a.case("stencil-csr", "rust-aot", 1, (n, e), model::stencil_csr(n, e))
             });
         }
     }
@@ -613,27 +611,15 @@ fn powerlaw_case(run: &mut Run, p: &PlInputs<'_>, which: Pl) -> Result<(), Strin
                 .to_string(),
         );
     }
-    let (model_bytes, model) = if which == Pl::Gat { model::gat(n, e, f) } else { model::gather(n, e, f) };
+    let model = if which == Pl::Gat { model::gat(n, e, f) } else { model::gather(n, e, f) };
     run.report.cases.push(Case {
-        case: which.name().into(),
-        f,
-        nodes: n,
-        edges: e,
-        fwd_ms: Some(t.fwd_ms),
-        bwd_ms: Some(t.bwd_ms),
-        fwd_first_ms: Some(t.fwd_first),
-        bwd_first_ms: Some(t.bwd_first),
-        model_bytes,
-        model: model.clone(),
-        compile_ms: Some(t.compile_ms),
-        bwd_compile_ms: Some(t.bwd_compile_ms),
         hand_fwd_ms: Some(hf),
         hand_bwd_ms,
         hand_bwd_absent,
         check_fwd,
         check_bwd,
         peer_case: Some(which.peer_case()),
-        ..Case::default()
+        ..t.case(which.name(), "cranelift", f, (n, e), model.clone())
     });
     // The macro (rustc/LLVM) back end, where it has a variant for this width.
     if let Some(mk) = macro_kernel(which.kernel()).filter(|m| m.aot_variant(DType::F32, &[f]).is_some()) {
@@ -641,24 +627,11 @@ fn powerlaw_case(run: &mut Run, p: &PlInputs<'_>, which: Pl) -> Result<(), Strin
         let a = run_tiga(mk, p.g, &ins, "h", &[f], repeat)?;
         let check_aot = run.checked(&format!("{} F={f} forward (rust-aot vs cranelift)", which.name()), &a.out, &t.out);
         run.report.cases.push(Case {
-            case: which.name().into(),
-            backend: "rust-aot",
-            f,
-            nodes: n,
-            edges: e,
-            fwd_ms: Some(a.fwd_ms),
-            bwd_ms: Some(a.bwd_ms),
-            fwd_first_ms: Some(a.fwd_first),
-            bwd_first_ms: Some(a.bwd_first),
-            model_bytes,
-            model: model.clone(),
-            compile_ms: Some(0.0),
-            bwd_compile_ms: Some(a.bwd_compile_ms),
             hand_fwd_ms: Some(hf),
             hand_bwd_ms,
             check_fwd: check_aot,
             peer_case: Some(which.peer_case()),
-            ..Case::default()
+            ..a.case(which.name(), "rust-aot", f, (n, e), model)
         });
     }
     Ok(())

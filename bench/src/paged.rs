@@ -152,6 +152,25 @@ fn take_out(o: Outputs) -> Result<Tensor, String> {
     o.items.into_iter().next().map(|(_, t)| t).ok_or_else(|| "the kernel returned no output".to_string())
 }
 
+/// `REPEATS` runs of `STEPS` Jacobi steps, each step's output the next
+/// one's `x` (`None` in step 1): each run's time, and the last output.
+fn timed_steps(mut step: impl FnMut(Option<&Tensor>) -> tiga::Result<Outputs>) -> Result<(Vec<f64>, Option<Tensor>), String> {
+    let mut times = Vec::with_capacity(REPEATS);
+    let mut last: Option<Tensor> = None;
+    for _ in 0..REPEATS {
+        drop(last.take()); // free the previous run's result first
+        let t = Instant::now();
+        let mut x: Option<Tensor> = None;
+        for _ in 0..STEPS {
+            let outs = step(x.as_ref()).map_err(|e| e.to_string())?;
+            x = Some(take_out(outs)?);
+        }
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        last = x;
+    }
+    Ok((times, last))
+}
+
 /// The child: `MODE|PATH|PAGE_ROWS|PREFETCH`, MODE `memory` or `paged`.
 fn child(spec: &str) -> Result<(), String> {
     let parts: Vec<&str> = spec.splitn(4, '|').collect();
@@ -164,51 +183,27 @@ fn child(spec: &str) -> Result<(), String> {
     let file = GfgFile::open(path).map_err(|x| e(&x))?;
     let kernel = crate::gnn::Smoothing::kernel();
     let x_field = file.field(FieldRole::Src, "x").map_err(|x| e(&x))?;
-    let mut times = Vec::with_capacity(REPEATS);
-    let mut last: Option<Tensor> = None;
     let mut pages = None;
     let rss_open_kib;
-    match mode {
+    let (times, last) = match mode {
         "paged" => {
             let opts = PageOptions { page_rows: Some(rows), page_bytes: None, prefetch: Some(prefetch) };
             pages = Some(opts.plan(file.offsets().map_err(|x| e(&x))?, 4).len());
             rss_open_kib = status_kib("VmRSS");
-            for _ in 0..REPEATS {
-                drop(last.take()); // free the previous run's result first
-                let t = Instant::now();
-                let mut x: Option<Tensor> = None;
-                for _ in 0..STEPS {
-                    // Step 1 reads `x` from the file's own field.
-                    let outs = match &x {
-                        None => kernel.run_paged(&file, &Inputs::new(), &opts),
-                        Some(p) => kernel.run_paged(&file, &Inputs::new().src("x", p), &opts),
-                    }
-                    .map_err(|x| e(&x))?;
-                    x = Some(take_out(outs)?);
-                }
-                times.push(t.elapsed().as_secs_f64() * 1e3);
-                last = x;
-            }
+            // Step 1 reads `x` from the file's own field.
+            timed_steps(|x| match x {
+                None => kernel.run_paged(&file, &Inputs::new(), &opts),
+                Some(p) => kernel.run_paged(&file, &Inputs::new().src("x", p), &opts),
+            })?
         }
         "memory" => {
             let graph: Graph = file.load_graph().map_err(|x| e(&x))?;
             let x0 = x_field.view().map_err(|x| e(&x))?;
             rss_open_kib = status_kib("VmRSS");
-            for _ in 0..REPEATS {
-                drop(last.take()); // free the previous run's result first
-                let t = Instant::now();
-                let mut x: Option<Tensor> = None;
-                for _ in 0..STEPS {
-                    let input = x.as_ref().map(Tensor::view).unwrap_or_else(|| x0.clone());
-                    let outs = kernel.run(&graph, &Inputs::new().src("x", input)).map_err(|x| e(&x))?;
-                    x = Some(take_out(outs)?);
-                }
-                times.push(t.elapsed().as_secs_f64() * 1e3);
-                last = x;
-            }
+            timed_steps(|x| kernel.run(&graph, &Inputs::new().src("x", x.map(Tensor::view).unwrap_or_else(|| x0.clone()))))?
         }
         other => return Err(format!("{CHILD_ENV}: unknown mode `{other}`")),
-    }
+    };
     let hwm_kib = status_kib("VmHWM");
     let out = last.ok_or("no result")?;
     let values = out.as_f32().ok_or("the output is not f32")?;
@@ -263,26 +258,6 @@ fn run_child(cfg: &Config, path: &Path, threads: Option<usize>) -> Result<Measur
         rss_open_kib: u("rss_open_kib")?,
         sum: f("sum")?,
         crc32: u("crc32")? as u32,
-    })
-}
-
-/// Writes `text` next to `path` and renames it over `path`.
-fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
-    use std::io::Write;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "bench-paged".into());
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let io = |e: std::io::Error| format!("writing {}: {e}", path.display());
-    let mut f = std::fs::File::create(&tmp).map_err(io)?;
-    f.write_all(text.as_bytes()).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(e)
     })
 }
 
@@ -494,8 +469,8 @@ fn parent(args: &[String]) -> Result<ExitCode, String> {
         "errors": errors,
     });
     let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n";
-    write_atomic(&o.json, &text)?;
-    write_atomic(&o.table, &s)?;
+    crate::report::write_atomic(&o.json, &text)?;
+    crate::report::write_atomic(&o.table, &s)?;
     println!("wrote {} and {}", o.json.display(), o.table.display());
     if errors.is_empty() {
         Ok(ExitCode::SUCCESS)

@@ -7,7 +7,6 @@
 //! absent with the reason, next to the hand-written time that exists.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 
 use serde_json::{json, Value};
@@ -231,26 +230,10 @@ impl Report {
         })
     }
 
-    /// Writes the JSON next to `path` and renames it over `path`, so a
-    /// reader sees the old file or the new one, never half of one.
+    /// Writes the JSON atomically (see [`write_atomic`]).
     pub fn write_json(&self, path: &Path) -> Result<(), String> {
         let text = serde_json::to_string_pretty(&self.to_json()).map_err(|e| e.to_string())?;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "bench.json".into());
-        let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-        let io = |e: std::io::Error| format!("writing {}: {e}", path.display());
-        let mut f = std::fs::File::create(&tmp).map_err(io)?;
-        f.write_all(text.as_bytes()).map_err(io)?;
-        f.write_all(b"\n").map_err(io)?;
-        f.sync_all().map_err(io)?;
-        drop(f);
-        std::fs::rename(&tmp, path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            io(e)
-        })
+        write_atomic(path, &format!("{text}\n"))
     }
 
     pub fn table(&self) -> String {
@@ -386,4 +369,25 @@ impl Report {
         }
         s
     }
+}
+
+/// Writes `text` next to `path`, syncs it and renames it over `path`, so a
+/// reader sees the old file or the new one, never half of one.
+pub fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
+    use std::io::Write as _;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "bench".into());
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let io = |e: std::io::Error| format!("writing {}: {e}", path.display());
+    let mut f = std::fs::File::create(&tmp).map_err(io)?;
+    f.write_all(text.as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io(e)
+    })
 }

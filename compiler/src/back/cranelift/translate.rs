@@ -70,6 +70,19 @@ const MAX_UNROLL: i64 = 16;
 /// accumulators, the rest the loads and temporaries.
 const BLOCK_VECTORS: i64 = 8;
 
+/// The float condition of a comparison, scalar or lane-wise, with Rust's
+/// semantics (ordered, except `!=`: unordered or unequal, true for NaN).
+fn float_cc(c: CmpOp) -> FloatCC {
+    match c {
+        CmpOp::Lt => FloatCC::LessThan,
+        CmpOp::Le => FloatCC::LessThanOrEqual,
+        CmpOp::Gt => FloatCC::GreaterThan,
+        CmpOp::Ge => FloatCC::GreaterThanOrEqual,
+        CmpOp::Eq => FloatCC::Equal,
+        CmpOp::Ne => FloatCC::NotEqual,
+    }
+}
+
 fn flags() -> MemFlagsData {
     MemFlagsData::trusted()
 }
@@ -909,15 +922,7 @@ impl<'a> Translator<'a> {
             }
             Inst::Cmp(c, x, y) => {
                 let (x, y) = (op(self, x)?, op(self, y)?);
-                let cc = match c {
-                    CmpOp::Lt => FloatCC::LessThan,
-                    CmpOp::Le => FloatCC::LessThanOrEqual,
-                    CmpOp::Gt => FloatCC::GreaterThan,
-                    CmpOp::Ge => FloatCC::GreaterThanOrEqual,
-                    CmpOp::Eq => FloatCC::Equal,
-                    CmpOp::Ne => FloatCC::NotEqual,
-                };
-                mask(self, cc, x, y)
+                mask(self, float_cc(*c), x, y)
             }
             Inst::Powi(..) => return Err("no vector form".into()),
         })
@@ -1012,16 +1017,7 @@ impl<'a> Translator<'a> {
             Inst::Cmp(c, x, y) => {
                 want(Bool, "a comparison")?;
                 let (x, y) = (self.num_var(*x)?, self.num_var(*y)?);
-                let cc = match c {
-                    CmpOp::Lt => FloatCC::LessThan,
-                    CmpOp::Le => FloatCC::LessThanOrEqual,
-                    CmpOp::Gt => FloatCC::GreaterThan,
-                    CmpOp::Ge => FloatCC::GreaterThanOrEqual,
-                    CmpOp::Eq => FloatCC::Equal,
-                    // Unordered or unequal: Rust's `!=` is true for NaN.
-                    CmpOp::Ne => FloatCC::NotEqual,
-                };
-                self.b.ins().fcmp(cc, x, y)
+                self.b.ins().fcmp(float_cc(*c), x, y)
             }
             Inst::Select(c, x, y) => {
                 want(self.kind(*x)?, "a select")?;
