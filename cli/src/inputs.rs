@@ -285,13 +285,6 @@ impl PageArgs {
         PageOptions { page_rows: self.page_rows, page_bytes: self.page_bytes, prefetch: self.prefetch }
     }
 
-    /// The read-ahead depth a paged call will use (`--prefetch`, else
-    /// `TIGA_PAGED_PREFETCH_DEPTH`, else 2), as `Kernel::run_paged` decides it.
-    pub fn prefetch_depth(&self) -> usize {
-        self.prefetch
-            .or_else(|| std::env::var("TIGA_PAGED_PREFETCH_DEPTH").ok().and_then(|v| v.trim().parse().ok()))
-            .unwrap_or(2)
-    }
 
     /// The page plan over `file`, described in one line: number of pages,
     /// rows per page, prefetch depth.
@@ -313,6 +306,6 @@ impl PageArgs {
             Some(b) => format!(", pages of at most {b} bytes of adjacency"),
             None => String::new(),
         };
-        Ok(format!("{} page(s), {rows}{cut}, prefetch depth {}", plan.len(), self.prefetch_depth()))
+        Ok(format!("{} page(s), {rows}{cut}, prefetch depth {}", plan.len(), self.options().prefetch_depth()))
     }
 }

@@ -62,6 +62,15 @@ enum Place {
     Disk(SpilledTensor),
 }
 
+impl Place {
+    fn tier(&self) -> Tier {
+        match self {
+            Place::Host(_) => Tier::Host,
+            Place::Disk(_) => Tier::Disk,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     place: Place,
@@ -142,7 +151,7 @@ impl Scope {
     fn used(st: &State, tier: Tier) -> u64 {
         st.entries
             .values()
-            .filter(|e| matches!((&e.place, tier), (Place::Host(_), Tier::Host) | (Place::Disk(_), Tier::Disk)))
+            .filter(|e| e.place.tier() == tier)
             .map(|e| e.bytes)
             .sum()
     }
@@ -244,10 +253,7 @@ impl Scope {
 
     /// Where a tensor lives.
     pub fn tier(&self, h: &TensorHandle) -> Option<Tier> {
-        self.lock().entries.get(&h.name).map(|e| match e.place {
-            Place::Host(_) => Tier::Host,
-            Place::Disk(_) => Tier::Disk,
-        })
+        self.lock().entries.get(&h.name).map(|e| e.place.tier())
     }
 
     /// Drop a tensor from the scope (and its spilled file).
@@ -323,7 +329,7 @@ impl Scope {
                 .iter()
                 .map(|(n, e)| ReportEntry {
                     name: n.clone(),
-                    tier: if matches!(e.place, Place::Host(_)) { Tier::Host } else { Tier::Disk },
+                    tier: e.place.tier(),
                     bytes: e.bytes,
                 })
                 .collect(),

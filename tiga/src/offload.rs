@@ -54,7 +54,7 @@ pub fn ram_budget() -> Option<u64> {
 
 /// Bytes a CSR graph holds in memory.
 pub fn graph_bytes(g: &Graph) -> u64 {
-    (g.offsets().len() * 8 + g.cols().len() * 4 + g.edge_ids().map(|e| e.len() * 8).unwrap_or(0)) as u64
+    csr_bytes(g.num_dst(), g.num_edges(), g.edge_ids().is_some())
 }
 
 /// A graph in memory or on disk (paged).

@@ -9,8 +9,9 @@
 //! holds about two pages of adjacency, not the pages passed. A pool task
 //! reads page i + `prefetch` while page i's rows run. Copying pages into
 //! buffers with positioned reads was measured first: on a warm page cache
-//! the copy cost as much as the kernel (it is still how rows with reversed
-//! edges, which the file does not store, are read, into recycled buffers).
+//! the copy cost as much as the kernel. Rows with reversed edges, which the
+//! file does not store, are copied out of the mapped page into recycled
+//! buffers.
 //! The kernel sees absolute CSR positions: its `cols`/`edge_ids` pointers
 //! are offset so that position `p` of the page lands on the page's data.
 //!
@@ -21,8 +22,6 @@
 //! backward's source stage) and rows in reverse edge order (a monoid's
 //! suffix stage).
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 
 use tiga_compiler::back::abi::EntryFn;
 use tiga_compiler::back::cranelift::RawArgs;
@@ -51,7 +50,8 @@ fn env_usize(name: &str) -> Option<usize> {
 }
 
 impl PageOptions {
-    fn prefetch_depth(&self) -> usize {
+    /// Pages read ahead: `prefetch`, else `TIGA_PAGED_PREFETCH_DEPTH`, else 2.
+    pub fn prefetch_depth(&self) -> usize {
         self.prefetch.or_else(|| env_usize("TIGA_PAGED_PREFETCH_DEPTH")).unwrap_or(2)
     }
 
@@ -78,8 +78,7 @@ impl PageOptions {
             }
             return pages;
         }
-        let rows = self.page_rows.or_else(|| env_usize("TIGA_PAGED_PAGE_ROWS")).unwrap_or(1_000_000).max(1);
-        (0..n).step_by(rows).map(|s| s..(s + rows).min(n)).collect()
+        self.plan_rows(n)
     }
 }
 
@@ -94,147 +93,78 @@ pub(crate) enum Side {
     RowReversed,
 }
 
-/// One page's adjacency, read from disk: its rows' offsets (absolute CSR
-/// positions), column indices and edge ids.
-///
-/// Buffers are recycled from page to page (the consumer hands each finished
-/// page back to the reader): a fresh multi-megabyte allocation per page
-/// costs a page fault per 4 KiB and a zero fill, which on a warm page cache
-/// took longer than the read itself. The vectors only grow; `edges` is the
-/// page's logical length.
+/// One page's adjacency with each row's edges in reverse order (and their
+/// user edge ids; absent ids are the positions themselves): what a right
+/// fold walks, which the file does not store. Copied from the checked,
+/// mapped page into buffers recycled from page to page (a fresh
+/// multi-megabyte allocation per page costs a page fault per 4 KiB).
 #[derive(Default)]
-struct PageBuf {
+struct ReversedPage {
     rows: std::ops::Range<usize>,
     first: usize,
-    edges: usize,
     offsets: Vec<u64>,
     cols: Vec<u32>,
     edge_ids: Vec<u64>,
-    has_ids: bool,
 }
 
-/// Read `count` little-endian elements of `T` at byte `at` into the front of
-/// `v`, growing it (zero-filled, once) when it is shorter. The format is
-/// little-endian and the reader refuses big-endian hosts, so the bytes are
-/// the values.
-fn read_into<T: Copy + Default>(file: &File, path: &str, at: u64, count: usize, v: &mut Vec<T>) -> std::result::Result<(), String> {
-    if v.len() < count {
-        v.resize(count, T::default());
-    }
-    let bytes = count * std::mem::size_of::<T>();
-    // SAFETY: `v` holds at least `count` initialized `T`s (u32/u64 here:
-    // every bit pattern is valid), viewed as their `bytes` bytes for the read.
-    let buf = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, bytes) };
-    file.read_exact_at(buf, at).map_err(|e| format!("{path}: reading a page: {e}"))
-}
-
-/// Where a side's sections start in the file.
-#[derive(Clone, Copy)]
-struct SectionsAt {
-    offsets: u64,
-    cols: u64,
-    ids: Option<u64>,
-    /// Bounds every value read must respect: the compiled kernel indexes
-    /// fields with them unchecked, so a damaged file must fail here.
-    num_src: usize,
-    num_edges: usize,
-}
-
-/// Fill `page` with the adjacency of `rows`.
-fn read_page(
-    file: &File,
-    path: &str,
-    at: SectionsAt,
-    rows: std::ops::Range<usize>,
-    reverse_rows: bool,
-    page: &mut PageBuf,
-) -> std::result::Result<(), String> {
-    let nr = rows.len();
-    read_into(file, path, at.offsets + rows.start as u64 * 8, nr + 1, &mut page.offsets)?;
-    let offsets = &page.offsets[..=nr];
-    if let Some(w) = offsets.windows(2).position(|w| w[1] < w[0]) {
-        return Err(format!("{path}: row offsets decrease at row {}", rows.start + w));
-    }
-    let (first, last) = (offsets[0] as usize, offsets[nr] as usize);
-    if last > at.num_edges {
-        return Err(format!("{path}: row offset {last} is past the {} edges", at.num_edges));
-    }
-    let n = last - first;
-    read_into(file, path, at.cols + first as u64 * 4, n, &mut page.cols)?;
-    let cols = &mut page.cols[..n];
-    // A max first (it vectorizes); the search only names the culprit.
-    if n > 0 && cols.iter().fold(0u32, |m, &c| m.max(c)) as usize >= at.num_src {
-        if let Some(c) = cols.iter().find(|&&c| c as usize >= at.num_src) {
-            return Err(format!("{path}: column {c} in rows {rows:?} is out of range for {} sources", at.num_src));
+impl ReversedPage {
+    fn fill(&mut self, page: &Page<'_>) {
+        let first = page.offsets[0] as usize;
+        self.rows = page.rows.clone();
+        self.first = first;
+        self.offsets.clear();
+        self.offsets.extend_from_slice(page.offsets);
+        self.cols.clear();
+        self.cols.extend_from_slice(page.cols);
+        self.edge_ids.clear();
+        match page.edge_ids {
+            Some(ids) => self.edge_ids.extend_from_slice(ids),
+            None => self.edge_ids.extend(first as u64..(first + page.cols.len()) as u64),
         }
-    }
-    page.has_ids = at.ids.is_some() || reverse_rows;
-    match at.ids {
-        Some(a) => {
-            read_into(file, path, a + first as u64 * 8, n, &mut page.edge_ids)?;
-            let ids = &page.edge_ids[..n];
-            if n > 0 && ids.iter().fold(0u64, |m, &e| m.max(e)) as usize >= at.num_edges {
-                if let Some(e) = ids.iter().find(|&&e| e as usize >= at.num_edges) {
-                    return Err(format!("{path}: edge id {e} in rows {rows:?} is out of range for {} edges", at.num_edges));
-                }
-            }
-        }
-        None if reverse_rows => {
-            // Absent ids are the positions themselves.
-            page.edge_ids.clear();
-            page.edge_ids.extend(first as u64..last as u64);
-        }
-        None => {}
-    }
-    if reverse_rows {
-        // Each row's edges in reverse order, with their user ids.
-        let ids = &mut page.edge_ids[..n];
-        for w in page.offsets[..=nr].windows(2) {
+        for w in page.offsets.windows(2) {
             let (s, e) = (w[0] as usize - first, w[1] as usize - first);
-            cols[s..e].reverse();
-            ids[s..e].reverse();
+            self.cols[s..e].reverse();
+            self.edge_ids[s..e].reverse();
         }
     }
-    page.rows = rows;
-    page.first = first;
-    page.edges = n;
-    Ok(())
 }
 
-/// Where a paged run's pages come from.
-enum Source<'a> {
-    /// Viewed in place in the file's mapping: mapped ahead of the kernel
-    /// ([`GfgFile::page`] populates and checks it) and dropped from the
-    /// resident set after ([`GfgFile::release_page`]). No copy: on a warm
-    /// page cache a copy per page cost as much as the kernel itself.
-    Mapped { file: &'a GfgFile, transposed: bool },
-    /// Read into recycled buffers: rows whose edges run in reverse order (a
-    /// right fold), which the file does not store.
-    Read { fh: File, pname: String, at: SectionsAt, reverse: bool },
+/// Where a paged run's pages come from: the file's mapping, viewed in
+/// place ([`GfgFile::page`] reads it ahead and checks it) and dropped from
+/// the resident set after ([`GfgFile::release_page`]); reversed rows are
+/// copied out of it. No copy otherwise: on a warm page cache a copy per page
+/// cost as much as the kernel itself.
+struct Source<'a> {
+    file: &'a GfgFile,
+    side: Side,
 }
 
-/// One page in flight.
+/// One page in flight: mapped, or copied with its rows reversed.
 #[derive(Default)]
 struct Slot<'a> {
     mapped: Option<Page<'a>>,
-    buf: PageBuf,
+    reversed: ReversedPage,
 }
 
 impl<'a> Source<'a> {
     fn prepare(&self, rows: std::ops::Range<usize>, slot: &mut Slot<'a>) -> std::result::Result<(), String> {
-        match self {
-            Source::Mapped { file, transposed } => {
-                let page = if *transposed { file.transposed_page(rows) } else { file.page(rows) };
-                slot.mapped = Some(page.map_err(|e| e.to_string())?);
-                Ok(())
-            }
-            Source::Read { fh, pname, at, reverse } => read_page(fh, pname, *at, rows, *reverse, &mut slot.buf),
+        let page = match self.side {
+            Side::Transposed => self.file.transposed_page(rows),
+            _ => self.file.page(rows),
         }
+        .map_err(|e| e.to_string())?;
+        if self.side == Side::RowReversed {
+            slot.reversed.fill(&page);
+            self.file.release_page(&page);
+        } else {
+            slot.mapped = Some(page);
+        }
+        Ok(())
     }
 
     fn release(&self, page: Option<Page<'a>>) {
-        if let (Source::Mapped { file, .. }, Some(page)) = (self, page) {
-            file.release_page(&page);
+        if let Some(page) = page {
+            self.file.release_page(&page);
         }
     }
 }
@@ -258,15 +188,15 @@ impl Slot<'_> {
                 (raw, p.offsets, p.rows.start)
             }
             None => {
-                let p = &self.buf;
+                let p = &self.reversed;
                 let raw = RawArgs {
                     offsets: p.offsets.as_ptr().wrapping_sub(p.rows.start),
                     cols: p.cols.as_ptr().wrapping_sub(p.first),
-                    edge_ids: if p.has_ids { p.edge_ids.as_ptr().wrapping_sub(p.first) } else { null() },
+                    edge_ids: p.edge_ids.as_ptr().wrapping_sub(p.first),
                     fields: null(),
                     outputs: null(),
                 };
-                (raw, &p.offsets[..=p.rows.len()], p.rows.start)
+                (raw, &p.offsets, p.rows.start)
             }
         }
     }
@@ -321,8 +251,6 @@ impl Kernel {
 
     pub(crate) fn run_paged_side(&self, file: &GfgFile, side: Side, inputs: &Inputs<'_>, opts: &PageOptions) -> Result<Outputs> {
         let k = self.captured();
-        let path = file.path().to_path_buf();
-        let pname = path.display().to_string();
         let gfg_err = |e: tiga_runtime::storage::GfgError| Error::Call(e.to_string());
         // Fields not given are the file's own (a forward run's; adjoint
         // stages get theirs from the VJP).
@@ -334,20 +262,17 @@ impl Kernel {
         };
         let extents = Extents { num_src: ns, num_dst: nd, num_edges: file.num_edges() };
         let b = bind_extents(k, extents, &all)?;
-        let (off_name, cols_name, ids_name) = match side {
-            Side::Transposed => ("t_offsets", "t_cols", "t_edge_ids"),
-            _ => ("offsets", "cols", "edge_ids"),
-        };
-        let section = |name: &str| file.sections().iter().find(|s| s.name == name).map(|s| s.offset);
-        if side == Side::Transposed && section("t_offsets").is_none() {
+        if side == Side::Transposed && !file.has_transpose() {
             return Err(Error::Call(format!(
-                "{pname} has no transposed CSR, which a paged backward reads: rebuild it with `tigac convert --transpose` (or save with a transpose)"
+                "{} has no transposed CSR, which a paged backward reads: rebuild it with `tigac convert --transpose` (or save with a transpose)",
+                file.path().display()
             )));
         }
-        let offsets_at = section(off_name).ok_or_else(|| Error::Call(format!("{pname}: no `{off_name}` section")))?;
-        let ids_at = section(ids_name);
-        let has_ids = ids_at.is_some() || side == Side::RowReversed;
-        let cols_at = section(cols_name).ok_or_else(|| Error::Call(format!("{pname}: no `{cols_name}` section")))?;
+        let has_ids = match side {
+            Side::Forward => file.has_edge_ids(),
+            Side::Transposed => file.t_edge_ids().map_err(gfg_err)?.is_some(),
+            Side::RowReversed => true,
+        };
         let entry: EntryFn;
         let jit_variant;
         match self.aot_variant(b.dtype, &b.widths) {
@@ -371,14 +296,8 @@ impl Kernel {
         } else {
             opts.plan_rows(nd)
         };
-        let at = SectionsAt { offsets: offsets_at, cols: cols_at, ids: ids_at, num_src: ns, num_edges: file.num_edges() };
         let depth = opts.prefetch_depth();
-        let source = if side == Side::RowReversed {
-            let fh = File::open(&path).map_err(|e| Error::Call(format!("{pname}: {e}")))?;
-            Source::Read { fh, pname: pname.clone(), at, reverse: side == Side::RowReversed }
-        } else {
-            Source::Mapped { file, transposed: side == Side::Transposed }
-        };
+        let source = Source { file, side };
         let param_outs: Vec<usize> = k.outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
         let mut partials = ParamPartials::new(nd, &param_outs).with_split(splittable(k));
         let run_page = |slot: &Slot<'_>, partials: &mut ParamPartials, outs: &mut [tiga_runtime::Tensor]| -> Result<()> {
@@ -438,9 +357,7 @@ impl Kernel {
             for slot in &mut slots {
                 source.release(slot.mapped.take());
             }
-            if let Source::Mapped { file, .. } = &source {
-                file.release_adjacency();
-            }
+            file.release_adjacency();
             Ok(())
         });
         rayon::scope(move |_| pipeline.call())?;

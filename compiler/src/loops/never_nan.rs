@@ -20,8 +20,10 @@ use crate::ir::{BinOp, UnOp};
 pub fn never_nan(k: &LoopKernel) -> Vec<bool> {
     let mut vars = vec![true; k.vars.len()];
     let mut bufs = vec![true; k.scratch.len()];
-    loop {
-        let before = (vars.clone(), bufs.clone());
+    // Flags only ever go from true to false: repeat until none does.
+    let mut changed = true;
+    while changed {
+        changed = false;
         for part in [&k.init, &k.body, &k.finish] {
             visit_defs(part, &mut |st| match st {
                 Stmt::Set(x, i) => {
@@ -45,24 +47,22 @@ pub fn never_nan(k: &LoopKernel) -> Vec<bool> {
                         Inst::Powi(y, _) => v(y),
                         Inst::Select(_, y, z) => v(y) && v(z),
                     };
-                    if !ok {
-                        if let Some(slot) = vars.get_mut(x.0 as usize) {
-                            *slot = false;
-                        }
+                    if let Some(slot) = vars.get_mut(x.0 as usize).filter(|s| !ok && **s) {
+                        *slot = false;
+                        changed = true;
                     }
                 }
                 Stmt::Store(Addr::Scratch { buf, .. }, x) if !vars.get(x.0 as usize).copied().unwrap_or(false) => {
-                    if let Some(slot) = bufs.get_mut(*buf as usize) {
+                    if let Some(slot) = bufs.get_mut(*buf as usize).filter(|s| **s) {
                         *slot = false;
+                        changed = true;
                     }
                 }
                 _ => {}
             });
         }
-        if (vars.clone(), bufs.clone()) == before {
-            return vars;
-        }
     }
+    vars
 }
 
 /// Calls `f` on every `Set` and `Store`, loops included.

@@ -50,7 +50,7 @@ use crate::graph::GraphError;
 pub use format::{
     ElemType, Manifest, SectionInfo, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAGIC, SECTION_ALIGN,
 };
-pub use reader::{Advice, FieldHandle, FieldInfo, GfgFile, Page};
+pub use reader::{FieldHandle, FieldInfo, GfgFile, Page};
 pub use external::{BuildOptions, BuildPhase, BuildStats, GfgBuilder};
 pub use stream::{GfgStreamWriter, SectionPlan, SectionSink, StreamElem};
 pub use writer::{save_gfg, GfgWriter, PendingGfg};

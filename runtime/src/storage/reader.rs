@@ -50,15 +50,11 @@ struct Inner {
 }
 
 /// How a mapped byte range will be used (a hint: a kernel that refuses it
-/// changes nothing but speed).
+/// changes nothing but speed). Mapping a page's pages ahead
+/// (`MADV_POPULATE_READ`) was measured slower than letting the kernel's
+/// first touches fault them in (a fault maps 16 at once).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Advice {
-    /// Read soon: start reading it into the page cache.
-    WillNeed,
-    /// Read next: map its pages into this process now (`MADV_POPULATE_READ`),
-    /// so that the first touch does not fault. Costly on large ranges (the
-    /// kernel maps page by page; a touch that faults maps 16 at once).
-    Populate,
+enum Advice {
     /// Read soon, cheaply: `WillNeed` unless a sample of the range's pages
     /// (first, middle, last) is already in memory. On a warm page cache
     /// `WillNeed` walks every page of the range for nothing, which on
@@ -334,18 +330,6 @@ impl GfgFile {
         self.inner.typed_opt("t_offsets")
     }
 
-    /// Tell the kernel how a byte range of a mapped section will be used
-    /// (see [`Advice`]). Paged runs stream through sections this way: each
-    /// page is read ahead of the kernel and dropped after it, so what they
-    /// have passed does not stay in the resident set. Does nothing for
-    /// a section not mapped yet or an empty range; a range past the section
-    /// is cut at its end.
-    pub fn advise(&self, section: &str, bytes: std::ops::Range<usize>, advice: Advice) -> Result<(), GfgError> {
-        let k = self.inner.section_index(section)?;
-        self.inner.advise(k, bytes, advice);
-        Ok(())
-    }
-
     pub fn t_cols(&self) -> Result<Option<&[u32]>, GfgError> {
         self.inner.typed_opt("t_cols")
     }
@@ -480,8 +464,6 @@ impl Inner {
         }
         let len = end - bytes.start;
         let r = match advice {
-            Advice::WillNeed => map.advise_range(memmap2::Advice::WillNeed, bytes.start, len),
-            Advice::Populate => map.advise_range(memmap2::Advice::PopulateRead, bytes.start, len),
             Advice::ReadAhead if sample_resident(map, bytes.start, len) => Ok(()),
             Advice::ReadAhead => map.advise_range(memmap2::Advice::WillNeed, bytes.start, len),
             // SAFETY: the map is a read-only, shared file mapping: dropping

@@ -145,13 +145,8 @@ impl TensorStore {
             let _ = d.sync_all();
         }
         // The new snapshot is committed; older generations' files (and an
-        // interrupted save's) go. A file that cannot be removed stays,
-        // harmless: no manifest names it.
-        for g in self.generations_on_disk(name)? {
-            if g != generation {
-                self.remove_generation(name, g);
-            }
-        }
+        // interrupted save's) go.
+        self.remove_members(name, Some(generation))?;
         Ok(Snapshot { name: name.to_string(), generation, members })
     }
 
@@ -197,10 +192,7 @@ impl TensorStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(self.missing_snapshot(name)),
             Err(source) => return Err(TensorStoreError::Io { path: manifest.display().to_string(), source }),
         }
-        for g in self.generations_on_disk(name)? {
-            self.remove_generation(name, g);
-        }
-        Ok(())
+        self.remove_members(name, None)
     }
 
     fn missing_snapshot(&self, name: &str) -> TensorStoreError {
@@ -244,27 +236,36 @@ impl TensorStore {
         Ok((generation, members))
     }
 
+    /// Member files of snapshot `name` in the store, with their generation.
+    fn members_on_disk(&self, name: &str) -> Result<Vec<(u64, String)>> {
+        let prefix = format!("{name}@");
+        Ok(self
+            .names()?
+            .into_iter()
+            .filter_map(|n| {
+                let g = n.strip_prefix(&prefix)?.split_once('@')?.0.parse().ok()?;
+                Some((g, n))
+            })
+            .collect())
+    }
+
     /// Generations that have member files in the store.
     fn generations_on_disk(&self, name: &str) -> Result<Vec<u64>> {
-        let prefix = format!("{name}@");
-        let mut gens: Vec<u64> = self
-            .names()?
-            .iter()
-            .filter_map(|n| n.strip_prefix(&prefix))
-            .filter_map(|rest| rest.split_once('@'))
-            .filter_map(|(g, _)| g.parse().ok())
-            .collect();
+        let mut gens: Vec<u64> = self.members_on_disk(name)?.into_iter().map(|(g, _)| g).collect();
         gens.sort_unstable();
         gens.dedup();
         Ok(gens)
     }
 
-    fn remove_generation(&self, name: &str, generation: u64) {
-        let prefix = format!("{name}@{generation}@");
-        if let Ok(names) = self.names() {
-            for n in names.iter().filter(|n| n.starts_with(&prefix)) {
-                let _ = self.remove(n);
+    /// Removes every member file of snapshot `name` but those of generation
+    /// `keep`, listing the store once. A file that cannot be removed stays,
+    /// harmless: no manifest names it.
+    fn remove_members(&self, name: &str, keep: Option<u64>) -> Result<()> {
+        for (g, n) in self.members_on_disk(name)? {
+            if Some(g) != keep {
+                let _ = std::fs::remove_file(self.path_of(&n)?);
             }
         }
+        Ok(())
     }
 }
