@@ -7,7 +7,7 @@ use tiga::runtime::storage::{save_gfg, GfgFile};
 use tiga::{Graph, Inputs, Kernel, PageOptions, Tensor};
 
 mod common;
-use common::{disk_fields, params_only};
+use common::{disk_fields, params_only, random_edges, Rng};
 
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 
@@ -16,18 +16,8 @@ fn paged_equals_in_memory() {
     let dir = tempfile::tempdir().expect("tempdir");
     // A graph with empty rows, multi-edges, self loops and permuted edge ids.
     let n = 23usize;
-    let mut s: u64 = 99;
-    let mut next = || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let (mut src, mut dst) = (Vec::new(), Vec::new());
-    for _ in 0..90 {
-        src.push((next() % n as u64) as u32);
-        dst.push((next() % (n as u64 - 3)) as u32);
-    }
+    let mut rng = Rng(99);
+    let (mut src, mut dst) = random_edges(&mut rng, n, n - 3, 90);
     src.push(src[0]);
     dst.push(dst[0]);
     let g = Graph::from_edges(n, n, &src, &dst).expect("graph");
@@ -50,7 +40,7 @@ fn paged_equals_in_memory() {
                     _ => vec![rows, f],
                 };
                 let len: usize = shape.iter().product();
-                let data: Vec<f32> = (0..len).map(|_| (next() % 2000) as f32 / 1000.0 - 1.0).collect();
+                let data: Vec<f32> = (0..len).map(|_| (rng.next() % 2000) as f32 / 1000.0 - 1.0).collect();
                 (fd.role, fd.name.clone(), Tensor::from_f32(shape, data).expect("tensor"))
             })
             .collect();
@@ -98,18 +88,8 @@ fn paged_equals_in_memory() {
 fn paged_vjp_equals_in_memory() {
     let dir = tempfile::tempdir().expect("tempdir");
     let n = 19usize;
-    let mut s: u64 = 7;
-    let mut next = || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let (mut src, mut dst) = (Vec::new(), Vec::new());
-    for _ in 0..70 {
-        src.push((next() % n as u64) as u32);
-        dst.push((next() % (n as u64 - 2)) as u32);
-    }
+    let mut rng = Rng(7);
+    let (src, dst) = random_edges(&mut rng, n, n - 2, 70);
     let g = Graph::from_edges(n, n, &src, &dst).expect("graph");
     let mut kernels = Kernel::all_from_source(GNN).expect("kernels");
     kernels.extend(Kernel::all_from_source(include_str!("../../examples/kernels/dense.rs")).expect("dense"));
@@ -132,7 +112,7 @@ fn paged_vjp_equals_in_memory() {
                     _ => vec![rows, f],
                 };
                 let len: usize = shape.iter().product();
-                let data: Vec<f64> = (0..len).map(|_| (next() % 2000) as f64 / 1000.0 - 1.0).collect();
+                let data: Vec<f64> = (0..len).map(|_| (rng.next() % 2000) as f64 / 1000.0 - 1.0).collect();
                 (fd.role, fd.name.clone(), Tensor::from_f64(shape, data).expect("tensor"))
             })
             .collect();

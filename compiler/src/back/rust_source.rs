@@ -208,8 +208,8 @@ const PREFETCH_MIN_ROW_BYTES: usize = 256;
 /// `PREFETCH_EDGES` edges ahead overlaps them. Narrow rows (a stencil's
 /// scalar field, F = 16) are left to the hardware: there the prefetch's
 /// own instructions cost more than it saves.
-fn prefetched_rows(k: &LoopKernel, widths: &[usize], dtype: DType) -> Result<Vec<(usize, usize, usize)>, RustSourceError> {
-    let e = Emitter { k, widths, t: "", out: String::new() };
+fn prefetched_rows(e: &Emitter<'_>, dtype: DType) -> Result<Vec<(usize, usize, usize)>, RustSourceError> {
+    let k = e.k;
     let mut read = vec![false; k.fields.len()];
     fn walk(list: &[Stmt], read: &mut [bool]) {
         for st in list {
@@ -295,7 +295,7 @@ pub fn emit_variant(
     }
     // Software prefetch of the source rows `PREFETCH_EDGES` edges ahead (see
     // `prefetched_rows`): the edge loop's gathers are what it waits on.
-    let prefetch = prefetched_rows(k, widths, dtype)?;
+    let prefetch = prefetched_rows(&e, dtype)?;
     if !prefetch.is_empty() {
         let _ = writeln!(e.out, "    let edges_end = *a.offsets.add(row_end as usize) as usize;");
     }

@@ -23,6 +23,17 @@ impl Rng {
     }
 }
 
+/// `m` random edges: sources below `num_src`, destinations below
+/// `dst_below` (so the rows from there on stay empty).
+pub fn random_edges(rng: &mut Rng, num_src: usize, dst_below: usize, m: usize) -> (Vec<u32>, Vec<u32>) {
+    let (mut src, mut dst) = (Vec::with_capacity(m), Vec::with_capacity(m));
+    for _ in 0..m {
+        src.push((rng.next() % num_src as u64) as u32);
+        dst.push((rng.next() % dst_below as u64) as u32);
+    }
+    (src, dst)
+}
+
 /// The shape of a field of this role and type on `g`, vectors `f` wide.
 pub fn field_shape(role: Role, ty: Type, g: &Graph, f: usize) -> Vec<usize> {
     let rows = match role {
