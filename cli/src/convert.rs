@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tiga_runtime::storage::{BuildOptions, BuildPhase, GfgBuilder};
+use tiga_runtime::io::{MatrixMarketLines, MtxLine};
 use tiga_runtime::{GraphError, MAX_NODES};
 
 use crate::report::Failure;
@@ -141,196 +142,32 @@ fn for_each_line(
     }
 }
 
-fn parse_error(path: &str, line: usize, message: impl Into<String>) -> Failure {
-    Failure::new(GraphError::Parse { path: path.to_string(), line, message: message.into() }.to_string())
-}
-
 fn gfg_failure(e: tiga_runtime::storage::GfgError) -> Failure {
     Failure::new(e.to_string())
 }
 
-/// One SNAP edge-list line, as `tiga::read_edge_list` reads it: `None` for
-/// comments and blank lines.
-fn edge_line(path: &str, num_nodes: Option<usize>, line: usize, text: &str) -> Result<Option<(u32, u32)>, Failure> {
-    let trimmed = text.trim_start();
-    if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('%') {
-        return Ok(None);
-    }
-    let id = |token: Option<&str>, what: &str| -> Result<u32, Failure> {
-        let token =
-            token.ok_or_else(|| parse_error(path, line, format!("expected `src dst`, but the {what} id is missing")))?;
-        let id: u64 = token
-            .parse()
-            .map_err(|_| parse_error(path, line, format!("{what} id `{token}` is not a non-negative integer")))?;
-        if let Some(n) = num_nodes {
-            if id >= n as u64 {
-                return Err(Failure::new(
-                    GraphError::NodeIdOutOfRange { path: path.to_string(), line, id, num_nodes: n }.to_string(),
-                ));
+/// One Matrix Market line (checked as `tiga::read_matrix_market` checks
+/// it); entries go straight to the builder (`A[i][j]` is an edge from source
+/// `j` to destination `i`; a symmetric file's mirror follows its entry).
+fn mtx_line(mtx: &mut MatrixMarketLines<'_>, num_nodes: Option<usize>, line: usize, text: &str, b: &mut GfgBuilder) -> Result<(), Failure> {
+    match mtx.line(line, text).map_err(|e| Failure::new(e.to_string()))? {
+        MtxLine::Skip => {}
+        MtxLine::Size { rows, cols, .. } => {
+            if let Some(n) = num_nodes.filter(|&n| rows != n || cols != n) {
+                return Err(Failure::new(format!(
+                    "--num-nodes {n} does not match {}, which declares a {rows} x {cols} matrix ({rows} destination rows, {cols} source columns)",
+                    mtx.path()
+                )));
             }
         }
-        u32::try_from(id).map_err(|_| {
-            parse_error(path, line, format!("{what} id {id} does not fit in 32 bits (the largest id is {})", u32::MAX))
-        })
-    };
-    let mut tokens = trimmed.split_whitespace();
-    let s = id(tokens.next(), "source")?;
-    let d = id(tokens.next(), "destination")?;
-    for (k, extra) in tokens.enumerate() {
-        if extra.parse::<f64>().is_err() {
-            return Err(parse_error(
-                path,
-                line,
-                format!("column {} is `{extra}`; columns after `src dst` must be numbers", k + 3),
-            ));
-        }
-    }
-    Ok(Some((s, d)))
-}
-
-/// Matrix Market state, as `tiga::read_matrix_market` reads it; entries go
-/// straight to the builder (`A[i][j]` is an edge from source `j` to
-/// destination `i`; a symmetric file's mirror follows its entry).
-struct Mtx<'a> {
-    path: &'a str,
-    num_nodes: Option<usize>,
-    /// (pattern, symmetric), once the banner is read.
-    kind: Option<(bool, bool)>,
-    /// Values are integers (`integer` files), else reals.
-    integer: bool,
-    size: Option<(usize, usize, usize)>,
-    entries: usize,
-}
-
-impl Mtx<'_> {
-    fn banner(&mut self, line: usize, text: &str) -> Result<(), Failure> {
-        let tokens: Vec<String> = text.split_whitespace().map(str::to_ascii_lowercase).collect();
-        let expected = "expected `%%MatrixMarket matrix coordinate <real|integer|pattern> <general|symmetric>`";
-        let err = |m: String| parse_error(self.path, line, m);
-        if tokens.first().map(String::as_str) != Some("%%matrixmarket") {
-            return Err(err(format!("missing the Matrix Market header; {expected}")));
-        }
-        if tokens.len() != 5 {
-            return Err(err(format!("the header has {} words; {expected}", tokens.len())));
-        }
-        if tokens[1] != "matrix" {
-            return Err(err(format!("object `{}` is not supported; only `matrix` is", tokens[1])));
-        }
-        match tokens[2].as_str() {
-            "coordinate" => {}
-            "array" => return Err(err("dense `array` format is not supported; only sparse `coordinate` is".into())),
-            other => return Err(err(format!("format `{other}` is not supported; only `coordinate` is"))),
-        }
-        let pattern = match tokens[3].as_str() {
-            "real" | "double" | "integer" => false,
-            "pattern" => true,
-            "complex" => return Err(err("`complex` values are not supported; accepted: real, integer, pattern".into())),
-            other => return Err(err(format!("field `{other}` is not supported; accepted: real, integer, pattern"))),
-        };
-        let integer = tokens[3] == "integer";
-        let symmetric = match tokens[4].as_str() {
-            "general" => false,
-            "symmetric" => true,
-            other => return Err(err(format!("symmetry `{other}` is not supported; accepted: general, symmetric"))),
-        };
-        self.integer = integer;
-        self.kind = Some((pattern, symmetric));
-        Ok(())
-    }
-
-    fn number(&self, line: usize, token: &str, what: &str) -> Result<usize, Failure> {
-        token.parse().map_err(|_| parse_error(self.path, line, format!("{what} `{token}` is not a non-negative integer")))
-    }
-
-    fn line(&mut self, line: usize, text: &str, b: &mut GfgBuilder) -> Result<(), Failure> {
-        let Some((pattern, symmetric)) = self.kind else {
-            return self.banner(line, text);
-        };
-        let trimmed = text.trim();
-        if trimmed.is_empty() || trimmed.starts_with('%') {
-            return Ok(());
-        }
-        let tokens: Vec<&str> = trimmed.split_whitespace().collect();
-        let Some((rows, cols, nnz)) = self.size else {
-            if tokens.len() != 3 {
-                return Err(parse_error(
-                    self.path,
-                    line,
-                    format!("expected the size line `rows columns entries`, found {} fields", tokens.len()),
-                ));
-            }
-            let rows = self.number(line, tokens[0], "row count")?;
-            let cols = self.number(line, tokens[1], "column count")?;
-            let nnz = self.number(line, tokens[2], "entry count")?;
-            for (what, n) in [("rows", rows), ("columns", cols)] {
-                if n > MAX_NODES {
-                    return Err(parse_error(self.path, line, format!("the matrix has {n} {what}; at most {MAX_NODES} are supported")));
-                }
-            }
-            if symmetric && rows != cols {
-                return Err(parse_error(self.path, line, format!("a symmetric matrix must be square, but it is {rows} x {cols}")));
-            }
-            if let Some(n) = self.num_nodes {
-                if rows != n || cols != n {
-                    return Err(Failure::new(format!(
-                        "--num-nodes {n} does not match {}, which declares a {rows} x {cols} matrix ({rows} destination rows, {cols} source columns)",
-                        self.path
-                    )));
-                }
-            }
-            self.size = Some((rows, cols, nnz));
-            return Ok(());
-        };
-        if self.entries == nnz {
-            return Err(parse_error(self.path, line, format!("more entries than the {nnz} the size line declares")));
-        }
-        let want = if pattern { 2 } else { 3 };
-        if tokens.len() != want {
-            let form = if want == 2 { "`row column`" } else { "`row column value`" };
-            return Err(parse_error(self.path, line, format!("expected an entry {form}, found {} fields", tokens.len())));
-        }
-        let i = self.number(line, tokens[0], "row index")?;
-        let j = self.number(line, tokens[1], "column index")?;
-        if i == 0 || i > rows {
-            return Err(parse_error(self.path, line, format!("row index {i} is out of range 1..={rows}")));
-        }
-        if j == 0 || j > cols {
-            return Err(parse_error(self.path, line, format!("column index {j} is out of range 1..={cols}")));
-        }
-        if !pattern {
-            let integer = self.integer;
-            let ok = if integer { tokens[2].parse::<i64>().is_ok() } else { tokens[2].parse::<f64>().is_ok() };
-            if !ok {
-                let what = if integer { "an integer" } else { "a real number" };
-                return Err(parse_error(self.path, line, format!("value `{}` is not {what}", tokens[2])));
+        MtxLine::Entry { src, dst, mirrored, .. } => {
+            b.push(src, dst).map_err(gfg_failure)?;
+            if mirrored {
+                b.push(dst, src).map_err(gfg_failure)?;
             }
         }
-        let (r, c) = ((i - 1) as u32, (j - 1) as u32);
-        b.push(c, r).map_err(gfg_failure)?;
-        if symmetric && r != c {
-            b.push(r, c).map_err(gfg_failure)?;
-        }
-        self.entries += 1;
-        Ok(())
     }
-
-    /// `(num_src, num_dst)` once the whole file is read.
-    fn finish(&self, lines: usize) -> Result<(u64, u64), Failure> {
-        if self.kind.is_none() {
-            return Err(parse_error(self.path, 1, "the file is empty; expected a `%%MatrixMarket` header"));
-        }
-        let Some((rows, cols, nnz)) = self.size else {
-            return Err(parse_error(self.path, lines, "the file ends before the size line `rows columns entries`"));
-        };
-        if self.entries < nnz {
-            return Err(parse_error(
-                self.path,
-                lines,
-                format!("the file ends after {} entries, but the size line declares {nnz}", self.entries),
-            ));
-        }
-        Ok((cols as u64, rows as u64))
-    }
+    Ok(())
 }
 
 fn human_bytes(n: u64) -> String {
@@ -376,17 +213,18 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
     let reading: String = reading.chars().take(24).collect();
 
     let (num_src, num_dst) = if is_mtx {
-        let mut mtx = Mtx { path: &input, num_nodes: req.num_nodes, kind: None, integer: false, size: None, entries: 0 };
+        let mut mtx = MatrixMarketLines::new(&input);
         let lines = {
             let b = &mut builder;
             let bar = &mut bar;
             for_each_line(
                 &req.input,
-                |line, text| mtx.line(line, text, b),
+                |line, text| mtx_line(&mut mtx, req.num_nodes, line, text, b),
                 |bytes| bar.update(&reading, bytes, total_bytes),
             )?
         };
-        mtx.finish(lines)?
+        let (rows, cols, _) = mtx.finish(lines).map_err(|e| Failure::new(e.to_string()))?;
+        (cols as u64, rows as u64)
     } else {
         {
             let b = &mut builder;
@@ -394,7 +232,8 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
             for_each_line(
                 &req.input,
                 |line, text| {
-                    if let Some((s, d)) = edge_line(&input, req.num_nodes, line, text)? {
+                    let parsed = tiga_runtime::io::parse_edge_line(&input, req.num_nodes, line, text);
+                    if let Some((s, d)) = parsed.map_err(|e| Failure::new(e.to_string()))? {
                         b.push(s, d).map_err(gfg_failure)?;
                     }
                     Ok(())

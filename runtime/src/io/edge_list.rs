@@ -37,6 +37,37 @@ pub fn parse_edge_list(text: &str, num_nodes: Option<usize>) -> Result<Graph, Gr
     acc.finish()
 }
 
+/// One line of a SNAP edge list: `Some((src, dst))`, or `None` for a
+/// comment (`#`, `%`) or blank line. Columns after `src dst` must be
+/// numbers (weights, ignored); ids must be below `num_nodes` when given.
+/// `tigac convert` streams a file through this, line by line.
+pub fn parse_edge_line(path: &str, num_nodes: Option<usize>, line: usize, text: &str) -> Result<Option<(u32, u32)>, GraphError> {
+    let trimmed = text.trim_start();
+    if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('%') {
+        return Ok(None);
+    }
+    let error = |message: String| GraphError::Parse { path: path.to_string(), line, message };
+    let id = |token: Option<&str>, what: &str| -> Result<u32, GraphError> {
+        let token = token.ok_or_else(|| error(format!("expected `src dst`, but the {what} id is missing")))?;
+        let id: u64 = token.parse().map_err(|_| error(format!("{what} id `{token}` is not a non-negative integer")))?;
+        if let Some(n) = num_nodes {
+            if id >= n as u64 {
+                return Err(GraphError::NodeIdOutOfRange { path: path.to_string(), line, id, num_nodes: n });
+            }
+        }
+        u32::try_from(id).map_err(|_| error(format!("{what} id {id} does not fit in 32 bits (the largest id is {})", u32::MAX)))
+    };
+    let mut tokens = trimmed.split_whitespace();
+    let s = id(tokens.next(), "source")?;
+    let d = id(tokens.next(), "destination")?;
+    for (k, extra) in tokens.enumerate() {
+        if extra.parse::<f64>().is_err() {
+            return Err(error(format!("column {} is `{extra}`; columns after `src dst` must be numbers", k + 3)));
+        }
+    }
+    Ok(Some((s, d)))
+}
+
 struct Accumulator<'a> {
     path: &'a str,
     num_nodes: Option<usize>,
@@ -55,44 +86,12 @@ impl<'a> Accumulator<'a> {
         Ok(Accumulator { path, num_nodes, src: Vec::new(), dst: Vec::new(), max_id: None })
     }
 
-    fn error(&self, line: usize, message: String) -> GraphError {
-        GraphError::Parse { path: self.path.to_string(), line, message }
-    }
-
-    fn id(&self, line: usize, token: Option<&str>, what: &str) -> Result<u32, GraphError> {
-        let token = token.ok_or_else(|| self.error(line, format!("expected `src dst`, but the {what} id is missing")))?;
-        let id: u64 = token
-            .parse()
-            .map_err(|_| self.error(line, format!("{what} id `{token}` is not a non-negative integer")))?;
-        if let Some(n) = self.num_nodes {
-            if id >= n as u64 {
-                return Err(GraphError::NodeIdOutOfRange { path: self.path.to_string(), line, id, num_nodes: n });
-            }
-        }
-        u32::try_from(id).map_err(|_| {
-            self.error(line, format!("{what} id {id} does not fit in 32 bits (the largest id is {})", u32::MAX))
-        })
-    }
-
     fn line(&mut self, line: usize, text: &str) -> Result<(), GraphError> {
-        let trimmed = text.trim_start();
-        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('%') {
-            return Ok(());
+        if let Some((s, d)) = parse_edge_line(self.path, self.num_nodes, line, text)? {
+            self.max_id = Some(self.max_id.map_or(s.max(d), |m| m.max(s).max(d)));
+            self.src.push(s);
+            self.dst.push(d);
         }
-        let mut tokens = trimmed.split_whitespace();
-        let s = self.id(line, tokens.next(), "source")?;
-        let d = self.id(line, tokens.next(), "destination")?;
-        for (k, extra) in tokens.enumerate() {
-            if extra.parse::<f64>().is_err() {
-                return Err(self.error(
-                    line,
-                    format!("column {} is `{extra}`; columns after `src dst` must be numbers", k + 3),
-                ));
-            }
-        }
-        self.max_id = Some(self.max_id.map_or(s.max(d), |m| m.max(s).max(d)));
-        self.src.push(s);
-        self.dst.push(d);
         Ok(())
     }
 

@@ -41,33 +41,52 @@ enum Field {
     Pattern,
 }
 
+#[derive(Clone, Copy)]
 struct Size {
     rows: usize,
     cols: usize,
     nnz: usize,
 }
 
-struct Accumulator<'a> {
+/// What one line of a Matrix Market file holds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MtxLine {
+    /// The banner, a comment or a blank line.
+    Skip,
+    /// The size line: `rows` destinations, `cols` sources, `nnz` entries.
+    Size { rows: usize, cols: usize, nnz: usize },
+    /// An entry: the edge `src -> dst` (0-based) with its value (`None` in a
+    /// `pattern` file); `mirrored`: a symmetric file's off-diagonal entry,
+    /// whose mirror `dst -> src` follows it in the user's edge order.
+    Entry { src: u32, dst: u32, value: Option<f64>, mirrored: bool },
+}
+
+/// A Matrix Market file read line by line, checked as it goes: what the
+/// in-memory reader accumulates and `tigac convert` streams to disk.
+pub struct MatrixMarketLines<'a> {
     path: &'a str,
     /// Set once the banner line is read.
     kind: Option<(Field, bool)>,
     size: Option<Size>,
     entries: usize,
-    src: Vec<u32>,
-    dst: Vec<u32>,
-    values: Vec<f64>,
 }
 
-impl<'a> Accumulator<'a> {
-    fn new(path: &'a str) -> Self {
-        Accumulator { path, kind: None, size: None, entries: 0, src: Vec::new(), dst: Vec::new(), values: Vec::new() }
+impl<'a> MatrixMarketLines<'a> {
+    /// A reader whose errors name `path`.
+    pub fn new(path: &'a str) -> Self {
+        MatrixMarketLines { path, kind: None, size: None, entries: 0 }
+    }
+
+    /// The path errors name.
+    pub fn path(&self) -> &str {
+        self.path
     }
 
     fn error(&self, line: usize, message: impl Into<String>) -> GraphError {
         GraphError::Parse { path: self.path.to_string(), line, message: message.into() }
     }
 
-    fn banner(&mut self, line: usize, text: &str) -> Result<(), GraphError> {
+    fn banner(&mut self, line: usize, text: &str) -> Result<MtxLine, GraphError> {
         let tokens: Vec<String> = text.split_whitespace().map(str::to_ascii_lowercase).collect();
         let expected = "expected `%%MatrixMarket matrix coordinate <real|integer|pattern> <general|symmetric>`";
         if tokens.first().map(String::as_str) != Some("%%matrixmarket") {
@@ -103,14 +122,14 @@ impl<'a> Accumulator<'a> {
             }
         };
         self.kind = Some((field, symmetric));
-        Ok(())
+        Ok(MtxLine::Skip)
     }
 
     fn number(&self, line: usize, token: &str, what: &str) -> Result<usize, GraphError> {
         token.parse().map_err(|_| self.error(line, format!("{what} `{token}` is not a non-negative integer")))
     }
 
-    fn size_line(&mut self, line: usize, text: &str, symmetric: bool) -> Result<(), GraphError> {
+    fn size_line(&mut self, line: usize, text: &str, symmetric: bool) -> Result<MtxLine, GraphError> {
         let tokens: Vec<&str> = text.split_whitespace().collect();
         if tokens.len() != 3 {
             return Err(self.error(
@@ -129,27 +148,28 @@ impl<'a> Accumulator<'a> {
         if symmetric && rows != cols {
             return Err(self.error(line, format!("a symmetric matrix must be square, but it is {rows} x {cols}")));
         }
-        // The header's count is not trusted for allocation: a corrupt file
-        // must not make us reserve terabytes before the first entry.
-        let reserve = nnz.min(1 << 20) * if symmetric { 2 } else { 1 };
-        self.src.reserve(reserve);
-        self.dst.reserve(reserve);
         self.size = Some(Size { rows, cols, nnz });
-        Ok(())
+        Ok(MtxLine::Size { rows, cols, nnz })
     }
 
-    fn line(&mut self, line: usize, text: &str) -> Result<(), GraphError> {
+    /// Whether the banner declared a symmetric matrix (each off-diagonal
+    /// entry then stands for two edges).
+    pub fn symmetric(&self) -> bool {
+        self.kind.is_some_and(|(_, s)| s)
+    }
+
+    /// Reads line `line` (1-based, for errors).
+    pub fn line(&mut self, line: usize, text: &str) -> Result<MtxLine, GraphError> {
         let Some((field, symmetric)) = self.kind else {
             return self.banner(line, text);
         };
         let trimmed = text.trim();
         if trimmed.is_empty() || trimmed.starts_with('%') {
-            return Ok(());
+            return Ok(MtxLine::Skip);
         }
-        let Some(size) = &self.size else {
+        let Some(Size { rows, cols, nnz }) = self.size else {
             return self.size_line(line, trimmed, symmetric);
         };
-        let (rows, cols, nnz) = (size.rows, size.cols, size.nnz);
         if self.entries == nnz {
             return Err(self.error(line, format!("more entries than the {nnz} the size line declares")));
         }
@@ -181,13 +201,62 @@ impl<'a> Accumulator<'a> {
                     as f64,
             ),
         };
+        self.entries += 1;
         // In range 1..=MAX_NODES, so the 0-based ids fit in u32.
         let (r, c) = ((i - 1) as u32, (j - 1) as u32);
-        self.push(c, r, value);
-        if symmetric && r != c {
-            self.push(r, c, value);
+        Ok(MtxLine::Entry { src: c, dst: r, value, mirrored: symmetric && r != c })
+    }
+
+    /// Checks that the file was whole after `lines` lines: `(rows, cols,
+    /// whether entries carry values)`.
+    pub fn finish(&self, lines: usize) -> Result<(usize, usize, bool), GraphError> {
+        let Some((field, _)) = self.kind else {
+            return Err(self.error(1, "the file is empty; expected a `%%MatrixMarket` header"));
+        };
+        let Some(size) = self.size else {
+            return Err(self.error(lines, "the file ends before the size line `rows columns entries`"));
+        };
+        if self.entries < size.nnz {
+            return Err(self.error(
+                lines,
+                format!("the file ends after {} entries, but the size line declares {}", self.entries, size.nnz),
+            ));
         }
-        self.entries += 1;
+        Ok((size.rows, size.cols, field != Field::Pattern))
+    }
+}
+
+/// The in-memory reader: edges and values in the user's order.
+struct Accumulator<'a> {
+    lines: MatrixMarketLines<'a>,
+    src: Vec<u32>,
+    dst: Vec<u32>,
+    values: Vec<f64>,
+}
+
+impl<'a> Accumulator<'a> {
+    fn new(path: &'a str) -> Self {
+        Accumulator { lines: MatrixMarketLines::new(path), src: Vec::new(), dst: Vec::new(), values: Vec::new() }
+    }
+
+    fn line(&mut self, line: usize, text: &str) -> Result<(), GraphError> {
+        match self.lines.line(line, text)? {
+            MtxLine::Skip => {}
+            MtxLine::Size { nnz, .. } => {
+                // The header's count is not trusted for allocation: a corrupt
+                // file must not make us reserve terabytes before the first
+                // entry.
+                let reserve = nnz.min(1 << 20) * if self.lines.symmetric() { 2 } else { 1 };
+                self.src.reserve(reserve);
+                self.dst.reserve(reserve);
+            }
+            MtxLine::Entry { src, dst, value, mirrored } => {
+                self.push(src, dst, value);
+                if mirrored {
+                    self.push(dst, src, value);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -200,21 +269,9 @@ impl<'a> Accumulator<'a> {
     }
 
     fn finish(self, lines: usize) -> Result<(Graph, Option<Vec<f64>>), GraphError> {
-        let Some((field, _)) = self.kind else {
-            return Err(self.error(1, "the file is empty; expected a `%%MatrixMarket` header"));
-        };
-        let Some(size) = &self.size else {
-            return Err(self.error(lines, "the file ends before the size line `rows columns entries`"));
-        };
-        if self.entries < size.nnz {
-            return Err(self.error(
-                lines,
-                format!("the file ends after {} entries, but the size line declares {}", self.entries, size.nnz),
-            ));
-        }
-        let graph = Graph::from_edges(size.cols, size.rows, &self.src, &self.dst)?;
-        let values = (field != Field::Pattern).then_some(self.values);
-        Ok((graph, values))
+        let (rows, cols, has_values) = self.lines.finish(lines)?;
+        let graph = Graph::from_edges(cols, rows, &self.src, &self.dst)?;
+        Ok((graph, has_values.then_some(self.values)))
     }
 }
 

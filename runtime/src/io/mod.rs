@@ -8,8 +8,8 @@
 pub mod edge_list;
 pub mod matrix_market;
 
-pub use edge_list::{parse_edge_list, read_edge_list};
-pub use matrix_market::{parse_matrix_market, read_matrix_market};
+pub use edge_list::{parse_edge_line, parse_edge_list, read_edge_list};
+pub use matrix_market::{parse_matrix_market, read_matrix_market, MatrixMarketLines, MtxLine};
 
 use std::io::BufRead;
 use std::path::Path;
