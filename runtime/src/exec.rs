@@ -18,7 +18,7 @@ use rayon::prelude::*;
 
 /// Chunks per worker thread: more than one, so that a worker finishing early
 /// can steal, and few enough that per-chunk overhead stays negligible.
-const CHUNKS_PER_THREAD: usize = 4;
+pub const CHUNKS_PER_THREAD: usize = 4;
 
 /// Splits the rows of CSR `offsets` into at most `parts` contiguous, non-empty,
 /// in-order ranges of about equal cost (`degree + 1` per row). Returns no

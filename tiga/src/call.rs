@@ -164,7 +164,7 @@ pub(crate) fn bind_extents<'b, 'a>(k: &ir::Kernel, extents: Extents, inputs: &'b
 /// parameter sums are reduced in the same order on every machine.
 const PARAM_CHUNKS: usize = 64;
 
-fn data_ptr(t: &mut Tensor) -> *mut u8 {
+pub(crate) fn data_ptr(t: &mut Tensor) -> *mut u8 {
     match t.data_mut() {
         tiga_runtime::DataMut::F32(s) => s.as_mut_ptr() as *mut u8,
         tiga_runtime::DataMut::F64(s) => s.as_mut_ptr() as *mut u8,
@@ -180,8 +180,8 @@ fn add_into(acc: &mut Tensor, part: &Tensor) {
 }
 
 struct SharedPtrs(Vec<*mut u8>);
-// SAFETY: only copied per chunk; each chunk swaps in its own parameter
-// buffers and writes destination/edge rows no other chunk writes.
+// SAFETY: only copied per piece of work; each piece swaps in its own
+// parameter buffers and writes destination/edge rows no other piece writes.
 unsafe impl Sync for SharedPtrs {}
 unsafe impl Send for SharedPtrs {}
 
@@ -193,10 +193,19 @@ unsafe impl Send for SharedPtrs {}
 pub(crate) struct ParamPartials {
     block_rows: usize,
     outs: Vec<usize>,
-    parts: Vec<Option<Vec<Tensor>>>,
+    parts: Vec<std::sync::Mutex<BlockPart>>,
     /// Whether rows longer than [`SPLIT_EDGES`] may be cut into segments
     /// summed afterwards (see [`splittable`]).
     split: bool,
+}
+
+/// One block's partial sums, and the row its next piece must start at: a
+/// block cut by a page boundary is run as two pieces, which may be picked by
+/// two workers, and the second waits for the first so that the block's rows
+/// are added in order.
+struct BlockPart {
+    next_row: usize,
+    sums: Option<Vec<Tensor>>,
 }
 
 /// A row with more edges than this is cut into segments of this many edges
@@ -222,11 +231,24 @@ pub(crate) fn splittable(k: &ir::Kernel) -> bool {
         && k.outputs.len() == k.message_types().len()
 }
 
+/// One piece of a call's rows (absolute row numbers), in the order a paged
+/// run claims them.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Work {
+    /// Whole rows.
+    Rows(std::ops::Range<usize>),
+    /// Rows of one parameter block (its index), added to that block's sums.
+    Block(usize, std::ops::Range<usize>),
+    /// One row longer than [`SPLIT_EDGES`], cut into edge segments.
+    Split(usize),
+}
+
 impl ParamPartials {
     pub(crate) fn new(num_rows: usize, param_outs: &[usize]) -> ParamPartials {
         let block_rows = num_rows.div_ceil(PARAM_CHUNKS).max(1);
         let blocks = num_rows.div_ceil(block_rows);
-        ParamPartials { block_rows, outs: param_outs.to_vec(), parts: (0..blocks).map(|_| None).collect(), split: false }
+        let parts = (0..blocks).map(|b| std::sync::Mutex::new(BlockPart { next_row: b * block_rows, sums: None })).collect();
+        ParamPartials { block_rows, outs: param_outs.to_vec(), parts, split: false }
     }
 
     /// Allow cutting huge rows (for kernels that are [`splittable`]).
@@ -235,175 +257,220 @@ impl ParamPartials {
         self
     }
 
+    /// The work for rows `base .. base + offsets.len() - 1` (`offsets` is
+    /// their slice of row offsets), in row order: the parameter blocks they
+    /// meet when the kernel has parameter outputs; otherwise chunks balanced
+    /// by edge count (about four per thread), huge rows apart.
+    pub(crate) fn work(&self, offsets: &[u64], base: usize) -> Vec<Work> {
+        let n = offsets.len().saturating_sub(1);
+        let end = base + n;
+        if !self.outs.is_empty() {
+            let br = self.block_rows;
+            return (base / br..end.div_ceil(br))
+                .map(|b| Work::Block(b, (b * br).max(base)..((b + 1) * br).min(end)))
+                .filter(|w| matches!(w, Work::Block(_, r) if !r.is_empty()))
+                .collect();
+        }
+        let parts = rayon::current_num_threads().saturating_mul(tiga_runtime::exec::CHUNKS_PER_THREAD);
+        let mut work = Vec::new();
+        for rows in tiga_runtime::balanced_row_chunks(offsets, parts) {
+            let mut s = rows.start;
+            if self.split {
+                for r in rows.clone() {
+                    if offsets[r + 1] - offsets[r] > SPLIT_EDGES {
+                        if s < r {
+                            work.push(Work::Rows(base + s..base + r));
+                        }
+                        work.push(Work::Split(base + r));
+                        s = r + 1;
+                    }
+                }
+            }
+            if s < rows.end {
+                work.push(Work::Rows(base + s..base + rows.end));
+            }
+        }
+        work
+    }
+
     /// Add every block's partials into `outs`, in block order.
     pub(crate) fn finish(self, outs: &mut [Tensor]) {
-        for part in self.parts.into_iter().flatten() {
-            for (t, &o) in part.iter().zip(&self.outs) {
+        for part in self.parts {
+            let part = part.into_inner().unwrap_or_else(|p| p.into_inner());
+            for (t, &o) in part.sums.iter().flatten().zip(&self.outs) {
                 add_into(&mut outs[o], t);
             }
         }
     }
 }
 
-/// Run `entry` over the rows `base .. base + offsets.len() - 1` (absolute
-/// row numbers; `offsets` is the slice of row offsets for them), in parallel
-/// chunks balanced by edge count, writing `outs`. Parameter outputs go to
-/// `partials` (per fixed row block; see [`ParamPartials`]).
-///
-/// # Safety
-/// `raw` (except `outputs`, set here) must hold pointers valid for every row
-/// and edge position of these rows, as `entry`'s variant expects.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn execute_rows(
-    entry: tiga_compiler::back::abi::EntryFn,
-    mut raw: RawArgs,
-    offsets: &[u64],
-    base: usize,
-    partials: &mut ParamPartials,
-    shapes: &[Vec<usize>],
-    dtype: DType,
-    outs: &mut [Tensor],
-) -> Result<()> {
-    let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(data_ptr).collect();
-    raw.outputs = out_ptrs.as_ptr();
-    if partials.outs.is_empty() {
-        let n = offsets.len().saturating_sub(1);
-        let huge: Vec<usize> =
-            if partials.split { (0..n).filter(|&r| offsets[r + 1] - offsets[r] > SPLIT_EDGES).collect() } else { vec![] };
-        let args = SharedArgs(raw);
-        let args = &args;
-        tiga_runtime::for_each_row_chunk(offsets, |rows| {
-            if huge.is_empty() {
-                // SAFETY: the caller's contract; chunks write disjoint rows.
-                unsafe { entry(&args.0, (base + rows.start) as u64, (base + rows.end) as u64) };
-                return;
-            }
-            // Whole rows, skipping the ones cut into segments below.
-            let mut s = rows.start;
-            for r in rows.clone() {
-                if huge.binary_search(&r).is_ok() {
-                    if s < r {
-                        // SAFETY: the caller's contract; chunks write disjoint rows.
-                        unsafe { entry(&args.0, (base + s) as u64, (base + r) as u64) };
-                    }
-                    s = r + 1;
-                }
-            }
-            if s < rows.end {
-                // SAFETY: as above.
-                unsafe { entry(&args.0, (base + s) as u64, (base + rows.end) as u64) };
-            }
-        });
-        for &r in &huge {
-            // SAFETY: the caller's contract, for the row's edge segments.
-            unsafe { split_row(entry, raw, offsets[r], offsets[r + 1], base + r, shapes, dtype, outs)? };
-        }
-        return Ok(());
-    }
-    let end = base + offsets.len().saturating_sub(1);
-    let br = partials.block_rows;
-    let param_outs = partials.outs.clone();
-    use rayon::prelude::*;
-    let shared = SharedArgs(raw);
-    let out_ptrs_base = SharedPtrs(out_ptrs.clone());
-    let (shared, ptrs_base) = (&shared, &out_ptrs_base);
-    partials
-        .parts
-        .par_iter_mut()
-        .enumerate()
-        .filter(|(b, _)| b * br < end && (b + 1) * br > base)
-        .map(|(b, slot)| -> Result<()> {
-            let (s, e) = ((b * br).max(base), ((b + 1) * br).min(end));
-            if slot.is_none() {
-                *slot = Some(
-                    param_outs
-                        .iter()
-                        .map(|&o| Tensor::zeros(dtype, shapes[o].clone()).map_err(|er| Error::Call(er.to_string())))
-                        .collect::<Result<_>>()?,
-                );
-            }
-            let mine = slot.as_mut().ok_or_else(|| Error::Call("internal: missing partials".into()))?;
-            let mut ptrs = ptrs_base.0.clone();
-            for (t, &o) in mine.iter_mut().zip(&param_outs) {
-                ptrs[o] = data_ptr(t);
-            }
-            let mut args = shared.0;
-            args.outputs = ptrs.as_ptr();
-            // SAFETY: the caller's contract; this block's parameter outputs
-            // point at buffers only this block writes, its rows are its own.
-            unsafe { entry(&args, s as u64, e as u64) };
-            Ok(())
-        })
-        .collect::<Result<Vec<()>>>()?;
-    Ok(())
+/// What runs pieces of work: the compiled entry, the output buffers and the
+/// parameter partials. Shared by the workers of a call.
+pub(crate) struct RowRunner<'a> {
+    pub(crate) entry: tiga_compiler::back::abi::EntryFn,
+    pub(crate) shapes: &'a [Vec<usize>],
+    pub(crate) dtype: DType,
+    out_ptrs: SharedPtrs,
+    pub(crate) partials: ParamPartials,
 }
 
-/// One huge row `i` of a [`splittable`] kernel, in segments of
-/// [`SPLIT_EDGES`] edges run in parallel: each sees a one-row CSR (its
-/// `offsets[i], offsets[i+1]` are the segment's bounds) and writes row `i`
-/// of private outputs; the segments' rows are then added in order.
-///
-/// # Safety
-/// As [`execute_rows`].
-#[allow(clippy::too_many_arguments)]
-unsafe fn split_row(
-    entry: tiga_compiler::back::abi::EntryFn,
-    raw: RawArgs,
-    first: u64,
-    last: u64,
-    i: usize,
-    shapes: &[Vec<usize>],
-    dtype: DType,
-    outs: &mut [Tensor],
-) -> Result<()> {
-    use rayon::prelude::*;
-    let widths: Vec<usize> = shapes.iter().map(|s| s.iter().skip(1).product::<usize>()).collect();
-    let segs: Vec<(u64, u64)> = (first..last).step_by(SPLIT_EDGES as usize).map(|a| (a, (a + SPLIT_EDGES).min(last))).collect();
-    let shared = SharedArgs(raw);
-    let shared = &shared;
-    let parts: Vec<Result<Vec<Tensor>>> = segs
-        .par_iter()
-        .map(|&(a, b)| -> Result<Vec<Tensor>> {
-            let mut mine: Vec<Tensor> = widths
-                .iter()
-                .map(|&w| Tensor::zeros(dtype, vec![w.max(1)]).map_err(|e| Error::Call(e.to_string())))
-                .collect::<Result<_>>()?;
-            let bounds = [a, b];
-            // Row i of these arrays is element 0 of the segment's buffers.
-            let ptrs: Vec<*mut u8> = mine
-                .iter_mut()
-                .zip(&widths)
-                .map(|(t, &w)| data_ptr(t).wrapping_sub(i * w * dtype.size()))
-                .collect();
-            let mut args = shared.0;
-            args.offsets = bounds.as_ptr().wrapping_sub(i);
-            args.outputs = ptrs.as_ptr();
-            // SAFETY: the kernel reads offsets[i], offsets[i+1] (the bounds),
-            // edges a..b of the real CSR and row i of the real fields, and
-            // writes row i of the outputs (the private buffers).
-            unsafe { entry(&args, i as u64, i as u64 + 1) };
-            Ok(mine)
-        })
-        .collect();
-    for part in parts {
-        for ((t, out), &w) in part?.iter().zip(outs.iter_mut()).zip(&widths) {
-            match (out.data_mut(), t.data()) {
-                (tiga_runtime::DataMut::F32(o), Data::F32(p)) => {
-                    o[i * w..(i + 1) * w].iter_mut().zip(p).for_each(|(x, y)| *x += y)
+impl<'a> RowRunner<'a> {
+    /// A runner writing `outs`, which must outlive every [`RowRunner::run`]
+    /// and not be touched otherwise until the runner is finished.
+    pub(crate) fn new(
+        entry: tiga_compiler::back::abi::EntryFn,
+        shapes: &'a [Vec<usize>],
+        dtype: DType,
+        outs: &mut [Tensor],
+        partials: ParamPartials,
+    ) -> RowRunner<'a> {
+        RowRunner { entry, shapes, dtype, out_ptrs: SharedPtrs(outs.iter_mut().map(data_ptr).collect()), partials }
+    }
+
+    /// Run one piece of work. `offsets` is the slice of row offsets for the
+    /// rows `base ..` that hold the piece's rows.
+    ///
+    /// # Safety
+    /// `raw` (except `outputs`, set here) must hold pointers valid for every
+    /// row and edge position of the piece's rows, as `entry`'s variant
+    /// expects; pieces running at the same time must not share rows; the
+    /// outputs given to [`RowRunner::new`] must still be alive.
+    pub(crate) unsafe fn run(&self, mut raw: RawArgs, offsets: &[u64], base: usize, work: &Work) -> Result<()> {
+        match work {
+            Work::Rows(rows) => {
+                raw.outputs = self.out_ptrs.0.as_ptr();
+                // SAFETY: the caller's contract; these rows are this piece's.
+                unsafe { (self.entry)(&raw, rows.start as u64, rows.end as u64) };
+                Ok(())
+            }
+            Work::Split(r) => {
+                let (first, last) = (offsets[r - base], offsets[r - base + 1]);
+                // SAFETY: the caller's contract, for the row's edge segments.
+                unsafe { self.split_row(raw, first, last, *r) }
+            }
+            Work::Block(b, rows) => {
+                let slot = self.partials.parts.get(*b).ok_or_else(|| Error::Call("internal: missing partials".into()))?;
+                // The block's earlier piece runs first (it was claimed
+                // first, and is running or done).
+                let mut part = loop {
+                    let part = slot.lock().map_err(|_| Error::Call("internal: a worker panicked".into()))?;
+                    if part.next_row == rows.start {
+                        break part;
+                    }
+                    drop(part);
+                    std::thread::yield_now();
+                };
+                if part.sums.is_none() {
+                    part.sums = Some(
+                        self.partials
+                            .outs
+                            .iter()
+                            .map(|&o| Tensor::zeros(self.dtype, self.shapes[o].clone()).map_err(|er| Error::Call(er.to_string())))
+                            .collect::<Result<_>>()?,
+                    );
                 }
-                (tiga_runtime::DataMut::F64(o), Data::F64(p)) => {
-                    o[i * w..(i + 1) * w].iter_mut().zip(p).for_each(|(x, y)| *x += y)
+                let mut ptrs = self.out_ptrs.0.clone();
+                for (t, &o) in part.sums.iter_mut().flatten().zip(&self.partials.outs) {
+                    ptrs[o] = data_ptr(t);
                 }
-                _ => {}
+                raw.outputs = ptrs.as_ptr();
+                // SAFETY: the caller's contract; this block's parameter
+                // outputs point at buffers only this piece writes now (the
+                // lock is held), its rows are its own.
+                unsafe { (self.entry)(&raw, rows.start as u64, rows.end as u64) };
+                part.next_row = rows.end;
+                Ok(())
             }
         }
     }
+
+    /// One huge row `i` of a [`splittable`] kernel, in segments of
+    /// [`SPLIT_EDGES`] edges run in parallel: each sees a one-row CSR (its
+    /// `offsets[i], offsets[i+1]` are the segment's bounds) and writes row
+    /// `i` of private outputs; the segments' rows are then added in order.
+    ///
+    /// # Safety
+    /// As [`RowRunner::run`].
+    unsafe fn split_row(&self, raw: RawArgs, first: u64, last: u64, i: usize) -> Result<()> {
+        use rayon::prelude::*;
+        let (entry, dtype) = (self.entry, self.dtype);
+        let widths: Vec<usize> = self.shapes.iter().map(|s| s.iter().skip(1).product::<usize>()).collect();
+        let segs: Vec<(u64, u64)> = (first..last).step_by(SPLIT_EDGES as usize).map(|a| (a, (a + SPLIT_EDGES).min(last))).collect();
+        let shared = SharedArgs(raw);
+        let shared = &shared;
+        let parts: Vec<Result<Vec<Tensor>>> = segs
+            .par_iter()
+            .map(|&(a, b)| -> Result<Vec<Tensor>> {
+                let mut mine: Vec<Tensor> = widths
+                    .iter()
+                    .map(|&w| Tensor::zeros(dtype, vec![w.max(1)]).map_err(|e| Error::Call(e.to_string())))
+                    .collect::<Result<_>>()?;
+                let bounds = [a, b];
+                // Row i of these arrays is element 0 of the segment's buffers.
+                let ptrs: Vec<*mut u8> = mine
+                    .iter_mut()
+                    .zip(&widths)
+                    .map(|(t, &w)| data_ptr(t).wrapping_sub(i * w * dtype.size()))
+                    .collect();
+                let mut args = shared.0;
+                args.offsets = bounds.as_ptr().wrapping_sub(i);
+                args.outputs = ptrs.as_ptr();
+                // SAFETY: the kernel reads offsets[i], offsets[i+1] (the
+                // bounds), edges a..b of the real CSR and row i of the real
+                // fields, and writes row i of the outputs (the private
+                // buffers).
+                unsafe { entry(&args, i as u64, i as u64 + 1) };
+                Ok(mine)
+            })
+            .collect();
+        for part in parts {
+            for ((t, &out), &w) in part?.iter().zip(&self.out_ptrs.0).zip(&widths) {
+                // SAFETY: row i of each output is this piece's alone, and
+                // the output holds it (the caller's contract).
+                match t.data() {
+                    Data::F32(p) => {
+                        let o = unsafe { std::slice::from_raw_parts_mut((out as *mut f32).add(i * w), w) };
+                        o.iter_mut().zip(p).for_each(|(x, y)| *x += y)
+                    }
+                    Data::F64(p) => {
+                        let o = unsafe { std::slice::from_raw_parts_mut((out as *mut f64).add(i * w), w) };
+                        o.iter_mut().zip(p).for_each(|(x, y)| *x += y)
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Add the parameter partials into the outputs.
+    pub(crate) fn finish(self, outs: &mut [Tensor]) {
+        self.partials.finish(outs);
+    }
+}
+
+/// Run `entry` over the rows `base .. base + offsets.len() - 1` (absolute
+/// row numbers; `offsets` is the slice of row offsets for them), every piece
+/// of [`ParamPartials::work`] in parallel.
+///
+/// # Safety
+/// As [`RowRunner::run`], for every row.
+pub(crate) unsafe fn execute_rows(runner: &RowRunner<'_>, raw: RawArgs, offsets: &[u64], base: usize) -> Result<()> {
+    use rayon::prelude::*;
+    let shared = SharedArgs(raw);
+    let shared = &shared;
+    runner
+        .partials
+        .work(offsets, base)
+        .into_par_iter()
+        // SAFETY: the caller's contract; pieces have disjoint rows.
+        .map(|w| unsafe { runner.run(shared.0, offsets, base, &w) })
+        .collect::<Result<Vec<()>>>()?;
     Ok(())
 }
 
 /// Raw pointers handed to compiled code. Rows are disjoint across chunks, so
 /// concurrent calls write disjoint output rows.
-struct SharedArgs(RawArgs);
+pub(crate) struct SharedArgs(pub(crate) RawArgs);
 // SAFETY: the pointers stay valid for the whole parallel loop (they borrow
 // buffers owned by the caller's frame), inputs are only read, and each chunk
 // writes only its own output rows.
@@ -435,12 +502,14 @@ impl Kernel {
             fields: field_ptrs.as_ptr(),
             outputs: std::ptr::null(),
         };
-        let mut partials = ParamPartials::new(graph.num_dst(), &param_outs).with_split(splittable(self.captured()));
+        let partials = ParamPartials::new(graph.num_dst(), &param_outs).with_split(splittable(self.captured()));
+        let runner = RowRunner::new(entry, &shapes, b.dtype, &mut outs, partials);
         // SAFETY: the variant was compiled for this kernel, dtype, widths and
         // edge-order flag; `bind` checked every field's length against the
-        // graph, and the graph's CSR was validated when built.
-        unsafe { execute_rows(entry, raw, graph.offsets(), 0, &mut partials, &shapes, b.dtype, &mut outs)? };
-        partials.finish(&mut outs);
+        // graph, and the graph's CSR was validated when built; `outs` lives
+        // until the runner is finished.
+        unsafe { execute_rows(&runner, raw, graph.offsets(), 0)? };
+        runner.finish(&mut outs);
         let names = self.captured().outputs.iter().map(|o| o.name.clone());
         Ok(Outputs { items: names.zip(outs).collect() })
     }

@@ -6,20 +6,28 @@
 //! ([`GfgFile::page`]: read ahead with `WillNeed` unless already in memory,
 //! checked against the counts on first visit) and unmapped again once the
 //! kernel has passed them ([`GfgFile::release_page`]), so the resident set
-//! holds about two pages of adjacency, not the pages passed. A pool task
-//! reads page i + `prefetch` while page i's rows run. Copying pages into
-//! buffers with positioned reads was measured first: on a warm page cache
-//! the copy cost as much as the kernel. Rows with reversed edges, which the
-//! file does not store, are copied out of the mapped page into recycled
-//! buffers.
+//! holds about two pages of adjacency, not the pages passed. Copying pages
+//! into buffers with positioned reads was measured first: on a warm page
+//! cache the copy cost as much as the kernel. Rows with reversed edges,
+//! which the file does not store, are copied out of the mapped page into
+//! recycled buffers.
+//!
+//! Every pool thread takes pieces of rows from one stream, in row order,
+//! with no barrier between pages ([`Stream`]); the read-ahead of the next
+//! `prefetch` pages is the first piece of each page. Pieces are handed out
+//! at most one page past the first page not yet released, which bounds the
+//! pages mapped at once. A parameter block cut by a page boundary runs as
+//! two pieces, the second after the first (`call::RowRunner`).
+//!
 //! The kernel sees absolute CSR positions: its `cols`/`edge_ids` pointers
 //! are offset so that position `p` of the page lands on the page's data.
 //!
 //! Outputs are bit-identical to the in-memory run for any page size: every
 //! row is computed by the same code over the same edges in the same order,
 //! and parameter outputs (sums over all rows) are grouped in fixed row blocks
-//! that do not depend on the page plan (`call::ParamPartials`). The same runner walks the file's stored transpose (a paged
-//! backward's source stage) and rows in reverse edge order (a monoid's
+//! that do not depend on the page plan (`call::ParamPartials`). The same
+//! runner walks the file's stored transpose (a paged backward's source
+//! stage) and rows in reverse edge order (a monoid's
 //! suffix stage).
 
 
@@ -29,7 +37,10 @@ use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
 use tiga_runtime::storage::{FieldHandle, FieldRole, GfgFile, Page};
 
-use crate::call::{bind_extents, execute_rows, splittable, zeroed_outputs, Inputs, Outputs, ParamPartials};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::call::{bind_extents, splittable, zeroed_outputs, Inputs, Outputs, ParamPartials, RowRunner, Work};
 use crate::{Error, Kernel, Result};
 
 /// How a paged call cuts the graph.
@@ -132,39 +143,46 @@ impl ReversedPage {
 /// Where a paged run's pages come from: the file's mapping, viewed in
 /// place ([`GfgFile::page`] reads it ahead and checks it) and dropped from
 /// the resident set after ([`GfgFile::release_page`]); reversed rows are
-/// copied out of it. No copy otherwise: on a warm page cache a copy per page
-/// cost as much as the kernel itself.
+/// copied out of it into buffers recycled from page to page. No copy
+/// otherwise: on a warm page cache a copy per page cost as much as the
+/// kernel itself.
 struct Source<'a> {
     file: &'a GfgFile,
     side: Side,
+    /// Reversed-row buffers of released pages, for the next pages.
+    pool: Mutex<Vec<ReversedPage>>,
 }
 
 /// One page in flight: mapped, or copied with its rows reversed.
-#[derive(Default)]
-struct Slot<'a> {
-    mapped: Option<Page<'a>>,
-    reversed: ReversedPage,
+enum Slot<'a> {
+    Mapped(Page<'a>),
+    Reversed(ReversedPage),
 }
 
 impl<'a> Source<'a> {
-    fn prepare(&self, rows: std::ops::Range<usize>, slot: &mut Slot<'a>) -> std::result::Result<(), String> {
+    fn prepare(&self, rows: std::ops::Range<usize>) -> std::result::Result<Slot<'a>, String> {
         let page = match self.side {
             Side::Transposed => self.file.transposed_page(rows),
             _ => self.file.page(rows),
         }
         .map_err(|e| e.to_string())?;
-        if self.side == Side::RowReversed {
-            slot.reversed.fill(&page);
-            self.file.release_page(&page);
-        } else {
-            slot.mapped = Some(page);
+        if self.side != Side::RowReversed {
+            return Ok(Slot::Mapped(page));
         }
-        Ok(())
+        let mut reversed = self.pool.lock().ok().and_then(|mut p| p.pop()).unwrap_or_default();
+        reversed.fill(&page);
+        self.file.release_page(&page);
+        Ok(Slot::Reversed(reversed))
     }
 
-    fn release(&self, page: Option<Page<'a>>) {
-        if let Some(page) = page {
-            self.file.release_page(&page);
+    fn release(&self, slot: Slot<'a>) {
+        match slot {
+            Slot::Mapped(page) => self.file.release_page(&page),
+            Slot::Reversed(buffers) => {
+                if let Ok(mut pool) = self.pool.lock() {
+                    pool.push(buffers);
+                }
+            }
         }
     }
 }
@@ -175,8 +193,8 @@ impl Slot<'_> {
     /// and its first row.
     fn args(&self) -> (RawArgs, &[u64], usize) {
         use std::ptr::null;
-        match &self.mapped {
-            Some(p) => {
+        match self {
+            Slot::Mapped(p) => {
                 let first = p.offsets[0] as usize;
                 let raw = RawArgs {
                     offsets: p.offsets.as_ptr().wrapping_sub(p.rows.start),
@@ -187,8 +205,7 @@ impl Slot<'_> {
                 };
                 (raw, p.offsets, p.rows.start)
             }
-            None => {
-                let p = &self.reversed;
+            Slot::Reversed(p) => {
                 let raw = RawArgs {
                     offsets: p.offsets.as_ptr().wrapping_sub(p.rows.start),
                     cols: p.cols.as_ptr().wrapping_sub(p.first),
@@ -202,15 +219,245 @@ impl Slot<'_> {
     }
 }
 
-/// Moves the paged pipeline (which holds the kernel's raw field pointers)
-/// onto a pool thread.
-struct AssertSend<F>(F);
-// SAFETY: the pointers borrow buffers owned by the calling frame, which
-// waits for the pipeline to finish (`rayon::scope` returns only then).
-unsafe impl<F> Send for AssertSend<F> {}
-impl<F: FnOnce() -> R, R> AssertSend<F> {
-    fn call(self) -> R {
-        (self.0)()
+/// A page of the stream: read and listed by whoever needs it first (the
+/// read-ahead, or the first worker to claim its rows), released when it and
+/// the page after it are done.
+struct PageState<'a> {
+    state: Mutex<Held<'a>>,
+    /// Pieces of its work not finished yet (set when it is read).
+    left: AtomicUsize,
+    done: AtomicBool,
+}
+
+enum Held<'a> {
+    Pending,
+    Ready(Arc<Ready<'a>>),
+    Released,
+}
+
+/// A read page and its work, in row order.
+struct Ready<'a> {
+    slot: Slot<'a>,
+    work: Vec<Work>,
+}
+
+/// What a worker takes next: read pages ahead, or run a piece of a page.
+enum Claim<'a> {
+    ReadAhead(usize),
+    Piece(usize, Arc<Ready<'a>>, usize),
+    /// The page before the cursor's is still running.
+    Wait,
+    Done,
+}
+
+/// Where the workers are: the page whose pieces are being handed out, the
+/// next piece, and whether that page's read-ahead was handed out.
+#[derive(Default)]
+struct Cursor {
+    page: usize,
+    piece: usize,
+    /// The page's piece count, once it was read.
+    pieces: Option<usize>,
+    read_ahead: bool,
+}
+
+/// A paged run's rows as one stream of pieces that every pool thread takes
+/// from in row order, with no barrier between pages: a worker that finishes
+/// the last piece of a page goes on to the next page's first one, and the
+/// read-ahead is a piece like the others (the first one of each page). A
+/// barrier per page (every thread joining before the next page starts) put
+/// threads to sleep and woke them again 200 times per five 4M-row steps in
+/// 100k-row pages, a fifth of the paged run's extra time.
+struct Stream<'s, 'a> {
+    source: &'s Source<'a>,
+    plan: &'s [std::ops::Range<usize>],
+    depth: usize,
+    pages: Vec<PageState<'a>>,
+    cursor: Mutex<Cursor>,
+    /// Pages before this one are released (the lock orders releases).
+    released: Mutex<usize>,
+    /// The same number, read without the lock: pieces are handed out only
+    /// up to the page after it, so at most two pages are mapped while
+    /// their rows run (a worker that stalled on one piece holds the others
+    /// back, rather than letting pages pile up behind it).
+    first_held: AtomicUsize,
+    runner: &'s RowRunner<'s>,
+    fields: SharedFields,
+    /// Outputs with a row per page row: (address, bytes per row).
+    touch: SharedRows,
+    error: Mutex<Option<Error>>,
+    failed: AtomicBool,
+}
+
+/// Output rows the read-ahead faults in.
+struct SharedRows(Vec<(usize, usize)>);
+
+/// The kernel's field pointers, read by every worker.
+struct SharedFields(*const *const u8);
+// SAFETY: the pointers borrow the caller's field buffers, which outlive the
+// stream (its workers end before the call returns); they are only read.
+unsafe impl Sync for SharedFields {}
+unsafe impl Send for SharedFields {}
+
+impl<'a> Stream<'_, 'a> {
+    fn fail(&self, e: Error) {
+        if let Ok(mut first) = self.error.lock() {
+            first.get_or_insert(e);
+        }
+        self.failed.store(true, Ordering::Release);
+    }
+
+    /// Page `p`, read (and its work listed) now if no one has. `None` when
+    /// it was released already: a read-ahead that was overtaken (the
+    /// worker holding it was descheduled while the others went on). A
+    /// read-ahead (`ahead`) also touches the page's output rows.
+    fn ensure(&self, p: usize, ahead: bool) -> Result<Option<Arc<Ready<'a>>>> {
+        let ps = &self.pages[p];
+        let mut held = ps.state.lock().map_err(|_| Error::Call("internal: a paged worker panicked".into()))?;
+        match &*held {
+            Held::Ready(r) => return Ok(Some(r.clone())),
+            Held::Released => return Ok(None),
+            Held::Pending => {}
+        }
+        let slot = self.source.prepare(self.plan[p].clone()).map_err(Error::Call)?;
+        let work = {
+            let (_, offsets, start) = slot.args();
+            self.runner.partials.work(offsets, start)
+        };
+        ps.left.store(work.len(), Ordering::Release);
+        if ahead {
+            self.touch_outputs(self.plan[p].clone());
+        }
+        let ready = Arc::new(Ready { slot, work });
+        *held = Held::Ready(ready.clone());
+        Ok(Some(ready))
+    }
+
+    /// Fault in the memory of these rows' outputs, one write of a zero
+    /// (what they hold) per OS page. A fresh output is faulted in by its
+    /// first write, 2 MiB at a time ([`tiga_runtime::tensor::zeroed_vec`]),
+    /// and a fault inside a piece holds back the release of its page and so
+    /// the other workers; in the read-ahead it holds back nothing.
+    fn touch_outputs(&self, rows: std::ops::Range<usize>) {
+        const OS_PAGE: usize = 4096;
+        for &(base, row_bytes) in &self.touch.0 {
+            let (start, end) = (base + rows.start * row_bytes, base + rows.end * row_bytes);
+            let mut at = start.div_ceil(OS_PAGE) * OS_PAGE;
+            while at < end {
+                // SAFETY: `at` lies in these rows of a live output, which
+                // hold zeros and which no piece writes yet (the page's pieces
+                // are handed out after it is read); other threads write
+                // other bytes only.
+                unsafe { std::ptr::write_volatile(at as *mut u8, 0) };
+                at += OS_PAGE;
+            }
+        }
+    }
+
+    fn claim(&self) -> Claim<'a> {
+        let Ok(mut c) = self.cursor.lock() else { return Claim::Done };
+        loop {
+            if self.failed.load(Ordering::Acquire) || c.page >= self.plan.len() {
+                return Claim::Done;
+            }
+            // Every piece of this page was handed out (and the page may be
+            // done and released since): go on to the next.
+            if c.pieces.is_some_and(|n| c.piece >= n) {
+                *c = Cursor { page: c.page + 1, ..Cursor::default() };
+                continue;
+            }
+            if c.page > self.first_held.load(Ordering::Acquire) + 1 {
+                return Claim::Wait;
+            }
+            if !c.read_ahead && self.depth > 0 {
+                c.read_ahead = true;
+                return Claim::ReadAhead(c.page);
+            }
+            let ready = match self.ensure(c.page, false) {
+                Ok(Some(r)) => r,
+                // Pages are released only after all their pieces ran.
+                Ok(None) => {
+                    self.fail(Error::Call(format!("internal: page {} was released before it ran", c.page)));
+                    return Claim::Done;
+                }
+                Err(e) => {
+                    self.fail(e);
+                    return Claim::Done;
+                }
+            };
+            c.pieces = Some(ready.work.len());
+            if ready.work.is_empty() {
+                self.finished(c.page);
+                continue;
+            }
+            c.piece += 1;
+            return Claim::Piece(c.page, ready, c.piece - 1);
+        }
+    }
+
+    fn worker(&self) {
+        loop {
+            match self.claim() {
+                Claim::Done => return,
+                Claim::Wait => std::thread::yield_now(),
+                Claim::ReadAhead(p) => {
+                    for q in p + 1..(p + 1 + self.depth).min(self.plan.len()) {
+                        if let Err(e) = self.ensure(q, true) {
+                            self.fail(e);
+                        }
+                    }
+                }
+                Claim::Piece(p, ready, i) => {
+                    let (mut raw, offsets, start) = ready.slot.args();
+                    raw.fields = self.fields.0;
+                    // SAFETY: the variant matches the kernel, dtype, widths
+                    // and edge-id realization; the page holds every position
+                    // of its rows (checked against the file's sizes when it
+                    // was read) and stays read until its pieces are done;
+                    // fields and outputs were checked against the file's
+                    // sizes; pieces have disjoint rows.
+                    let ran = unsafe { self.runner.run(raw, offsets, start, &ready.work[i]) };
+                    drop(ready);
+                    if let Err(e) = ran {
+                        self.fail(e);
+                    }
+                    if self.pages[p].left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        self.finished(p);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Page `p`'s work is done: release the done pages, in order. A page
+    /// whose neighbour's first touches map its tail again (a fault maps
+    /// the 64 KiB around it) loses that tail with the neighbour's release,
+    /// which reaches below its page ([`GfgFile::release_page`]).
+    fn finished(&self, p: usize) {
+        self.pages[p].done.store(true, Ordering::Release);
+        let Ok(mut r) = self.released.lock() else { return };
+        while *r < self.pages.len() && self.pages[*r].done.load(Ordering::Acquire) {
+            self.release(*r);
+            *r += 1;
+            self.first_held.store(*r, Ordering::Release);
+        }
+    }
+
+    fn release(&self, p: usize) {
+        let Ok(mut held) = self.pages[p].state.lock() else { return };
+        if let Held::Ready(ready) = std::mem::replace(&mut *held, Held::Released) {
+            // Every piece has dropped its handle by now; were one still
+            // held, a mapped page is released all the same (its reversed
+            // buffers would be freed rather than recycled).
+            match Arc::try_unwrap(ready) {
+                Ok(ready) => self.source.release(ready.slot),
+                Err(shared) => {
+                    if let Slot::Mapped(page) = &shared.slot {
+                        self.source.file.release_page(page);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -297,75 +544,53 @@ impl Kernel {
             opts.plan_rows(nd)
         };
         let depth = opts.prefetch_depth();
-        let source = Source { file, side };
+        let source = Source { file, side, pool: Mutex::new(Vec::new()) };
         let param_outs: Vec<usize> = k.outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
-        let mut partials = ParamPartials::new(nd, &param_outs).with_split(splittable(k));
-        let run_page = |slot: &Slot<'_>, partials: &mut ParamPartials, outs: &mut [tiga_runtime::Tensor]| -> Result<()> {
-            let (mut raw, sub, start) = slot.args();
-            raw.fields = field_ptrs.as_ptr();
-            // SAFETY: the variant matches the kernel, dtype, widths and
-            // edge-id realization; the page holds every position of its rows
-            // (checked against the file's sizes when it was read); fields and
-            // outputs were checked against the file's sizes.
-            unsafe { execute_rows(entry, raw, sub, start, partials, &shapes, b.dtype, outs) }
+        let partials = ParamPartials::new(nd, &param_outs).with_split(splittable(k));
+        // Destination outputs (a row per page row), for the read-ahead.
+        let touch: Vec<(usize, usize)> = k
+            .outputs
+            .iter()
+            .zip(outs.iter_mut().zip(&shapes))
+            .filter(|(o, (_, shape))| o.role == Role::Dst && shape.first() == Some(&nd))
+            .map(|(_, (t, shape))| (crate::call::data_ptr(t) as usize, shape[1..].iter().product::<usize>() * b.dtype.size()))
+            .collect();
+        let runner = RowRunner::new(entry, &shapes, b.dtype, &mut outs, partials);
+        let stream = Stream {
+            source: &source,
+            plan: &plan,
+            depth,
+            pages: plan
+                .iter()
+                .map(|_| PageState { state: Mutex::new(Held::Pending), left: AtomicUsize::new(0), done: AtomicBool::new(false) })
+                .collect(),
+            cursor: Mutex::new(Cursor::default()),
+            released: Mutex::new(0),
+            first_held: AtomicUsize::new(0),
+            runner: &runner,
+            fields: SharedFields(field_ptrs.as_ptr()),
+            touch: SharedRows(touch),
+            error: Mutex::new(None),
+            failed: AtomicBool::new(false),
         };
-        // The pipeline runs on a pool thread, so that each page's parallel
-        // rows and the reader's task are split there (no hand-off from this
-        // thread per page). Beside page i's rows, one task reads page
-        // i + depth into the slot page i - 1 used and releases page i - 2.
-        // Release lags a page because a fault maps the 64 KiB around it:
-        // page i's first touches map the tail of page i - 1 again, so page
-        // i - 1 is released only after page i has run. At most depth + 2
-        // pages are held, and only two of them mapped.
-        let ring = depth + 1;
-        let pipeline = AssertSend(|| -> Result<()> {
-            let mut slots: Vec<Slot<'_>> = (0..ring).map(|_| Slot::default()).collect();
-            let mut ran_before: Option<Page<'_>> = None;
-            for (j, rows) in plan.iter().take(depth).enumerate() {
-                source.prepare(rows.clone(), &mut slots[j]).map_err(Error::Call)?;
+        let workers = rayon::current_num_threads().max(1);
+        rayon::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|_| stream.worker());
             }
-            for (i, rows) in plan.iter().enumerate() {
-                let cur = i % ring;
-                if depth == 0 {
-                    source.prepare(rows.clone(), &mut slots[cur]).map_err(Error::Call)?;
-                    run_page(&slots[cur], &mut partials, &mut outs)?;
-                    source.release(std::mem::replace(&mut ran_before, slots[cur].mapped.take()));
-                    continue;
-                }
-                // The slot of page i - 1, where page i + depth goes.
-                let back = (i + depth) % ring;
-                let mut next = std::mem::take(&mut slots[back]);
-                let older = std::mem::replace(&mut ran_before, next.mapped.take());
-                let ahead = plan.get(i + depth).cloned();
-                let mut read = Ok(());
-                let mut ran = Ok(());
-                rayon::in_place_scope(|s| {
-                    let (source, next, read) = (&source, &mut next, &mut read);
-                    s.spawn(move |_| {
-                        source.release(older);
-                        if let Some(r) = ahead {
-                            *read = source.prepare(r, next);
-                        }
-                    });
-                    ran = run_page(&slots[cur], &mut partials, &mut outs);
-                });
-                slots[back] = next;
-                ran?;
-                read.map_err(Error::Call)?;
-            }
-            source.release(ran_before.take());
-            for slot in &mut slots {
-                source.release(slot.mapped.take());
-            }
-            file.release_adjacency();
-            Ok(())
         });
-        rayon::scope(move |_| pipeline.call())?;
+        for p in 0..plan.len() {
+            stream.release(p);
+        }
+        file.release_adjacency();
+        if let Some(e) = stream.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(e);
+        }
+        runner.finish(&mut outs);
         // A field read from the file does not stay resident after the call.
         for (_, _, h) in &handles {
             h.release();
         }
-        partials.finish(&mut outs);
         let names = k.outputs.iter().map(|o| o.name.clone());
         Ok(Outputs { items: names.zip(outs).collect() })
     }

@@ -156,3 +156,38 @@ fn paged_vjp_equals_in_memory() {
         }
     }
 }
+
+/// A parameter gradient sums over every row in fixed blocks (64 of them, of
+/// 5 rows here): pages of 7 and 13 rows cut blocks in two, and the two
+/// pieces may be taken by different threads. The sum must still be the
+/// in-memory one, bit for bit, and so must the other gradients.
+#[test]
+fn parameter_blocks_cut_by_pages_sum_in_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let n = 320usize;
+    let f = 8usize;
+    let mut rng = Rng(31);
+    let (src, dst) = random_edges(&mut rng, n, n, 3000);
+    let g = Graph::from_edges(n, n, &src, &dst).expect("graph");
+    let k = Kernel::all_from_source(GNN).expect("kernels").into_iter().find(|k| k.name() == "EdgeGate").expect("EdgeGate");
+    let mut val = |len: usize| -> Vec<f32> { (0..len).map(|_| (rng.next() % 2000) as f32 / 1000.0 - 1.0).collect() };
+    let h = Tensor::from_f32(vec![n, f], val(n * f)).expect("h");
+    let w = Tensor::from_f32(vec![g.num_edges()], val(g.num_edges())).expect("w");
+    let p = Tensor::from_f32(vec![f], val(f)).expect("p");
+    let ins = Inputs::new().src("h", &h).edge("w", &w).param("p", &p);
+    let cot = Tensor::from_f32(vec![n, f], val(n * f)).expect("cotangent");
+    let want = k.vjp(&g, &ins, &[("out", cot.view())]).expect("in-memory vjp");
+    let path = dir.path().join("gate.gfg");
+    save_gfg(&path, &g, true, &[]).expect("save");
+    let file = GfgFile::open(&path).expect("open");
+    for rows in [7usize, 13, 64] {
+        for prefetch in [0usize, 1, 3] {
+            let opts = PageOptions { page_rows: Some(rows), page_bytes: None, prefetch: Some(prefetch) };
+            let got = k.vjp_paged(&file, &ins, &[("out", cot.view())], &opts).expect("paged vjp");
+            for (role, name) in [(Role::Param, "p"), (Role::Src, "h"), (Role::Edge, "w")] {
+                let (a, b) = (want.get(role, name).expect("want"), got.get(role, name).expect("got"));
+                assert_eq!(a.as_f32(), b.as_f32(), "gradient of {name}: pages of {rows} rows, prefetch {prefetch}");
+            }
+        }
+    }
+}
