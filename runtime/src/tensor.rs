@@ -48,6 +48,8 @@ pub enum TensorError {
     LengthMismatch { shape: Vec<usize>, expected: usize, actual: usize },
     #[error("shape {shape:?} has more elements than fit in memory")]
     ShapeOverflow { shape: Vec<usize> },
+    #[error("cannot make a file-backed tensor in {dir}: {message}")]
+    File { dir: String, message: String },
 }
 
 /// The number of elements of `shape`, or an error when it overflows.
@@ -148,23 +150,81 @@ impl Data<'_> {
 }
 
 /// An owned, row-major tensor (a kernel output, or a field read from disk).
-#[derive(Debug, Clone, PartialEq)]
+/// Its elements are in memory, or in a file mapping
+/// ([`Tensor::zeros_in_file`]): an output too large for the RAM budget,
+/// whose pages the operating system writes back and drops as the kernel
+/// moves on. Both read and write the same way.
+#[derive(Debug)]
 pub struct Tensor {
     shape: Vec<usize>,
-    data: Buffer,
+    data: Storage,
+}
+
+#[derive(Debug)]
+enum Storage {
+    Memory(Buffer),
+    File(FileBuffer),
+}
+
+/// Elements in a shared mapping of an unnamed temporary file: the file has
+/// no name from the start, so it disappears with the mapping, even when the
+/// process is killed.
+#[derive(Debug)]
+struct FileBuffer {
+    map: memmap2::MmapMut,
+    dtype: DType,
+    len: usize,
+}
+
+impl FileBuffer {
+    fn data(&self) -> Data<'_> {
+        let ptr = self.map.as_ptr();
+        // SAFETY: the mapping is page-aligned, holds `len` elements of
+        // `dtype` (its length was set so), and any bit pattern is a float.
+        unsafe {
+            match self.dtype {
+                DType::F32 => Data::F32(std::slice::from_raw_parts(ptr as *const f32, self.len)),
+                DType::F64 => Data::F64(std::slice::from_raw_parts(ptr as *const f64, self.len)),
+            }
+        }
+    }
+
+    fn data_mut(&mut self) -> DataMut<'_> {
+        let ptr = self.map.as_mut_ptr();
+        // SAFETY: as in `data`, and the borrow is exclusive.
+        unsafe {
+            match self.dtype {
+                DType::F32 => DataMut::F32(std::slice::from_raw_parts_mut(ptr as *mut f32, self.len)),
+                DType::F64 => DataMut::F64(std::slice::from_raw_parts_mut(ptr as *mut f64, self.len)),
+            }
+        }
+    }
+}
+
+impl Clone for Tensor {
+    /// A copy in memory (of a file-backed tensor too).
+    fn clone(&self) -> Tensor {
+        self.view().to_tensor()
+    }
+}
+
+impl PartialEq for Tensor {
+    fn eq(&self, other: &Tensor) -> bool {
+        self.shape == other.shape && self.data() == other.data()
+    }
 }
 
 impl Tensor {
     pub fn from_f32(shape: impl Into<Vec<usize>>, data: Vec<f32>) -> Result<Tensor, TensorError> {
         let shape = shape.into();
         check_len(&shape, data.len())?;
-        Ok(Tensor { shape, data: Buffer::F32(data) })
+        Ok(Tensor { shape, data: Storage::Memory(Buffer::F32(data)) })
     }
 
     pub fn from_f64(shape: impl Into<Vec<usize>>, data: Vec<f64>) -> Result<Tensor, TensorError> {
         let shape = shape.into();
         check_len(&shape, data.len())?;
-        Ok(Tensor { shape, data: Buffer::F64(data) })
+        Ok(Tensor { shape, data: Storage::Memory(Buffer::F64(data)) })
     }
 
     /// Fails only when the shape's element count overflows `usize`.
@@ -175,7 +235,51 @@ impl Tensor {
             DType::F32 => Buffer::F32(zeroed_vec(n)),
             DType::F64 => Buffer::F64(zeroed_vec(n)),
         };
-        Ok(Tensor { shape, data })
+        Ok(Tensor { shape, data: Storage::Memory(data) })
+    }
+
+    /// Zeros in a file in `dir` rather than in memory: an unnamed
+    /// temporary file (removed when the tensor is dropped), sparse until
+    /// written, mapped shared so that written pages can leave the resident
+    /// set ([`Tensor::release_rows`]) and be written back by the operating
+    /// system. An empty tensor stays in memory.
+    pub fn zeros_in_file(dtype: DType, shape: impl Into<Vec<usize>>, dir: &std::path::Path) -> Result<Tensor, TensorError> {
+        let shape = shape.into();
+        let len = element_count(&shape)?;
+        let bytes = len.checked_mul(dtype.size()).ok_or_else(|| TensorError::ShapeOverflow { shape: shape.clone() })?;
+        if bytes == 0 {
+            return Tensor::zeros(dtype, shape);
+        }
+        let io = |e: std::io::Error| TensorError::File { dir: dir.display().to_string(), message: e.to_string() };
+        let file = tempfile::tempfile_in(dir).map_err(io)?;
+        file.set_len(bytes as u64).map_err(io)?;
+        // SAFETY: the file is unnamed and private to this tensor: nothing
+        // else can truncate or write it while it is mapped.
+        let map = unsafe { memmap2::MmapOptions::new().len(bytes).map_mut(&file) }.map_err(io)?;
+        Ok(Tensor { shape, data: Storage::File(FileBuffer { map, dtype, len }) })
+    }
+
+    /// Whether the elements live in a file mapping.
+    pub fn is_file_backed(&self) -> bool {
+        matches!(self.data, Storage::File(_))
+    }
+
+    /// Drop rows `rows` (of the first dimension) of a file-backed tensor
+    /// from the resident set: the OS pages wholly inside them, written back
+    /// to the file as needed and read again when touched. Contents do not
+    /// change. Nothing happens for a tensor in memory.
+    pub fn release_rows(&self, rows: std::ops::Range<usize>) {
+        let Storage::File(f) = &self.data else { return };
+        let row_bytes = self.shape.iter().skip(1).product::<usize>() * f.dtype.size();
+        let (start, end) = (rows.start.saturating_mul(row_bytes), rows.end.saturating_mul(row_bytes).min(f.map.len()));
+        let page = os_page_size();
+        let (start, end) = (start.div_ceil(page) * page, end / page * page);
+        if start < end {
+            // SAFETY (of the advice): a shared file mapping keeps every
+            // written byte in the file; MADV_DONTNEED only unmaps pages,
+            // which are read back from the page cache or the file.
+            let _ = unsafe { f.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        }
     }
 
     pub fn view(&self) -> TensorView<'_> {
@@ -201,38 +305,47 @@ impl Tensor {
 
     pub fn data(&self) -> Data<'_> {
         match &self.data {
-            Buffer::F32(v) => Data::F32(v),
-            Buffer::F64(v) => Data::F64(v),
+            Storage::Memory(Buffer::F32(v)) => Data::F32(v),
+            Storage::Memory(Buffer::F64(v)) => Data::F64(v),
+            Storage::File(f) => f.data(),
         }
-    }
-
-    pub fn buffer(&self) -> &Buffer {
-        &self.data
     }
 
     /// Mutable elements; the length cannot change, so the invariant holds.
     pub fn data_mut(&mut self) -> DataMut<'_> {
         match &mut self.data {
-            Buffer::F32(v) => DataMut::F32(v),
-            Buffer::F64(v) => DataMut::F64(v),
+            Storage::Memory(Buffer::F32(v)) => DataMut::F32(v),
+            Storage::Memory(Buffer::F64(v)) => DataMut::F64(v),
+            Storage::File(f) => f.data_mut(),
         }
     }
 
+    /// The shape and the elements, in memory (a file-backed tensor's are
+    /// copied out).
     pub fn into_parts(self) -> (Vec<usize>, Buffer) {
-        (self.shape, self.data)
+        match self.data {
+            Storage::Memory(b) => (self.shape, b),
+            Storage::File(f) => {
+                let b = match f.data() {
+                    Data::F32(d) => Buffer::F32(d.to_vec()),
+                    Data::F64(d) => Buffer::F64(d.to_vec()),
+                };
+                (self.shape, b)
+            }
+        }
     }
 
     pub fn as_f32(&self) -> Option<&[f32]> {
-        match &self.data {
-            Buffer::F32(v) => Some(v),
-            Buffer::F64(_) => None,
+        match self.data() {
+            Data::F32(v) => Some(v),
+            Data::F64(_) => None,
         }
     }
 
     pub fn as_f64(&self) -> Option<&[f64]> {
-        match &self.data {
-            Buffer::F64(v) => Some(v),
-            Buffer::F32(_) => None,
+        match self.data() {
+            Data::F64(v) => Some(v),
+            Data::F32(_) => None,
         }
     }
 
@@ -240,6 +353,11 @@ impl Tensor {
     pub fn to_f64_vec(&self) -> Vec<f64> {
         self.view().to_f64_vec()
     }
+}
+
+fn os_page_size() -> usize {
+    // SAFETY: `sysconf` has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1)
 }
 
 /// Mutable borrowed elements of one dtype (a kernel's output buffer).
@@ -304,7 +422,7 @@ impl<'a> TensorView<'a> {
             Data::F32(d) => Buffer::F32(d.to_vec()),
             Data::F64(d) => Buffer::F64(d.to_vec()),
         };
-        Tensor { shape: self.shape.clone(), data }
+        Tensor { shape: self.shape.clone(), data: Storage::Memory(data) }
     }
 }
 
@@ -388,5 +506,35 @@ mod tests {
         }
         let t = Tensor::zeros(DType::F64, vec![1 << 20, 3]).expect("zeros");
         assert_eq!(t.as_f64().map(|d| d.iter().filter(|&&x| x != 0.0).count()), Some(0));
+    }
+
+    #[test]
+    fn file_backed_tensors_read_and_write_like_memory_ones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // 3 OS pages and a bit of f32 rows of width 5, and an empty one.
+        let rows = 3 * 4096 / 20 + 7;
+        let mut t = Tensor::zeros_in_file(DType::F32, vec![rows, 5], dir.path()).expect("file tensor");
+        assert!(t.is_file_backed());
+        assert_eq!((t.shape(), t.len(), t.dtype()), (&[rows, 5][..], rows * 5, DType::F32));
+        assert!(t.as_f32().is_some_and(|d| d.iter().all(|&x| x.to_bits() == 0)));
+        if let DataMut::F32(d) = t.data_mut() {
+            d.iter_mut().enumerate().for_each(|(i, x)| *x = i as f32 * 0.5);
+        }
+        let want: Vec<f32> = (0..rows * 5).map(|i| i as f32 * 0.5).collect();
+        // Released rows are read back from the file, unchanged.
+        t.release_rows(0..rows);
+        t.release_rows(rows / 3..rows + 10);
+        assert_eq!(t.as_f32(), Some(&want[..]));
+        let copy = t.clone();
+        assert!(!copy.is_file_backed());
+        assert_eq!(copy, t);
+        assert_eq!(t.clone().into_parts().1, Buffer::F32(want));
+        // The file has no name: the directory stays empty.
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+        let e = Tensor::zeros_in_file(DType::F64, vec![0, 3], dir.path()).expect("empty");
+        assert!(!e.is_file_backed() && e.is_empty());
+        let missing = dir.path().join("no-such-dir");
+        let err = Tensor::zeros_in_file(DType::F64, vec![4], &missing).expect_err("no directory");
+        assert!(err.to_string().contains("no-such-dir"), "{err}");
     }
 }

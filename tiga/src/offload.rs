@@ -52,6 +52,17 @@ pub fn ram_budget() -> Option<u64> {
     BUDGET.with(|b| b.get()).or_else(|| std::env::var("TIGA_GRAPH_RAM_BUDGET").ok().and_then(|v| v.trim().parse().ok()))
 }
 
+/// Where a paged call puts row outputs that are over the budget together
+/// (`bytes`): `TIGA_SPILL_DIR` when set, else the system's temporary
+/// directory. `None` (keep them in memory) without a budget or under it.
+pub(crate) fn output_spill_dir(bytes: u64) -> Option<PathBuf> {
+    let budget = ram_budget()?;
+    if bytes <= budget {
+        return None;
+    }
+    Some(std::env::var_os("TIGA_SPILL_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir))
+}
+
 /// Bytes a CSR graph holds in memory.
 pub fn graph_bytes(g: &Graph) -> u64 {
     csr_bytes(g.num_dst(), g.num_edges(), g.edge_ids().is_some())

@@ -36,6 +36,7 @@ use tiga_compiler::back::cranelift::RawArgs;
 use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
 use tiga_runtime::storage::{FieldHandle, FieldRole, GfgFile, Page};
+use tiga_runtime::Tensor;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -285,6 +286,9 @@ struct Stream<'s, 'a> {
     fields: SharedFields,
     /// Outputs with a row per page row: (address, bytes per row).
     touch: SharedRows,
+    /// File-backed outputs, whose rows leave the resident set with their
+    /// page.
+    spilled: Vec<&'s Tensor>,
     error: Mutex<Option<Error>>,
     failed: AtomicBool,
 }
@@ -444,6 +448,9 @@ impl<'a> Stream<'_, 'a> {
     }
 
     fn release(&self, p: usize) {
+        for t in &self.spilled {
+            t.release_rows(self.plan[p].clone());
+        }
         let Ok(mut held) = self.pages[p].state.lock() else { return };
         if let Held::Ready(ready) = std::mem::replace(&mut *held, Held::Released) {
             // Every piece has dropped its handle by now; were one still
@@ -530,7 +537,25 @@ impl Kernel {
             }
         }
         let shapes = output_shapes(k, &b.extents, &b.widths);
-        let mut outs = zeroed_outputs(b.dtype, &shapes)?;
+        // Row outputs (a row per page row) over the RAM budget together go
+        // to a file mapping, released page by page as the rows are done (a
+        // paged backward's source gradient over the budget).
+        let is_row_output = |i: usize| k.outputs[i].role == Role::Dst && shapes[i].first() == Some(&nd);
+        let row_output_bytes: u64 =
+            (0..shapes.len()).filter(|&i| is_row_output(i)).map(|i| (shapes[i].iter().product::<usize>() * b.dtype.size()) as u64).sum();
+        let mut outs = match crate::offload::output_spill_dir(row_output_bytes) {
+            None => zeroed_outputs(b.dtype, &shapes)?,
+            Some(dir) => {
+                std::fs::create_dir_all(&dir).map_err(|e| Error::Call(format!("spill directory {}: {e}", dir.display())))?;
+                (0..shapes.len())
+                    .map(|i| match is_row_output(i) {
+                        true => Tensor::zeros_in_file(b.dtype, shapes[i].clone(), &dir),
+                        false => Tensor::zeros(b.dtype, shapes[i].clone()),
+                    })
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|e| Error::Call(e.to_string()))?
+            }
+        };
         let field_ptrs = b.field_ptrs();
         // Plan pages. By rows, only the row count is needed; by bytes, the
         // mapped offsets are scanned once (no copy).
@@ -548,12 +573,9 @@ impl Kernel {
         let param_outs: Vec<usize> = k.outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
         let partials = ParamPartials::new(nd, &param_outs).with_split(splittable(k));
         // Destination outputs (a row per page row), for the read-ahead.
-        let touch: Vec<(usize, usize)> = k
-            .outputs
-            .iter()
-            .zip(outs.iter_mut().zip(&shapes))
-            .filter(|(o, (_, shape))| o.role == Role::Dst && shape.first() == Some(&nd))
-            .map(|(_, (t, shape))| (crate::call::data_ptr(t) as usize, shape[1..].iter().product::<usize>() * b.dtype.size()))
+        let touch: Vec<(usize, usize)> = (0..shapes.len())
+            .filter(|&i| is_row_output(i))
+            .map(|i| (crate::call::data_ptr(&mut outs[i]) as usize, shapes[i][1..].iter().product::<usize>() * b.dtype.size()))
             .collect();
         let runner = RowRunner::new(entry, &shapes, b.dtype, &mut outs, partials);
         let stream = Stream {
@@ -570,6 +592,7 @@ impl Kernel {
             runner: &runner,
             fields: SharedFields(field_ptrs.as_ptr()),
             touch: SharedRows(touch),
+            spilled: outs.iter().filter(|t| t.is_file_backed()).collect(),
             error: Mutex::new(None),
             failed: AtomicBool::new(false),
         };
@@ -583,6 +606,9 @@ impl Kernel {
             stream.release(p);
         }
         file.release_adjacency();
+        for t in &stream.spilled {
+            t.release_rows(0..nd);
+        }
         if let Some(e) = stream.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             return Err(e);
         }

@@ -191,3 +191,38 @@ fn parameter_blocks_cut_by_pages_sum_in_order() {
         }
     }
 }
+
+/// Over the RAM budget, a paged VJP's source gradient (a row output of the
+/// transposed stage) is accumulated in a file mapping rather than in RAM,
+/// with the same bits; under it, in memory.
+#[test]
+fn source_gradient_over_the_budget_lives_in_a_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let n = 400usize;
+    let f = 16usize;
+    let mut rng = Rng(5);
+    let (src, dst) = random_edges(&mut rng, n, n, 5000);
+    let g = Graph::from_edges(n, n, &src, &dst).expect("graph");
+    let k = Kernel::all_from_source(GNN).expect("kernels").into_iter().find(|k| k.name() == "EdgeGate").expect("EdgeGate");
+    let mut val = |len: usize| -> Vec<f32> { (0..len).map(|_| (rng.next() % 2000) as f32 / 1000.0 - 1.0).collect() };
+    let h = Tensor::from_f32(vec![n, f], val(n * f)).expect("h");
+    let w = Tensor::from_f32(vec![g.num_edges()], val(g.num_edges())).expect("w");
+    let p = Tensor::from_f32(vec![f], val(f)).expect("p");
+    let ins = Inputs::new().src("h", &h).edge("w", &w).param("p", &p);
+    let cot = Tensor::from_f32(vec![n, f], val(n * f)).expect("cotangent");
+    let want = k.vjp(&g, &ins, &[("out", cot.view())]).expect("in-memory vjp");
+    let path = dir.path().join("gate.gfg");
+    save_gfg(&path, &g, true, &[]).expect("save");
+    let file = GfgFile::open(&path).expect("open");
+    let opts = PageOptions { page_rows: Some(37), page_bytes: None, prefetch: Some(2) };
+    // The source gradient is n × f × 4 = 25,600 bytes.
+    for (budget, on_disk) in [(4096u64, true), (1 << 20, false)] {
+        let got = tiga::with_ram_budget(budget, || k.vjp_paged(&file, &ins, &[("out", cot.view())], &opts)).expect("paged vjp");
+        let gh = got.get(Role::Src, "h").expect("gradient of h");
+        assert_eq!(gh.is_file_backed(), on_disk, "budget {budget}");
+        assert_eq!(gh.as_f32(), want.get(Role::Src, "h").expect("want h").as_f32(), "budget {budget}");
+        for (role, name) in [(Role::Param, "p"), (Role::Edge, "w")] {
+            assert_eq!(got.get(role, name).expect("got").as_f32(), want.get(role, name).expect("want").as_f32(), "{name}");
+        }
+    }
+}
