@@ -157,37 +157,62 @@ fn paged_vjp_equals_in_memory() {
     }
 }
 
+/// The `EdgeGate` kernel (a parameter, an edge field, a source field) on a
+/// random graph, with its in-memory VJP and the graph saved with its
+/// transpose.
+struct GateCase {
+    dir: tempfile::TempDir,
+    k: Kernel,
+    h: Tensor,
+    w: Tensor,
+    p: Tensor,
+    cot: Tensor,
+    want: tiga::Gradients,
+}
+
+impl GateCase {
+    fn new(n: usize, f: usize, m: usize, seed: u64) -> GateCase {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut rng = Rng(seed);
+        let (src, dst) = random_edges(&mut rng, n, n, m);
+        let g = Graph::from_edges(n, n, &src, &dst).expect("graph");
+        let k = Kernel::all_from_source(GNN).expect("kernels").into_iter().find(|k| k.name() == "EdgeGate").expect("EdgeGate");
+        let mut val = |len: usize| -> Vec<f32> { (0..len).map(|_| (rng.next() % 2000) as f32 / 1000.0 - 1.0).collect() };
+        let h = Tensor::from_f32(vec![n, f], val(n * f)).expect("h");
+        let w = Tensor::from_f32(vec![g.num_edges()], val(g.num_edges())).expect("w");
+        let p = Tensor::from_f32(vec![f], val(f)).expect("p");
+        let cot = Tensor::from_f32(vec![n, f], val(n * f)).expect("cotangent");
+        let ins = Inputs::new().src("h", &h).edge("w", &w).param("p", &p);
+        let want = k.vjp(&g, &ins, &[("out", cot.view())]).expect("in-memory vjp");
+        save_gfg(&dir.path().join("gate.gfg"), &g, true, &[]).expect("save");
+        GateCase { dir, k, h, w, p, cot, want }
+    }
+
+    fn paged(&self, opts: &PageOptions) -> tiga::Gradients {
+        let file = GfgFile::open(self.dir.path().join("gate.gfg")).expect("open");
+        let ins = Inputs::new().src("h", &self.h).edge("w", &self.w).param("p", &self.p);
+        self.k.vjp_paged(&file, &ins, &[("out", self.cot.view())], opts).expect("paged vjp")
+    }
+
+    fn check(&self, got: &tiga::Gradients, what: &str) {
+        for (role, name) in [(Role::Param, "p"), (Role::Src, "h"), (Role::Edge, "w")] {
+            let (a, b) = (self.want.get(role, name).expect("want"), got.get(role, name).expect("got"));
+            assert_eq!(a.as_f32(), b.as_f32(), "gradient of {name}: {what}");
+        }
+    }
+}
+
 /// A parameter gradient sums over every row in fixed blocks (64 of them, of
 /// 5 rows here): pages of 7 and 13 rows cut blocks in two, and the two
 /// pieces may be taken by different threads. The sum must still be the
 /// in-memory one, bit for bit, and so must the other gradients.
 #[test]
 fn parameter_blocks_cut_by_pages_sum_in_order() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let n = 320usize;
-    let f = 8usize;
-    let mut rng = Rng(31);
-    let (src, dst) = random_edges(&mut rng, n, n, 3000);
-    let g = Graph::from_edges(n, n, &src, &dst).expect("graph");
-    let k = Kernel::all_from_source(GNN).expect("kernels").into_iter().find(|k| k.name() == "EdgeGate").expect("EdgeGate");
-    let mut val = |len: usize| -> Vec<f32> { (0..len).map(|_| (rng.next() % 2000) as f32 / 1000.0 - 1.0).collect() };
-    let h = Tensor::from_f32(vec![n, f], val(n * f)).expect("h");
-    let w = Tensor::from_f32(vec![g.num_edges()], val(g.num_edges())).expect("w");
-    let p = Tensor::from_f32(vec![f], val(f)).expect("p");
-    let ins = Inputs::new().src("h", &h).edge("w", &w).param("p", &p);
-    let cot = Tensor::from_f32(vec![n, f], val(n * f)).expect("cotangent");
-    let want = k.vjp(&g, &ins, &[("out", cot.view())]).expect("in-memory vjp");
-    let path = dir.path().join("gate.gfg");
-    save_gfg(&path, &g, true, &[]).expect("save");
-    let file = GfgFile::open(&path).expect("open");
+    let case = GateCase::new(320, 8, 3000, 31);
     for rows in [7usize, 13, 64] {
         for prefetch in [0usize, 1, 3] {
             let opts = PageOptions { page_rows: Some(rows), page_bytes: None, prefetch: Some(prefetch) };
-            let got = k.vjp_paged(&file, &ins, &[("out", cot.view())], &opts).expect("paged vjp");
-            for (role, name) in [(Role::Param, "p"), (Role::Src, "h"), (Role::Edge, "w")] {
-                let (a, b) = (want.get(role, name).expect("want"), got.get(role, name).expect("got"));
-                assert_eq!(a.as_f32(), b.as_f32(), "gradient of {name}: pages of {rows} rows, prefetch {prefetch}");
-            }
+            case.check(&case.paged(&opts), &format!("pages of {rows} rows, prefetch {prefetch}"));
         }
     }
 }
@@ -197,32 +222,12 @@ fn parameter_blocks_cut_by_pages_sum_in_order() {
 /// with the same bits; under it, in memory.
 #[test]
 fn source_gradient_over_the_budget_lives_in_a_file() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let n = 400usize;
-    let f = 16usize;
-    let mut rng = Rng(5);
-    let (src, dst) = random_edges(&mut rng, n, n, 5000);
-    let g = Graph::from_edges(n, n, &src, &dst).expect("graph");
-    let k = Kernel::all_from_source(GNN).expect("kernels").into_iter().find(|k| k.name() == "EdgeGate").expect("EdgeGate");
-    let mut val = |len: usize| -> Vec<f32> { (0..len).map(|_| (rng.next() % 2000) as f32 / 1000.0 - 1.0).collect() };
-    let h = Tensor::from_f32(vec![n, f], val(n * f)).expect("h");
-    let w = Tensor::from_f32(vec![g.num_edges()], val(g.num_edges())).expect("w");
-    let p = Tensor::from_f32(vec![f], val(f)).expect("p");
-    let ins = Inputs::new().src("h", &h).edge("w", &w).param("p", &p);
-    let cot = Tensor::from_f32(vec![n, f], val(n * f)).expect("cotangent");
-    let want = k.vjp(&g, &ins, &[("out", cot.view())]).expect("in-memory vjp");
-    let path = dir.path().join("gate.gfg");
-    save_gfg(&path, &g, true, &[]).expect("save");
-    let file = GfgFile::open(&path).expect("open");
+    // The source gradient is 400 × 16 × 4 = 25,600 bytes.
+    let case = GateCase::new(400, 16, 5000, 5);
     let opts = PageOptions { page_rows: Some(37), page_bytes: None, prefetch: Some(2) };
-    // The source gradient is n × f × 4 = 25,600 bytes.
     for (budget, on_disk) in [(4096u64, true), (1 << 20, false)] {
-        let got = tiga::with_ram_budget(budget, || k.vjp_paged(&file, &ins, &[("out", cot.view())], &opts)).expect("paged vjp");
-        let gh = got.get(Role::Src, "h").expect("gradient of h");
-        assert_eq!(gh.is_file_backed(), on_disk, "budget {budget}");
-        assert_eq!(gh.as_f32(), want.get(Role::Src, "h").expect("want h").as_f32(), "budget {budget}");
-        for (role, name) in [(Role::Param, "p"), (Role::Edge, "w")] {
-            assert_eq!(got.get(role, name).expect("got").as_f32(), want.get(role, name).expect("want").as_f32(), "{name}");
-        }
+        let got = tiga::with_ram_budget(budget, || case.paged(&opts));
+        assert_eq!(got.get(Role::Src, "h").expect("gradient of h").is_file_backed(), on_disk, "budget {budget}");
+        case.check(&got, &format!("budget {budget}"));
     }
 }
