@@ -181,7 +181,11 @@ impl Kernel {
     /// The VJP over a graph stored in a `.gfg` file, every stage run paged
     /// (the source stage over the file's stored transpose, a monoid's suffix
     /// stage over reversed rows). Fields not in `inputs` are read from the
-    /// file; gradients are accumulated in RAM.
+    /// file. Gradients are accumulated in RAM, except a stage's row
+    /// outputs over the RAM budget ([`crate::with_ram_budget`],
+    /// `TIGA_GRAPH_RAM_BUDGET`): those, such as a large source gradient, are
+    /// file-backed tensors ([`Tensor::is_file_backed`]) whose pages leave
+    /// the resident set as the rows are done.
     pub fn vjp_paged(
         &self,
         file: &GfgFile,
