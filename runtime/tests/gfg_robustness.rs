@@ -549,6 +549,9 @@ fn corrupt_contents_with_valid_checksums_are_errors_not_panics() {
     assert!(e.contains("is a duplicate"), "{e}");
     // An edge id out of range.
     let f = edit(&|b| b[at("edge_ids")..at("edge_ids") + 8].copy_from_slice(&99u64.to_le_bytes()));
+    // Without its ids the page is fine (they are not read); checked
+    // without them, it is still checked with them.
+    assert!(f.page_without_ids(0..1, false).is_ok_and(|p| p.edge_ids.is_none()));
     let e = f.page(0..1).expect_err("bad id").to_string();
     assert!(e.contains("edge_ids[0] = 99 is out of range for 8 edges"), "{e}");
     // A transpose that is not the transpose.

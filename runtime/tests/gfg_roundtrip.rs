@@ -105,6 +105,9 @@ fn check_pages(file: &GfgFile, g: &Graph, transposed: bool) {
                 ids.push(p.edge_id(local));
             }
             assert_eq!(p.edge_ids.is_some(), g.edge_ids().is_some());
+            // The same page without its ids: same rows and columns, no ids.
+            let bare = file.page_without_ids(start..end, transposed).expect("page without ids");
+            assert_eq!((bare.rows.clone(), bare.offsets, bare.cols, bare.edge_ids), (p.rows.clone(), p.offsets, p.cols, None));
             cols.extend_from_slice(p.cols);
             start = end;
         }

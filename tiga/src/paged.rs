@@ -150,6 +150,9 @@ impl ReversedPage {
 struct Source<'a> {
     file: &'a GfgFile,
     side: Side,
+    /// Whether pages carry their edge ids (the kernel has edge fields or
+    /// outputs, or rows are reversed).
+    edge_ids: bool,
     /// Reversed-row buffers of released pages, for the next pages.
     pool: Mutex<Vec<ReversedPage>>,
 }
@@ -162,9 +165,11 @@ enum Slot<'a> {
 
 impl<'a> Source<'a> {
     fn prepare(&self, rows: std::ops::Range<usize>) -> std::result::Result<Slot<'a>, String> {
-        let page = match self.side {
-            Side::Transposed => self.file.transposed_page(rows),
-            _ => self.file.page(rows),
+        let transposed = self.side == Side::Transposed;
+        let page = match (transposed, self.edge_ids) {
+            (true, true) => self.file.transposed_page(rows),
+            (false, true) => self.file.page(rows),
+            (_, false) => self.file.page_without_ids(rows, transposed),
         }
         .map_err(|e| e.to_string())?;
         if self.side != Side::RowReversed {
@@ -522,9 +527,12 @@ impl Kernel {
                 file.path().display()
             )));
         }
+        // A kernel with no edge fields or outputs never looks at edge ids:
+        // pages are read without them (8 bytes per edge, twice the columns).
+        let uses_ids = k.fields.iter().any(|f| f.role == Role::Edge) || k.outputs.iter().any(|o| o.role == Role::Edge);
         let has_ids = match side {
-            Side::Forward => file.has_edge_ids(),
-            Side::Transposed => file.t_edge_ids().map_err(gfg_err)?.is_some(),
+            Side::Forward => uses_ids && file.has_edge_ids(),
+            Side::Transposed => uses_ids && file.t_edge_ids().map_err(gfg_err)?.is_some(),
             Side::RowReversed => true,
         };
         let entry: EntryFn;
@@ -569,7 +577,7 @@ impl Kernel {
             opts.plan_rows(nd)
         };
         let depth = opts.prefetch_depth();
-        let source = Source { file, side, pool: Mutex::new(Vec::new()) };
+        let source = Source { file, side, edge_ids: has_ids, pool: Mutex::new(Vec::new()) };
         let param_outs: Vec<usize> = k.outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
         let partials = ParamPartials::new(nd, &param_outs).with_split(splittable(k));
         // Destination outputs (a row per page row), for the read-ahead.

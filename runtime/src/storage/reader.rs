@@ -46,7 +46,7 @@ struct Inner {
     /// replaced by rename, never rewritten in place, so a page checked once
     /// stays valid for the life of this open file (the same trust the
     /// mapping itself needs).
-    checked: std::sync::Mutex<std::collections::HashSet<(Side, usize, usize)>>,
+    checked: std::sync::Mutex<std::collections::HashSet<(Side, usize, usize, bool)>>,
 }
 
 /// How a mapped byte range will be used (a hint: a kernel that refuses it
@@ -380,14 +380,23 @@ impl GfgFile {
 
     /// The CSR of destination rows `rows`.
     pub fn page(&self, rows: Range<usize>) -> Result<Page<'_>, GfgError> {
-        self.inner.page(Side::Forward, rows)
+        self.inner.page(Side::Forward, rows, true)
     }
 
     /// The transposed CSR of `rows` (source nodes, the transpose's
     /// destinations): what a paged backward streams. An error if the file
     /// has no transpose.
     pub fn transposed_page(&self, rows: Range<usize>) -> Result<Page<'_>, GfgError> {
-        self.inner.page(Side::Transposed, rows)
+        self.inner.page(Side::Transposed, rows, true)
+    }
+
+    /// [`GfgFile::page`] (or, `transposed`, [`GfgFile::transposed_page`])
+    /// without the edge ids, which are then neither read nor checked (the
+    /// page's `edge_ids` is `None`): for a kernel with no edge fields or
+    /// outputs, which never looks at them. Edge ids are 8 bytes per edge,
+    /// twice the column indices.
+    pub fn page_without_ids(&self, rows: Range<usize>, transposed: bool) -> Result<Page<'_>, GfgError> {
+        self.inner.page(if transposed { Side::Transposed } else { Side::Forward }, rows, false)
     }
 
     /// Drop a page's adjacency from the process's resident set once it has
@@ -584,7 +593,7 @@ impl Inner {
             .map_err(|source| GfgError::Graph { path: self.name.clone(), source })
     }
 
-    fn page(&self, side: Side, rows: Range<usize>) -> Result<Page<'_>, GfgError> {
+    fn page(&self, side: Side, rows: Range<usize>, with_ids: bool) -> Result<Page<'_>, GfgError> {
         let (o, c, e) = side.names();
         let (num_src, num_dst) = self.counts(side);
         if rows.start > rows.end || rows.end > num_dst {
@@ -596,15 +605,18 @@ impl Inner {
                 len: num_dst,
             });
         }
-        let (ko, kc, ke) = (self.section_index(o)?, self.section_index(c)?, self.index.get(e).copied());
+        let (ko, kc) = (self.section_index(o)?, self.section_index(c)?);
+        let ke = if with_ids { self.index.get(e).copied() } else { None };
         // Start reading what is not in memory; the checks below (first
         // visit) or the kernel (later visits) fault the pages in.
         self.advise(ko, rows.start * 8..(rows.end + 1) * 8, Advice::ReadAhead);
         let all = self.typed::<u64>(o)?;
         let offsets = &all[rows.start..=rows.end];
         let num_edges = self.manifest.num_edges;
-        let key = (side, rows.start, rows.end);
-        let checked = self.checked.lock().map(|c| c.contains(&key)).unwrap_or(false);
+        // Checked with its ids covers a visit without them.
+        let key = (side, rows.start, rows.end, with_ids);
+        let checked =
+            self.checked.lock().map(|c| c.contains(&key) || c.contains(&(side, rows.start, rows.end, true))).unwrap_or(false);
         if !checked {
             for (k, w) in offsets.windows(2).enumerate() {
                 if w[1] < w[0] {
@@ -623,7 +635,7 @@ impl Inner {
             self.advise(ke, span.start * 8..span.end * 8, Advice::ReadAhead);
         }
         let cols = &self.typed::<u32>(c)?[span.clone()];
-        let edge_ids = self.typed_opt::<u64>(e)?.map(|ids| &ids[span.clone()]);
+        let edge_ids = if with_ids { self.typed_opt::<u64>(e)?.map(|ids| &ids[span.clone()]) } else { None };
         if checked {
             return Ok(Page { rows, offsets, cols, edge_ids, side });
         }
