@@ -57,7 +57,7 @@ pub fn explain(
                     f.num_edges(),
                     if f.has_edge_ids() { "stored" } else { "identity" },
                     if f.has_transpose() { "stored" } else { "not stored" },
-                    paging.describe(&f)?
+                    paging.describe(&f, kernels.iter().any(|k| k.reads_edge_ids()))?
                 )
             }
         },

@@ -286,11 +286,13 @@ impl PageArgs {
     }
 
 
-    /// The page plan over `file`, described in one line: number of pages,
-    /// rows per page, prefetch depth.
-    pub fn describe(&self, file: &GfgFile) -> Result<String, Failure> {
+    /// The page plan over `file` for kernels that read its edge ids or not
+    /// ([`tiga::Kernel::reads_edge_ids`]), described in one line: number of
+    /// pages, rows per page, prefetch depth.
+    pub fn describe(&self, file: &GfgFile, edge_ids: bool) -> Result<String, Failure> {
         let offsets = file.offsets().map_err(|e| Failure::new(e.to_string()))?;
-        let edge_bytes = 4 + if file.has_edge_ids() { 8 } else { 0 };
+        let edge_ids = edge_ids && file.has_edge_ids();
+        let edge_bytes = 4 + if edge_ids { 8 } else { 0 };
         let plan = self.options().plan(offsets, edge_bytes);
         let (min, max) = plan.iter().fold((usize::MAX, 0), |(lo, hi), r| (lo.min(r.len()), hi.max(r.len())));
         let rows = match (plan.len(), plan.last()) {
@@ -306,6 +308,10 @@ impl PageArgs {
             Some(b) => format!(", pages of at most {b} bytes of adjacency"),
             None => String::new(),
         };
-        Ok(format!("{} page(s), {rows}{cut}, prefetch depth {}", plan.len(), self.options().prefetch_depth()))
+        let ids = match (file.has_edge_ids(), edge_ids) {
+            (true, false) => ", edge ids not read (no edge fields or outputs)",
+            _ => "",
+        };
+        Ok(format!("{} page(s), {rows}{cut}, prefetch depth {}{ids}", plan.len(), self.options().prefetch_depth()))
     }
 }

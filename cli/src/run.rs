@@ -405,7 +405,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         let (dtype, widths) = call.map(|(d, w)| (d.name(), format!("{w:?}"))).unwrap_or(("?", "?".into()));
         let wrote: Vec<String> = plan.iter().map(|(n, p)| format!("{n} -> {}", p.display())).collect();
         let how = match &graph {
-            GraphSource::Paged(f) => format!(" (paged from {}: {})", f.path().display(), req.paging.describe(f)?),
+            GraphSource::Paged(f) => format!(" (paged from {}: {})", f.path().display(), req.paging.describe(f, kernel.reads_edge_ids())?),
             GraphSource::Memory(_) => String::new(),
         };
         let _ = writeln!(

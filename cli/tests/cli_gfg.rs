@@ -276,6 +276,22 @@ fn explain_shows_the_realization() {
     for w in ["kernel VecSum", "realization: paged_csr", "backing file: g.gfg", "3 page(s), 16 rows per page", "prefetch depth 3"] {
         assert!(out.contains(w), "explain lacks `{w}`:\n{out}");
     }
+    // VecSum has no edge fields: its pages leave the stored edge ids out
+    // (and a byte budget holds more of its rows); EdgeGate reads them.
+    assert!(out.contains("edge ids stored"), "the fixture's edges are not in CSR order:\n{out}");
+    assert!(out.contains("edge ids not read (no edge fields or outputs)"), "{out}");
+    let bytes = |kernel: &str| {
+        let o = tigac(d, &["explain", gnn, "--kernel", kernel, "--graph", "g.gfg", "--page-bytes", "96"]);
+        ok(&o);
+        stdout(&o)
+    };
+    let (vec_sum, gate) = (bytes("VecSum"), bytes("EdgeGate"));
+    assert!(!gate.contains("edge ids not read"), "{gate}");
+    let pages = |out: &str| -> usize {
+        let at = out.find(" page(s)").expect("page count");
+        out[..at].rsplit(' ').next().and_then(|n| n.parse().ok()).expect("a number of pages")
+    };
+    assert!(pages(&vec_sum) < pages(&gate), "96 bytes hold 24 edges without ids, 8 with:\n{vec_sum}\n{gate}");
     let o = tigac(d, &["explain", gnn, "--kernel", "VecSum"]);
     ok(&o);
     assert!(stdout(&o).contains("realization: in_memory"), "{}", stdout(&o));

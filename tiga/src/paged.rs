@@ -501,6 +501,14 @@ pub(crate) fn with_file_fields<'a>(inputs: &Inputs<'a>, handles: &'a [(Role, Str
 }
 
 impl Kernel {
+    /// Whether a paged run reads the graph's edge ids: only a kernel with
+    /// edge fields or edge outputs looks at them (they are 8 bytes per
+    /// edge, twice the column indices, so a page of the others is smaller).
+    pub fn reads_edge_ids(&self) -> bool {
+        let k = self.captured();
+        k.fields.iter().any(|f| f.role == Role::Edge) || k.outputs.iter().any(|o| o.role == Role::Edge)
+    }
+
     /// Run over a graph on disk, in pages. Fields come from `inputs`, or,
     /// when absent there, from the file's own fields of the same role and
     /// name.
@@ -529,7 +537,7 @@ impl Kernel {
         }
         // A kernel with no edge fields or outputs never looks at edge ids:
         // pages are read without them (8 bytes per edge, twice the columns).
-        let uses_ids = k.fields.iter().any(|f| f.role == Role::Edge) || k.outputs.iter().any(|o| o.role == Role::Edge);
+        let uses_ids = self.reads_edge_ids();
         let has_ids = match side {
             Side::Forward => uses_ids && file.has_edge_ids(),
             Side::Transposed => uses_ids && file.t_edge_ids().map_err(gfg_err)?.is_some(),
