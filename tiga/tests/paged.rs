@@ -184,7 +184,7 @@ impl GateCase {
         let cot = Tensor::from_f32(vec![n, f], val(n * f)).expect("cotangent");
         let ins = Inputs::new().src("h", &h).edge("w", &w).param("p", &p);
         let want = k.vjp(&g, &ins, &[("out", cot.view())]).expect("in-memory vjp");
-        save_gfg(&dir.path().join("gate.gfg"), &g, true, &[]).expect("save");
+        save_gfg(dir.path().join("gate.gfg"), &g, true, &[]).expect("save");
         GateCase { dir, k, h, w, p, cot, want }
     }
 
