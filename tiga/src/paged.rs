@@ -344,7 +344,7 @@ impl<'a> Stream<'_, 'a> {
 
     /// Fault in the memory of these rows' outputs, one write of a zero
     /// (what they hold) per OS page. A fresh output is faulted in by its
-    /// first write, 2 MiB at a time ([`tiga_runtime::tensor::zeroed_vec`]),
+    /// first write, 2 MiB at a time ([`tiga_runtime::Tensor::zeros`]),
     /// and a fault inside a piece holds back the release of its page and so
     /// the other workers; in the read-ahead it holds back nothing.
     fn touch_outputs(&self, rows: std::ops::Range<usize>) {
