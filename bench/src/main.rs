@@ -166,12 +166,11 @@ const WARM_UPS: usize = 3;
 /// `WARM_UPS` warm-up calls, then `repeat` timed calls. Returns the first
 /// warm-up's time, the median, and the last result. A result is dropped after
 /// its clock stops (freeing a large output is not part of the call). Three
-/// warm-ups, not one: glibc serves the first few large outputs with fresh
-/// pages (it maps the first, then raises its mmap threshold and grows the
-/// heap) and only then reuses freed ones; with one warm-up the median of 5
-/// still held those page faults, and `tigac run --timing` (a fresh process
-/// with another allocation history) differed from the bench by up to 1.9x
-/// on the stencil.
+/// warm-ups, not one: glibc serves the first few large buffers of the
+/// hand-written loops with fresh pages and only then reuses freed ones; with
+/// one warm-up the median of 5 still held those page faults. (tiga's large
+/// outputs are mappings of their own, fresh every call, in 2 MiB pages.)
+/// Contenders for one case are timed in rounds instead ([`time_rounds`]).
 fn time<T, E>(repeat: usize, mut f: impl FnMut() -> Result<T, E>) -> Result<(f64, f64, T), E> {
     let t = Instant::now();
     let mut last = f()?;
@@ -210,31 +209,128 @@ struct TigaRun {
     grad: Vec<f32>,
 }
 
-fn run_tiga(
-    k: &Kernel,
+/// What a timed call produced: kept until the contender's next call and
+/// dropped outside the clock (freeing a large output is not part of a call).
+enum Produced {
+    Outputs(tiga::Outputs),
+    Grads(tiga::Gradients),
+    Hand(Vec<f32>),
+}
+
+type Contender<'c> = Box<dyn FnMut() -> Result<Produced, String> + 'c>;
+
+/// Times contenders for the same computation side by side: `WARM_UPS`
+/// untimed rounds, then `repeat` timed rounds of one call each, in turn.
+/// Returns each contender's median and last result. This machine's speed
+/// drifts over minutes (the same in-memory stencil took 23 ms and 45 ms a
+/// quarter of an hour apart), so contenders timed one after another in
+/// blocks compared different weather; in rounds they share it, and their
+/// ratios hold still when the absolute times do not.
+fn time_rounds(repeat: usize, fs: &mut [Contender<'_>]) -> Result<Vec<(f64, Produced)>, String> {
+    let mut last: Vec<Option<Produced>> = fs.iter().map(|_| None).collect();
+    for _ in 0..WARM_UPS {
+        for (f, l) in fs.iter_mut().zip(&mut last) {
+            *l = Some(f()?);
+        }
+    }
+    let mut times = vec![Vec::with_capacity(repeat); fs.len()];
+    for _ in 0..repeat {
+        for ((f, l), t) in fs.iter_mut().zip(&mut last).zip(&mut times) {
+            let start = Instant::now();
+            let r = f()?;
+            t.push(start.elapsed().as_secs_f64() * 1e3);
+            *l = Some(r);
+        }
+    }
+    times.into_iter().zip(last).map(|(t, l)| Ok((median(t), l.ok_or("no call was timed")?))).collect()
+}
+
+/// A hand-written loop of a case.
+type Hand<'h> = &'h dyn Fn() -> Result<Vec<f32>, String>;
+
+/// One case timed side by side: each of tiga's back ends, and the
+/// hand-written forward and backward where there are some.
+struct SideBySide {
+    tiga: Vec<TigaRun>,
+    hand_fwd: Option<(f64, Vec<f32>)>,
+    hand_bwd: Option<(f64, Vec<f32>)>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn side_by_side(
+    kernels: &[&Kernel],
     g: &Graph,
     ins: &Inputs<'_>,
     grad_field: &str,
     widths: &[usize],
     repeat: usize,
-) -> Result<TigaRun, String> {
-    let e = |e: tiga::Error| format!("{}: {e}", k.name());
-    let before = variants();
-    // The forward variant, compiled here so its compile time is its own.
-    let (v, _hit) = k.variant(DType::F32, widths, g.edge_ids().is_some()).map_err(e)?;
-    let (fwd_first, fwd_ms, outs) = time(repeat, || k.run(g, ins)).map_err(e)?;
-    // If `run` compiled anything else (it should not), count it too.
-    let compile_ms = v.compile_ms.max(new_compile_ms(&before));
-    let before = variants();
-    let (bwd_first, bwd_ms, grads) = time(repeat, || k.grad(g, ins, "out")).map_err(e)?;
-    let bwd_compile_ms = new_compile_ms(&before);
-    let out = outs.out().and_then(|t| t.as_f32()).ok_or("no f32 output `out`")?.to_vec();
-    let grad = grads
-        .src(grad_field)
-        .and_then(|t| t.as_f32())
-        .ok_or_else(|| format!("no f32 gradient of `{grad_field}`"))?
-        .to_vec();
-    Ok(TigaRun { fwd_first, fwd_ms, bwd_first, bwd_ms, compile_ms, bwd_compile_ms, out, grad })
+    hand_fwd: Option<Hand<'_>>,
+    hand_bwd: Option<Hand<'_>>,
+) -> Result<SideBySide, String> {
+    fn e(k: &Kernel) -> impl Fn(tiga::Error) -> String + '_ {
+        move |e| format!("{}: {e}", k.name())
+    }
+    // First calls, one kernel at a time, so that each compile time is its
+    // own: the forward variant compiled here, then the backward's stages.
+    let mut firsts = Vec::new();
+    for &k in kernels {
+        let before = variants();
+        let (v, _hit) = k.variant(DType::F32, widths, g.edge_ids().is_some()).map_err(e(k))?;
+        let t = Instant::now();
+        k.run(g, ins).map_err(e(k))?;
+        let fwd_first = t.elapsed().as_secs_f64() * 1e3;
+        // If `run` compiled anything else (it should not), count it too.
+        let compile_ms = v.compile_ms.max(new_compile_ms(&before));
+        let before = variants();
+        let t = Instant::now();
+        k.grad(g, ins, "out").map_err(e(k))?;
+        let bwd_first = t.elapsed().as_secs_f64() * 1e3;
+        firsts.push((fwd_first, compile_ms, bwd_first, new_compile_ms(&before)));
+    }
+    let mut fwd: Vec<Contender<'_>> = kernels
+        .iter()
+        .map(|&k| Box::new(move || k.run(g, ins).map(Produced::Outputs).map_err(e(k))) as Contender<'_>)
+        .collect();
+    if let Some(h) = hand_fwd {
+        fwd.push(Box::new(move || h().map(Produced::Hand)));
+    }
+    let mut fwd = time_rounds(repeat, &mut fwd)?;
+    let mut bwd: Vec<Contender<'_>> = kernels
+        .iter()
+        .map(|&k| Box::new(move || k.grad(g, ins, "out").map(Produced::Grads).map_err(e(k))) as Contender<'_>)
+        .collect();
+    if let Some(h) = hand_bwd {
+        bwd.push(Box::new(move || h().map(Produced::Hand)));
+    }
+    let mut bwd = time_rounds(repeat, &mut bwd)?;
+    // The hand-written loop, when given, is the last contender.
+    let hand = |timed: &mut Vec<(f64, Produced)>, given: bool| match given.then(|| timed.pop()).flatten() {
+        Some((ms, Produced::Hand(v))) => Some((ms, v)),
+        _ => None,
+    };
+    let (hand_fwd, hand_bwd) = (hand(&mut fwd, hand_fwd.is_some()), hand(&mut bwd, hand_bwd.is_some()));
+    let mut tiga = Vec::new();
+    for (((f, b), first), k) in fwd.into_iter().zip(bwd).zip(firsts).zip(kernels) {
+        let out = match &f.1 {
+            Produced::Outputs(o) => o.out().and_then(|t| t.as_f32()).map(<[f32]>::to_vec),
+            _ => None,
+        };
+        let grad = match &b.1 {
+            Produced::Grads(gr) => gr.src(grad_field).and_then(|t| t.as_f32()).map(<[f32]>::to_vec),
+            _ => None,
+        };
+        tiga.push(TigaRun {
+            fwd_first: first.0,
+            fwd_ms: f.0,
+            bwd_first: first.2,
+            bwd_ms: b.0,
+            compile_ms: first.1,
+            bwd_compile_ms: first.3,
+            out: out.ok_or_else(|| format!("{}: no f32 output `out`", k.name()))?,
+            grad: grad.ok_or_else(|| format!("{}: no f32 gradient of `{grad_field}`", k.name()))?,
+        });
+    }
+    Ok(SideBySide { tiga, hand_fwd, hand_bwd })
 }
 
 impl TigaRun {
@@ -434,15 +530,28 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
     // is what the generated loop is checked against.
     let k = kernel("Smoothing")?;
     let ins = Inputs::new().src("x", &x[..]);
-    eprintln!("[bench] stencil-csr: tiga");
-    let t = run_tiga(&k, &g, &ins, "x", &[], repeat)?;
-    if want_csr {
-        eprintln!("[bench] stencil-csr: hand-written");
-        let gt = g.transposed();
-        let (_, hf, hout) = time(repeat, || hand::csr_sum(&g, &x, 1, Post::Scale(0.25)))?;
-        let (_, hb, hgrad) = time(repeat, || hand::csr_sum_backward(&g, &gt, &gout, 1, Post::Scale(0.25)))?;
-        let check_fwd = run.checked("stencil-csr forward", &hout, &t.out);
-        let check_bwd = run.checked("stencil-csr backward", &hgrad, &t.grad);
+    let mk = macro_kernel("Smoothing").filter(|m| m.aot_variant(DType::F32, &[]).is_some());
+    let gt = g.transposed();
+    let hand_fwd = || hand::csr_sum(&g, &x, 1, Post::Scale(0.25));
+    let hand_bwd = || hand::csr_sum_backward(&g, &gt, &gout, 1, Post::Scale(0.25));
+    eprintln!("[bench] stencil-csr: tiga (cranelift{}){}", if mk.is_some() { ", rust-aot" } else { "" }, if want_csr { " and hand-written, side by side" } else { "" });
+    let kernels: Vec<&Kernel> = std::iter::once(&k).chain(mk).collect();
+    let sbs = side_by_side(
+        &kernels,
+        &g,
+        &ins,
+        "x",
+        &[],
+        repeat,
+        want_csr.then_some(&hand_fwd as Hand<'_>),
+        want_csr.then_some(&hand_bwd as Hand<'_>),
+    )?;
+    let mut runs = sbs.tiga.into_iter();
+    let t = runs.next().ok_or("no cranelift run")?;
+    if let (true, Some((hf, hout)), Some((hb, hgrad))) = (want_csr, &sbs.hand_fwd, &sbs.hand_bwd) {
+        let (hf, hb) = (*hf, *hb);
+        let check_fwd = run.checked("stencil-csr forward", hout, &t.out);
+        let check_bwd = run.checked("stencil-csr backward", hgrad, &t.grad);
         run.report.cases.push(Case {
             hand_fwd_ms: Some(hf),
             hand_bwd_ms: Some(hb),
@@ -456,9 +565,7 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
             eprintln!("[bench] stencil-csr: tigac run --timing: run {f:.2} ms, vjp {b:.2} ms (bench: {:.2} / {:.2} ms)", t.fwd_ms, t.bwd_ms);
         }
         // The macro (rustc/LLVM) back end on the same stencil.
-        if let Some(mk) = macro_kernel("Smoothing").filter(|m| m.aot_variant(DType::F32, &[]).is_some()) {
-            eprintln!("[bench] stencil-csr: tiga rust-aot");
-            let a = run_tiga(mk, &g, &ins, "x", &[], repeat)?;
+        if let Some(a) = runs.next() {
             let check_aot = run.checked("stencil-csr forward (rust-aot vs cranelift)", &a.out, &t.out);
             run.report.cases.push(Case {
                 hand_fwd_ms: Some(hf),
@@ -591,17 +698,32 @@ impl PlInputs<'_> {
 
 fn powerlaw_case(run: &mut Run, p: &PlInputs<'_>, which: Pl) -> Result<(), String> {
     let (n, e, f, repeat) = (p.g.num_dst(), p.g.num_edges(), p.f, run.o.repeat);
-    eprintln!("[bench] {} F={f}: tiga", which.name());
     let k = kernel(which.kernel())?;
+    let mk = macro_kernel(which.kernel()).filter(|m| m.aot_variant(DType::F32, &[f]).is_some());
     let ins = p.inputs(which)?;
-    let t = run_tiga(&k, p.g, &ins, "h", &[f], repeat)?;
-    eprintln!("[bench] {} F={f}: tiga fwd {:.2} ms, bwd {:.2} ms; hand-written", which.name(), t.fwd_ms, t.bwd_ms);
-    let (_, hf, hout) = time(repeat, || p.hand_fwd(which))?;
+    let hand_fwd = || p.hand_fwd(which);
+    let hand_bwd = || p.hand_bwd(which).unwrap_or_else(|| Err("no backward".into()));
+    let has_hand_bwd = matches!(which, Pl::Sum | Pl::Mean);
+    eprintln!("[bench] {} F={f}: tiga (cranelift{}) and hand-written, side by side", which.name(), if mk.is_some() { ", rust-aot" } else { "" });
+    let kernels: Vec<&Kernel> = std::iter::once(&k).chain(mk).collect();
+    let sbs = side_by_side(
+        &kernels,
+        p.g,
+        &ins,
+        "h",
+        &[f],
+        repeat,
+        Some(&hand_fwd as Hand<'_>),
+        has_hand_bwd.then_some(&hand_bwd as Hand<'_>),
+    )?;
+    let mut runs = sbs.tiga.into_iter();
+    let t = runs.next().ok_or("no cranelift run")?;
+    eprintln!("[bench] {} F={f}: cranelift fwd {:.2} ms, bwd {:.2} ms", which.name(), t.fwd_ms, t.bwd_ms);
+    let (hf, hout) = sbs.hand_fwd.ok_or("no hand-written forward")?;
     let check_fwd = run.checked(&format!("{} F={f} forward", which.name()), &hout, &t.out);
     drop(hout);
     let (mut hand_bwd_ms, mut check_bwd, mut hand_bwd_absent) = (None, None, None);
-    if matches!(which, Pl::Sum | Pl::Mean) {
-        let (_, hb, hgrad) = time(repeat, || p.hand_bwd(which).unwrap_or_else(|| Err("no backward".into())))?;
+    if let Some((hb, hgrad)) = sbs.hand_bwd {
         hand_bwd_ms = Some(hb);
         check_bwd = run.checked(&format!("{} F={f} backward", which.name()), &hgrad, &t.grad);
     } else {
@@ -622,9 +744,8 @@ fn powerlaw_case(run: &mut Run, p: &PlInputs<'_>, which: Pl) -> Result<(), Strin
         ..t.case(which.name(), "cranelift", f, (n, e), model.clone())
     });
     // The macro (rustc/LLVM) back end, where it has a variant for this width.
-    if let Some(mk) = macro_kernel(which.kernel()).filter(|m| m.aot_variant(DType::F32, &[f]).is_some()) {
-        eprintln!("[bench] {} F={f}: tiga rust-aot", which.name());
-        let a = run_tiga(mk, p.g, &ins, "h", &[f], repeat)?;
+    if let Some(a) = runs.next() {
+        eprintln!("[bench] {} F={f}: rust-aot fwd {:.2} ms, bwd {:.2} ms", which.name(), a.fwd_ms, a.bwd_ms);
         let check_aot = run.checked(&format!("{} F={f} forward (rust-aot vs cranelift)", which.name()), &a.out, &t.out);
         run.report.cases.push(Case {
             hand_fwd_ms: Some(hf),
@@ -652,9 +773,10 @@ fn scaling(run: &mut Run, p: &PlInputs<'_>) -> Result<(), String> {
         eprintln!("[bench] scaling: powerlaw-sum F={} at {t} thread(s)", p.f);
         let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().map_err(|e| e.to_string())?;
         let r = pool.install(|| -> Result<(f64, f64, f64), String> {
-            let tr = run_tiga(&k, p.g, &ins, "h", &[p.f], repeat)?;
-            let (_, hf, _) = time(repeat, || p.hand_fwd(Pl::Sum))?;
-            Ok((tr.fwd_ms, tr.bwd_ms, hf))
+            let hand_fwd = || p.hand_fwd(Pl::Sum);
+            let sbs = side_by_side(&[&k], p.g, &ins, "h", &[p.f], repeat, Some(&hand_fwd as Hand<'_>), None)?;
+            let tr = sbs.tiga.first().ok_or("no tiga run")?;
+            Ok((tr.fwd_ms, tr.bwd_ms, sbs.hand_fwd.ok_or("no hand-written run")?.0))
         })?;
         rows.push((t, r.0, r.1, r.2));
     }
