@@ -238,10 +238,22 @@ impl Scope {
         };
         self.make_room(&mut st, bytes, &h.name)?;
         let t = Arc::new(spilled.load().map_err(|e| Error::Call(e.to_string()))?);
+        let mut owned = false;
         if let Some(e) = st.entries.get_mut(&h.name) {
             e.place = Place::Host(t.clone());
+            owned = e.owns_file;
         }
         st.reloads += 1;
+        // A file this scope spilled goes once the tensor is back on the
+        // host: the disk tier no longer counts it (a restored snapshot's
+        // member is the snapshot's, and stays). Were the removal to fail,
+        // the entry still owns the file and `remove` tries again.
+        if owned {
+            self.store.remove(&h.name).map_err(|e| Error::Call(format!("reloaded `{}`, but its spill file stays: {e}", h.name)))?;
+            if let Some(e) = st.entries.get_mut(&h.name) {
+                e.owns_file = false;
+            }
+        }
         Ok(t)
     }
 
@@ -259,7 +271,7 @@ impl Scope {
     /// Drop a tensor from the scope (and its spilled file).
     pub fn remove(&self, h: &TensorHandle) -> Result<()> {
         let mut st = self.lock();
-        if let Some(Entry { place: Place::Disk(_), owns_file: true, .. }) = st.entries.remove(&h.name) {
+        if let Some(Entry { owns_file: true, .. }) = st.entries.remove(&h.name) {
             self.store.remove(&h.name).map_err(|e| Error::Call(e.to_string()))?;
         }
         Ok(())

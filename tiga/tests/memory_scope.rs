@@ -18,7 +18,7 @@ fn store() -> (tempfile::TempDir, TensorStore) {
 fn lru_spills_and_reloads_keeping_identity() {
     let (_d, st) = store();
     // Room for two 4 KB tensors on the host.
-    let scope = Scope::with_store(8192, 1 << 20, Eviction::Lru, st);
+    let scope = Scope::with_store(8192, 1 << 20, Eviction::Lru, st.clone());
     let t = |v: f32| Tensor::from_f32(vec![1024], vec![v; 1024]).expect("tensor");
     let a = scope.add("a", t(1.0)).expect("a");
     let b = scope.add("b", t(2.0)).expect("b");
@@ -34,6 +34,13 @@ fn lru_spills_and_reloads_keeping_identity() {
     let r = scope.memory_report();
     assert_eq!((r.host_used, r.disk_used, r.spills, r.reloads), (8192, 4096, 2, 1));
     assert!(r.to_string().contains("b"), "{r}");
+    // Spill files are exactly the disk tier's: `a`'s went with its reload,
+    // `b`'s goes with its removal.
+    assert_eq!(st.names().expect("names"), vec!["b".to_string()]);
+    scope.remove(&b).expect("remove b");
+    scope.spill(&a).expect("spill a again");
+    scope.remove(&a).expect("remove a");
+    assert!(st.names().expect("names").is_empty(), "{:?}", st.names());
 }
 
 #[test]
