@@ -10,7 +10,10 @@
 //! at the end. A child runs 3 repeats of 5 Jacobi steps (`Smoothing`, f32,
 //! the macro path's ahead-of-time variant); step 1 reads `x` from the file's
 //! own field, each later step feeds the previous output back as `x`.
-//! Elapsed is the median of the repeats. The checksum is the sum of the
+//! Each configuration runs in 3 children, in rounds (every configuration
+//! once per round, so that they share the machine's drifting speed);
+//! elapsed is the median of all their repeats, peak RSS the highest of
+//! their peaks. The checksum is the sum of the
 //! last output (and its CRC-32, which must be identical across rows: a
 //! difference is an error and a non-zero exit).
 //!
@@ -125,6 +128,29 @@ struct Measured {
     rss_open_kib: u64,
     sum: f64,
     crc32: u32,
+}
+
+/// Children per configuration, run in rounds.
+const ROUNDS: usize = 3;
+
+/// One configuration's children as one measurement: every run's time (the
+/// median over all of them), the highest peak RSS; their checksums must
+/// agree.
+fn merge(list: &[Measured]) -> Result<Measured, String> {
+    let first = list.first().ok_or("no child ran")?;
+    if let Some(m) = list.iter().find(|m| m.crc32 != first.crc32 || m.sum.to_bits() != first.sum.to_bits()) {
+        return Err(format!("children disagree: checksum {:.6} (crc32 {:08x}) and {:.6} (crc32 {:08x})", first.sum, first.crc32, m.sum, m.crc32));
+    }
+    let times: Vec<f64> = list.iter().flat_map(|m| m.times_ms.iter().copied()).collect();
+    Ok(Measured {
+        pages: first.pages,
+        median_ms: median(times.clone()),
+        times_ms: times,
+        hwm_kib: list.iter().map(|m| m.hwm_kib).max().unwrap_or(0),
+        rss_open_kib: list.iter().map(|m| m.rss_open_kib).max().unwrap_or(0),
+        sum: first.sum,
+        crc32: first.crc32,
+    })
 }
 
 /// `VmHWM` / `VmRSS` etc. of this process, in KiB.
@@ -328,21 +354,34 @@ fn parent(args: &[String]) -> Result<ExitCode, String> {
         Config { label: "paged, 100k rows, prefetch 0", page_rows: Some(PAGE_ROWS), prefetch: 0 },
         Config { label: "paged, 100k rows, prefetch 2", page_rows: Some(PAGE_ROWS), prefetch: 2 },
     ];
-    let mut results: Vec<(Config, Result<Measured, String>)> = Vec::new();
-    for c in &configs {
-        eprintln!("[paged] {} ...", c.label);
-        let r = run_child(c, &path, o.threads);
-        match &r {
-            Ok(m) => eprintln!(
-                "[paged]   median {:.1} ms (runs {:?}), peak RSS {:.1} MiB",
-                m.median_ms,
-                m.times_ms.iter().map(|t| (t * 10.0).round() / 10.0).collect::<Vec<_>>(),
-                mib(m.hwm_kib)
-            ),
-            Err(e) => eprintln!("[paged]   ERROR: {e}"),
+    // Children run in rounds, every configuration once per round: this
+    // machine's speed drifts over minutes, and rows measured one after the
+    // other in blocks compared different weather (the in-memory row took
+    // 30 ms in one run and 44 ms in the next).
+    let mut per: Vec<Result<Vec<Measured>, String>> = configs.iter().map(|_| Ok(Vec::new())).collect();
+    for round in 0..ROUNDS {
+        for (c, got) in configs.iter().zip(&mut per) {
+            let Ok(list) = got else { continue };
+            eprintln!("[paged] round {}/{ROUNDS}: {} ...", round + 1, c.label);
+            match run_child(c, &path, o.threads) {
+                Ok(m) => {
+                    eprintln!(
+                        "[paged]   median {:.1} ms (runs {:?}), peak RSS {:.1} MiB",
+                        m.median_ms,
+                        m.times_ms.iter().map(|t| (t * 10.0).round() / 10.0).collect::<Vec<_>>(),
+                        mib(m.hwm_kib)
+                    );
+                    list.push(m);
+                }
+                Err(e) => {
+                    eprintln!("[paged]   ERROR: {e}");
+                    *got = Err(e);
+                }
+            }
         }
-        results.push((c.clone(), r));
     }
+    let results: Vec<(Config, Result<Measured, String>)> =
+        configs.iter().cloned().zip(per.into_iter().map(|r| r.and_then(|list| merge(&list)))).collect();
     if made_dir && !o.keep {
         let _ = std::fs::remove_dir_all(&dir);
     } else if !o.keep {
@@ -376,7 +415,7 @@ fn parent(args: &[String]) -> Result<ExitCode, String> {
     let mut s = String::new();
     s.push_str(&format!(
         "paged execution: {n}x{n} four-neighbour stencil ({num_nodes} nodes, {num_edges} edges), .gfg {:.1} MiB \
-         (warm page cache)\n{STEPS} Jacobi steps (Smoothing, f32) per run, elapsed = median of {REPEATS} runs; \
+         (warm page cache)\n{STEPS} Jacobi steps (Smoothing, f32) per run, elapsed = median of {REPEATS} runs in each of {ROUNDS} children run in rounds; \
          each row in a fresh process; {threads} threads; load average {}\n\n",
         file_bytes as f64 / (1 << 20) as f64,
         load_avg.as_deref().unwrap_or("?")
@@ -454,7 +493,8 @@ fn parent(args: &[String]) -> Result<ExitCode, String> {
         "kernel": "Smoothing (f32, macro path)",
         "steps_per_run": STEPS,
         "runs": REPEATS,
-        "timing": "median of the runs; each run is STEPS chained calls (step 1 reads x from the file's field)",
+        "timing": "median of the runs of all children of a configuration (ROUNDS children each, run in rounds); each run is STEPS chained calls (step 1 reads x from the file's field); peak RSS is the highest child's",
+        "children_per_configuration": ROUNDS,
         "peak_rss": "VmHWM of a fresh child process per row, read at its end",
         "machine": { "threads": threads, "cpus": cpus, "load_avg": load_avg },
         "rows": rows,

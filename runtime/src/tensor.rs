@@ -173,10 +173,56 @@ enum Storage {
 /// goes back to the system when the tensor is dropped.
 #[derive(Debug)]
 struct MappedBuffer {
-    map: memmap2::MmapMut,
+    /// Taken in `drop` (to become a spare).
+    map: std::mem::ManuallyDrop<memmap2::MmapMut>,
     dtype: DType,
     len: usize,
     in_file: bool,
+}
+
+impl Drop for MappedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; `self.map` is not used after.
+        let map = unsafe { std::mem::ManuallyDrop::take(&mut self.map) };
+        if !self.in_file {
+            Spares::give(map);
+        }
+    }
+}
+
+/// The anonymous mapping of a dropped tensor, kept for the next
+/// [`Tensor::zeros`] of the same byte size: a chain of kernel calls (each
+/// output the next call's input) then cycles through buffers instead of
+/// faulting a fresh one in every call, which cost a paged stencil step
+/// about 1 ms per 16 MiB output. Zeroing a spare costs a write of its
+/// bytes, as `calloc` of reused memory does. One spare of at most
+/// [`SPARE_BYTES`]: with two, a chain's peak resident set held a third
+/// output (the spare waiting while the first call of a chain read its
+/// input from a file).
+struct Spares;
+
+const SPARE_COUNT: usize = 1;
+const SPARE_BYTES: usize = 256 << 20;
+
+static SPARES: std::sync::Mutex<Vec<memmap2::MmapMut>> = std::sync::Mutex::new(Vec::new());
+
+impl Spares {
+    fn take(bytes: usize) -> Option<memmap2::MmapMut> {
+        let mut spares = SPARES.lock().ok()?;
+        let i = spares.iter().position(|m| m.len() == bytes)?;
+        Some(spares.swap_remove(i))
+    }
+
+    fn give(map: memmap2::MmapMut) {
+        if map.len() == 0 || map.len() > SPARE_BYTES {
+            return;
+        }
+        let Ok(mut spares) = SPARES.lock() else { return };
+        let held: usize = spares.iter().map(|m| m.len()).sum();
+        if spares.len() < SPARE_COUNT && held + map.len() <= SPARE_BYTES {
+            spares.push(map);
+        }
+    }
 }
 
 impl MappedBuffer {
@@ -234,18 +280,25 @@ impl Tensor {
     ///
     /// Several huge pages or more get an anonymous mapping of their own,
     /// backed by transparent huge pages where the system allows (see
-    /// [`zeroed_vec`]) and unmapped when the tensor is dropped. Through the
-    /// allocator, whether a dropped output's memory went back to the system
-    /// depended on what else lay on the heap: the same paged run peaked at
-    /// 42 or 56 MiB from one build to the next.
+    /// [`zeroed_vec`]). Through the allocator, whether a dropped output's
+    /// memory went back to the system depended on what else lay on the
+    /// heap: the same paged run peaked at 42 or 56 MiB from one build to the
+    /// next. A dropped mapping is kept as a spare for the next tensor of the
+    /// same size (zeroed again; see [`Spares`]), else unmapped.
     pub fn zeros(dtype: DType, shape: impl Into<Vec<usize>>) -> Result<Tensor, TensorError> {
         let shape = shape.into();
         let n = element_count(&shape)?;
         let bytes = n.saturating_mul(dtype.size());
         if bytes >= 4 * HUGE_PAGE {
+            if let Some(mut map) = Spares::take(bytes) {
+                // In parallel, as a fresh mapping's first touches would be.
+                use rayon::prelude::*;
+                map.par_chunks_mut(1 << 20).for_each(|c| c.fill(0));
+                return Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer { map: std::mem::ManuallyDrop::new(map), dtype, len: n, in_file: false }) });
+            }
             if let Ok(mut map) = memmap2::MmapOptions::new().len(bytes).map_anon() {
                 advise_huge_pages(map.as_mut_ptr(), bytes);
-                return Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer { map, dtype, len: n, in_file: false }) });
+                return Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer { map: std::mem::ManuallyDrop::new(map), dtype, len: n, in_file: false }) });
             }
         }
         let data = match dtype {
@@ -273,7 +326,7 @@ impl Tensor {
         // SAFETY: the file is unnamed and private to this tensor: nothing
         // else can truncate or write it while it is mapped.
         let map = unsafe { memmap2::MmapOptions::new().len(bytes).map_mut(&file) }.map_err(io)?;
-        Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer { map, dtype, len, in_file: true }) })
+        Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer { map: std::mem::ManuallyDrop::new(map), dtype, len, in_file: true }) })
     }
 
     /// Whether the elements live in a file mapping.
