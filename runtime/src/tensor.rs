@@ -579,6 +579,15 @@ mod tests {
         }
         let t = Tensor::zeros(DType::F64, vec![1 << 20, 3]).expect("zeros");
         assert_eq!(t.as_f64().map(|d| d.iter().filter(|&&x| x != 0.0).count()), Some(0));
+        // A dropped large tensor's mapping comes back for the next one of
+        // its size (the spare), zeroed again.
+        for round in 0..3 {
+            let mut t = Tensor::zeros(DType::F32, vec![3 << 20]).expect("zeros");
+            assert!(t.as_f32().is_some_and(|d| d.iter().all(|&x| x.to_bits() == 0)), "round {round}");
+            if let DataMut::F32(d) = t.data_mut() {
+                d.iter_mut().for_each(|x| *x = -2.5);
+            }
+        }
     }
 
     #[test]
