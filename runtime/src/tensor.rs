@@ -214,7 +214,7 @@ impl Spares {
     }
 
     fn give(map: memmap2::MmapMut) {
-        if map.len() == 0 || map.len() > SPARE_BYTES {
+        if map.is_empty() || map.len() > SPARE_BYTES {
             return;
         }
         let Ok(mut spares) = SPARES.lock() else { return };
