@@ -445,6 +445,25 @@ fn grad_name(role: Role, name: &str) -> String {
 }
 
 /// Build the adjoint stages of a captured kernel.
+/// `c` for a stats output named `abar{c}` (the aggregate's cotangent).
+fn abar_index(name: &str) -> Option<usize> {
+    name.strip_prefix("abar").and_then(|c| c.parse::<usize>().ok())
+}
+
+/// Later stages that read the stats stage's `abar{c}` read the cotangent
+/// of output `c` instead: without a `node` function they are equal.
+fn read_cotangent_for_abar(k: &Kernel, stages: &mut [Stage]) {
+    for st in stages.iter_mut().skip(1) {
+        for bnd in &mut st.bindings {
+            if let Binding::Stage { stage: 0, output } = bnd {
+                if let Some(o) = abar_index(output).and_then(|c| k.outputs.get(c)) {
+                    *bnd = Binding::Cotangent(o.name.clone());
+                }
+            }
+        }
+    }
+}
+
 pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
     let sp = k.span;
     let nf = k.fields.len();
@@ -869,17 +888,7 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
     // so stages read the cotangent directly, and a stats stage left with
     // nothing else to do is dropped.
     if matches!(k.reducer.kind, ReducerKind::Sum | ReducerKind::Mean) && k.node.is_none() {
-        for st in stages.iter_mut().skip(1) {
-            for bnd in &mut st.bindings {
-                if let Binding::Stage { stage: 0, output } = bnd {
-                    if let Some(c) = output.strip_prefix("abar").and_then(|c| c.parse::<usize>().ok()) {
-                        if let Some(o) = k.outputs.get(c) {
-                            *bnd = Binding::Cotangent(o.name.clone());
-                        }
-                    }
-                }
-            }
-        }
+        read_cotangent_for_abar(k, &mut stages);
         let still_bound = stages.iter().skip(1).any(|st| st.bindings.iter().any(|b| matches!(b, Binding::Stage { stage: 0, .. })));
         let stats_needed = still_bound || stages[0].kernel.outputs.iter().any(|o| o.name.starts_with("grad."));
         if !stats_needed {
@@ -892,6 +901,43 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
                 }
             }
             notes.push("sum/mean without `node`: each message's cotangent is the output's (over the row's degree for mean), read directly; no row-statistics stage".into());
+        }
+    }
+
+    // ---- max, min, prod or softmax without `node`: likewise the stats
+    // stage's `abar` outputs are copies of the cotangent; later stages read
+    // the cotangent, and the stats stage no longer writes the copies (a
+    // row of the output's width per node, written and read back).
+    if matches!(k.reducer.kind, ReducerKind::Max | ReducerKind::Min | ReducerKind::Prod | ReducerKind::Softmax)
+        && k.node.is_none()
+        && stages.len() > 1
+    {
+        read_cotangent_for_abar(k, &mut stages);
+        let bound: Vec<String> = stages
+            .iter()
+            .skip(1)
+            .flat_map(|st| st.bindings.iter())
+            .filter_map(|b| match b {
+                Binding::Stage { stage: 0, output } => Some(output.clone()),
+                _ => None,
+            })
+            .collect();
+        let stats = &mut stages[0].kernel;
+        let keep: Vec<bool> = stats.outputs.iter().map(|o| abar_index(&o.name).is_none() || bound.contains(&o.name)).collect();
+        if keep.iter().any(|k| !k) {
+            if let Some(node) = &mut stats.node {
+                let mut i = 0;
+                node.outputs.retain(|_| {
+                    i += 1;
+                    keep.get(i - 1).copied().unwrap_or(true)
+                });
+            }
+            let mut i = 0;
+            stats.outputs.retain(|_| {
+                i += 1;
+                keep.get(i - 1).copied().unwrap_or(true)
+            });
+            notes.push("no `node`: the aggregate's cotangent is the output's; later stages read it directly, the stats stage does not copy it".into());
         }
     }
 
