@@ -309,8 +309,9 @@ impl Tensor {
     }
 
     /// Zeros in a file in `dir` rather than in memory: an unnamed
-    /// temporary file (removed when the tensor is dropped), sparse until
-    /// written, mapped shared so that written pages can leave the resident
+    /// temporary file (removed when the tensor is dropped), its blocks
+    /// reserved up front (a full disk is an error here, not a crash later),
+    /// mapped shared so that written pages can leave the resident
     /// set ([`Tensor::release_rows`]) and be written back by the operating
     /// system. An empty tensor stays in memory.
     pub fn zeros_in_file(dtype: DType, shape: impl Into<Vec<usize>>, dir: &std::path::Path) -> Result<Tensor, TensorError> {
@@ -323,6 +324,9 @@ impl Tensor {
         let io = |e: std::io::Error| TensorError::File { dir: dir.display().to_string(), message: e.to_string() };
         let file = tempfile::tempfile_in(dir).map_err(io)?;
         file.set_len(bytes as u64).map_err(io)?;
+        // Reserve the blocks now: a write through the mapping to a file
+        // the disk cannot hold is a SIGBUS, not an error.
+        allocate(&file, bytes).map_err(io)?;
         // SAFETY: the file is unnamed and private to this tensor: nothing
         // else can truncate or write it while it is mapped.
         let map = unsafe { memmap2::MmapOptions::new().len(bytes).map_mut(&file) }.map_err(io)?;
@@ -426,6 +430,25 @@ impl Tensor {
     pub fn to_f64_vec(&self) -> Vec<f64> {
         self.view().to_f64_vec()
     }
+}
+
+/// Reserve `bytes` of disk blocks for `file` (`posix_fallocate`).
+#[cfg(target_os = "linux")]
+fn allocate(file: &std::fs::File, bytes: usize) -> std::io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let len = libc::off_t::try_from(bytes).map_err(|_| std::io::Error::other("file too large"))?;
+    // SAFETY: a valid open descriptor and a non-negative range.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+        0 => Ok(()),
+        // A file system without it: the file stays sparse.
+        libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn allocate(_file: &std::fs::File, _bytes: usize) -> std::io::Result<()> {
+    Ok(())
 }
 
 fn os_page_size() -> usize {

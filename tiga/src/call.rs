@@ -231,6 +231,9 @@ pub(crate) fn splittable(k: &ir::Kernel) -> bool {
         && k.outputs.len() == k.message_types().len()
 }
 
+/// `BlockPart::next_row` of a block whose earlier piece failed.
+const FAILED_BLOCK: usize = usize::MAX;
+
 /// One piece of a call's rows (absolute row numbers), in the order a paged
 /// run claims them.
 #[derive(Clone, Debug, PartialEq)]
@@ -357,17 +360,27 @@ impl<'a> RowRunner<'a> {
                     if part.next_row == rows.start {
                         break part;
                     }
+                    if part.next_row == FAILED_BLOCK {
+                        return Err(Error::Call(format!("rows {rows:?}: an earlier piece of their parameter block failed")));
+                    }
                     drop(part);
                     std::thread::yield_now();
                 };
                 if part.sums.is_none() {
-                    part.sums = Some(
-                        self.partials
-                            .outs
-                            .iter()
-                            .map(|&o| Tensor::zeros(self.dtype, self.shapes[o].clone()).map_err(|er| Error::Call(er.to_string())))
-                            .collect::<Result<_>>()?,
-                    );
+                    let sums = self
+                        .partials
+                        .outs
+                        .iter()
+                        .map(|&o| Tensor::zeros(self.dtype, self.shapes[o].clone()).map_err(|er| Error::Call(er.to_string())))
+                        .collect::<Result<_>>();
+                    match sums {
+                        Ok(s) => part.sums = Some(s),
+                        Err(e) => {
+                            // The block's later pieces would wait forever.
+                            part.next_row = FAILED_BLOCK;
+                            return Err(e);
+                        }
+                    }
                 }
                 let mut ptrs = self.out_ptrs.0.clone();
                 for (t, &o) in part.sums.iter_mut().flatten().zip(&self.partials.outs) {

@@ -226,8 +226,8 @@ impl Slot<'_> {
 }
 
 /// A page of the stream: read and listed by whoever needs it first (the
-/// read-ahead, or the first worker to claim its rows), released when it and
-/// the page after it are done.
+/// read-ahead, or the first worker to claim its rows), released (in page
+/// order) once its pieces are done.
 struct PageState<'a> {
     state: Mutex<Held<'a>>,
     /// Pieces of its work not finished yet (set when it is read).
@@ -296,6 +296,34 @@ struct Stream<'s, 'a> {
     spilled: Vec<&'s Tensor>,
     error: Mutex<Option<Error>>,
     failed: AtomicBool,
+}
+
+thread_local! {
+    /// Whether this thread is running a piece of a paged stream.
+    static IN_PIECE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as inside a piece, and fails the stream if the piece
+/// panics (so that the other workers stop instead of waiting for a page
+/// that will never be done; the panic then surfaces from the scope).
+struct PieceGuard<'g, 's, 'a> {
+    stream: &'g Stream<'s, 'a>,
+}
+
+impl<'g, 's, 'a> PieceGuard<'g, 's, 'a> {
+    fn enter(stream: &'g Stream<'s, 'a>) -> Self {
+        IN_PIECE.with(|f| f.set(true));
+        PieceGuard { stream }
+    }
+}
+
+impl Drop for PieceGuard<'_, '_, '_> {
+    fn drop(&mut self) {
+        IN_PIECE.with(|f| f.set(false));
+        if std::thread::panicking() {
+            self.stream.fail(Error::Call("a paged worker panicked".into()));
+        }
+    }
 }
 
 /// Output rows the read-ahead faults in.
@@ -404,7 +432,17 @@ impl<'a> Stream<'_, 'a> {
         }
     }
 
+    /// Take pieces until the stream is done. A no-op on a thread already
+    /// inside a piece: a piece that calls into rayon (a split row's
+    /// segments, a spare zeroed in parallel) may be handed another of this
+    /// stream's worker jobs while it waits, and that worker, stacked on the
+    /// unfinished piece, could wait for it forever (for the release it holds
+    /// back, or its block's lock). The caller runs [`Stream::worker`] once
+    /// more after the workers, in case every job was taken that way.
     fn worker(&self) {
+        if IN_PIECE.with(|f| f.get()) {
+            return;
+        }
         loop {
             match self.claim() {
                 Claim::Done => return,
@@ -425,7 +463,9 @@ impl<'a> Stream<'_, 'a> {
                     // was read) and stays read until its pieces are done;
                     // fields and outputs were checked against the file's
                     // sizes; pieces have disjoint rows.
+                    let guard = PieceGuard::enter(self);
                     let ran = unsafe { self.runner.run(raw, offsets, start, &ready.work[i]) };
+                    drop(guard);
                     drop(ready);
                     if let Err(e) = ran {
                         self.fail(e);
@@ -618,6 +658,12 @@ impl Kernel {
                 s.spawn(|_| stream.worker());
             }
         });
+        // Pieces left when every worker job was taken by a thread inside a
+        // piece (see `Stream::worker`): this thread finishes them.
+        stream.worker();
+        if !stream.failed.load(Ordering::Acquire) && !stream.pages.iter().all(|p| p.done.load(Ordering::Acquire)) {
+            stream.fail(Error::Call("internal: a paged run ended with pages not run".into()));
+        }
         for p in 0..plan.len() {
             stream.release(p);
         }
