@@ -157,33 +157,46 @@ impl Scope {
     }
 
     /// Make room for `need` more host bytes (spilling LRU tensors other than
-    /// `keep`), or refuse.
+    /// `keep`), or refuse. The victims are chosen in one pass, least
+    /// recently used first (not a scan of every tensor per spill).
     fn make_room(&self, st: &mut State, need: u64, keep: &str) -> Result<()> {
-        loop {
-            let used = Self::used(st, Tier::Host);
+        let mut used = Self::used(st, Tier::Host);
+        if used + need <= self.host_budget {
+            return Ok(());
+        }
+        if self.policy == Eviction::Error {
+            return Err(Error::Call(format!(
+                "host tier over budget: {used} bytes used + {need} requested > {} (eviction policy `error`)",
+                self.host_budget
+            )));
+        }
+        if need > self.host_budget {
+            return Err(Error::Call(format!(
+                "host tier over budget: {need} bytes requested, more than the whole {}-byte budget (nothing was spilled)",
+                self.host_budget
+            )));
+        }
+        let mut victims: Vec<(u64, String, u64)> = st
+            .entries
+            .iter()
+            .filter(|(n, e)| n.as_str() != keep && matches!(e.place, Place::Host(_)))
+            .map(|(n, e)| (e.last_use, n.clone(), e.bytes))
+            .collect();
+        victims.sort_unstable();
+        for (_, v, bytes) in victims {
             if used + need <= self.host_budget {
                 return Ok(());
             }
-            if self.policy == Eviction::Error {
-                return Err(Error::Call(format!(
-                    "host tier over budget: {used} bytes used + {need} requested > {} (eviction policy `error`)",
-                    self.host_budget
-                )));
-            }
-            let victim = st
-                .entries
-                .iter()
-                .filter(|(n, e)| n.as_str() != keep && matches!(e.place, Place::Host(_)))
-                .min_by_key(|(_, e)| e.last_use)
-                .map(|(n, _)| n.clone());
-            let Some(v) = victim else {
-                return Err(Error::Call(format!(
-                    "host tier over budget: {need} bytes requested, {} budget, and nothing left to evict",
-                    self.host_budget
-                )));
-            };
             self.spill_locked(st, &v)?;
+            used -= bytes;
         }
+        if used + need <= self.host_budget {
+            return Ok(());
+        }
+        Err(Error::Call(format!(
+            "host tier over budget: {need} bytes requested, {} budget, and nothing left to evict",
+            self.host_budget
+        )))
     }
 
     fn spill_locked(&self, st: &mut State, name: &str) -> Result<()> {

@@ -41,6 +41,11 @@ fn lru_spills_and_reloads_keeping_identity() {
     scope.spill(&a).expect("spill a again");
     scope.remove(&a).expect("remove a");
     assert!(st.names().expect("names").is_empty(), "{:?}", st.names());
+    // Larger than the whole host tier: refused, and nothing is spilled for
+    // it.
+    let e = scope.add("huge", Tensor::from_f32(vec![4096], vec![0.0; 4096]).expect("tensor")).expect_err("over the budget");
+    assert!(e.to_string().contains("more than the whole 8192-byte budget"), "{e}");
+    assert_eq!(scope.tier(&c), Some(Tier::Host));
 }
 
 #[test]
