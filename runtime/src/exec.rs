@@ -18,7 +18,7 @@ use rayon::prelude::*;
 
 /// Chunks per worker thread: more than one, so that a worker finishing early
 /// can steal, and few enough that per-chunk overhead stays negligible.
-pub const CHUNKS_PER_THREAD: usize = 4;
+const CHUNKS_PER_THREAD: usize = 4;
 
 /// Splits the rows of CSR `offsets` into at most `parts` contiguous, non-empty,
 /// in-order ranges of about equal cost (`degree + 1` per row). Returns no
@@ -65,12 +65,17 @@ pub fn balanced_row_chunks(offsets: &[u64], parts: usize) -> Vec<Range<usize>> {
     chunks
 }
 
+/// The balanced row ranges for the current rayon pool (about four chunks
+/// per thread).
+pub fn row_chunks(offsets: &[u64]) -> Vec<Range<usize>> {
+    balanced_row_chunks(offsets, rayon::current_num_threads().saturating_mul(CHUNKS_PER_THREAD))
+}
+
 /// Runs `f` on balanced row ranges in parallel on the current rayon pool
-/// (about four chunks per thread). Every row is in exactly one call; an
-/// empty graph makes no call.
+/// ([`row_chunks`]). Every row is in exactly one call; an empty graph makes
+/// no call.
 pub fn for_each_row_chunk<F: Fn(Range<usize>) + Sync>(offsets: &[u64], f: F) {
-    let parts = rayon::current_num_threads().saturating_mul(CHUNKS_PER_THREAD);
-    balanced_row_chunks(offsets, parts).into_par_iter().for_each(&f);
+    row_chunks(offsets).into_par_iter().for_each(&f);
 }
 
 #[cfg(test)]

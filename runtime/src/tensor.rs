@@ -147,6 +147,14 @@ impl Data<'_> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The elements copied into an owned buffer.
+    pub fn to_buffer(&self) -> Buffer {
+        match self {
+            Data::F32(d) => Buffer::F32(d.to_vec()),
+            Data::F64(d) => Buffer::F64(d.to_vec()),
+        }
+    }
 }
 
 /// An owned, row-major tensor (a kernel output, or a field read from disk).
@@ -226,6 +234,10 @@ impl Spares {
 }
 
 impl MappedBuffer {
+    fn new(map: memmap2::MmapMut, dtype: DType, len: usize, in_file: bool) -> MappedBuffer {
+        MappedBuffer { map: std::mem::ManuallyDrop::new(map), dtype, len, in_file }
+    }
+
     fn data(&self) -> Data<'_> {
         let ptr = self.map.as_ptr();
         // SAFETY: the mapping is page-aligned, holds `len` elements of
@@ -290,15 +302,20 @@ impl Tensor {
         let n = element_count(&shape)?;
         let bytes = n.saturating_mul(dtype.size());
         if bytes >= 4 * HUGE_PAGE {
-            if let Some(mut map) = Spares::take(bytes) {
-                // In parallel, as a fresh mapping's first touches would be.
-                use rayon::prelude::*;
-                map.par_chunks_mut(1 << 20).for_each(|c| c.fill(0));
-                return Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer { map: std::mem::ManuallyDrop::new(map), dtype, len: n, in_file: false }) });
-            }
-            if let Ok(mut map) = memmap2::MmapOptions::new().len(bytes).map_anon() {
-                advise_huge_pages(map.as_mut_ptr(), bytes);
-                return Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer { map: std::mem::ManuallyDrop::new(map), dtype, len: n, in_file: false }) });
+            let map = match Spares::take(bytes) {
+                Some(mut map) => {
+                    // In parallel, as a fresh mapping's first touches would be.
+                    use rayon::prelude::*;
+                    map.par_chunks_mut(1 << 20).for_each(|c| c.fill(0));
+                    Some(map)
+                }
+                None => memmap2::MmapOptions::new().len(bytes).map_anon().ok().map(|mut map| {
+                    advise_huge_pages(map.as_mut_ptr(), bytes);
+                    map
+                }),
+            };
+            if let Some(map) = map {
+                return Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer::new(map, dtype, n, false)) });
             }
         }
         let data = match dtype {
@@ -330,7 +347,7 @@ impl Tensor {
         // SAFETY: the file is unnamed and private to this tensor: nothing
         // else can truncate or write it while it is mapped.
         let map = unsafe { memmap2::MmapOptions::new().len(bytes).map_mut(&file) }.map_err(io)?;
-        Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer { map: std::mem::ManuallyDrop::new(map), dtype, len, in_file: true }) })
+        Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer::new(map, dtype, len, true)) })
     }
 
     /// Whether the elements live in a file mapping.
@@ -402,13 +419,7 @@ impl Tensor {
     pub fn into_parts(self) -> (Vec<usize>, Buffer) {
         match self.data {
             Storage::Memory(b) => (self.shape, b),
-            Storage::Mapped(f) => {
-                let b = match f.data() {
-                    Data::F32(d) => Buffer::F32(d.to_vec()),
-                    Data::F64(d) => Buffer::F64(d.to_vec()),
-                };
-                (self.shape, b)
-            }
+            Storage::Mapped(f) => (self.shape, f.data().to_buffer()),
         }
     }
 
@@ -514,11 +525,7 @@ impl<'a> TensorView<'a> {
     }
 
     pub fn to_tensor(&self) -> Tensor {
-        let data = match self.data {
-            Data::F32(d) => Buffer::F32(d.to_vec()),
-            Data::F64(d) => Buffer::F64(d.to_vec()),
-        };
-        Tensor { shape: self.shape.clone(), data: Storage::Memory(data) }
+        Tensor { shape: self.shape.clone(), data: Storage::Memory(self.data.to_buffer()) }
     }
 }
 

@@ -274,9 +274,8 @@ impl ParamPartials {
                 .filter(|w| matches!(w, Work::Block(_, r) if !r.is_empty()))
                 .collect();
         }
-        let parts = rayon::current_num_threads().saturating_mul(tiga_runtime::exec::CHUNKS_PER_THREAD);
         let mut work = Vec::new();
-        for rows in tiga_runtime::balanced_row_chunks(offsets, parts) {
+        for rows in tiga_runtime::exec::row_chunks(offsets) {
             let mut s = rows.start;
             if self.split {
                 for r in rows.clone() {

@@ -25,6 +25,8 @@
 
 use std::cell::Cell;
 use std::path::PathBuf;
+
+use tiga_runtime::storage::tensors::spill_dir_from_env;
 use std::sync::Arc;
 
 use tiga_runtime::storage::{BuildOptions, GfgBuilder, GfgFile};
@@ -60,7 +62,7 @@ pub(crate) fn output_spill_dir(bytes: u64) -> Option<PathBuf> {
     if bytes <= budget {
         return None;
     }
-    Some(std::env::var_os("TIGA_SPILL_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir))
+    Some(spill_dir_from_env().unwrap_or_else(std::env::temp_dir))
 }
 
 /// Bytes a CSR graph holds in memory.
@@ -163,9 +165,8 @@ fn stream_to_disk(
 ) -> Result<AnyGraph> {
     let n = SPILL_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = format!("graph-{}-{n}.gfg", std::process::id());
-    let (dir, path) = match std::env::var_os("TIGA_SPILL_DIR") {
+    let (dir, path) = match spill_dir_from_env() {
         Some(d) => {
-            let d = PathBuf::from(d);
             std::fs::create_dir_all(&d).map_err(|e| Error::Call(format!("TIGA_SPILL_DIR {}: {e}", d.display())))?;
             (None, d.join(name))
         }

@@ -280,13 +280,13 @@ struct Stream<'s, 'a> {
     depth: usize,
     pages: Vec<PageState<'a>>,
     cursor: Mutex<Cursor>,
-    /// Pages before this one are released (the lock orders releases).
-    released: Mutex<usize>,
-    /// The same number, read without the lock: pieces are handed out only
-    /// up to the page after it, so at most two pages are mapped while
-    /// their rows run (a worker that stalled on one piece holds the others
-    /// back, rather than letting pages pile up behind it).
+    /// Pages before this one are released. Pieces are handed out only up
+    /// to the page after it, so at most two pages are mapped while their
+    /// rows run (a worker that stalled on one piece holds the others back,
+    /// rather than letting pages pile up behind it).
     first_held: AtomicUsize,
+    /// Taken while releasing, so that pages are released in order.
+    releasing: Mutex<()>,
     runner: &'s RowRunner<'s>,
     fields: SharedFields,
     /// Outputs with a row per page row: (address, bytes per row).
@@ -484,11 +484,12 @@ impl<'a> Stream<'_, 'a> {
     /// which reaches below its page ([`GfgFile::release_page`]).
     fn finished(&self, p: usize) {
         self.pages[p].done.store(true, Ordering::Release);
-        let Ok(mut r) = self.released.lock() else { return };
-        while *r < self.pages.len() && self.pages[*r].done.load(Ordering::Acquire) {
-            self.release(*r);
-            *r += 1;
-            self.first_held.store(*r, Ordering::Release);
+        let Ok(_order) = self.releasing.lock() else { return };
+        let mut r = self.first_held.load(Ordering::Acquire);
+        while r < self.pages.len() && self.pages[r].done.load(Ordering::Acquire) {
+            self.release(r);
+            r += 1;
+            self.first_held.store(r, Ordering::Release);
         }
     }
 
@@ -643,8 +644,8 @@ impl Kernel {
                 .map(|_| PageState { state: Mutex::new(Held::Pending), left: AtomicUsize::new(0), done: AtomicBool::new(false) })
                 .collect(),
             cursor: Mutex::new(Cursor::default()),
-            released: Mutex::new(0),
             first_held: AtomicUsize::new(0),
+            releasing: Mutex::new(()),
             runner: &runner,
             fields: SharedFields(field_ptrs.as_ptr()),
             touch: SharedRows(touch),

@@ -926,17 +926,11 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         let keep: Vec<bool> = stats.outputs.iter().map(|o| abar_index(&o.name).is_none() || bound.contains(&o.name)).collect();
         if keep.iter().any(|k| !k) {
             if let Some(node) = &mut stats.node {
-                let mut i = 0;
-                node.outputs.retain(|_| {
-                    i += 1;
-                    keep.get(i - 1).copied().unwrap_or(true)
-                });
+                let mut kept = keep.iter();
+                node.outputs.retain(|_| kept.next().copied().unwrap_or(true));
             }
-            let mut i = 0;
-            stats.outputs.retain(|_| {
-                i += 1;
-                keep.get(i - 1).copied().unwrap_or(true)
-            });
+            let mut kept = keep.iter();
+            stats.outputs.retain(|_| kept.next().copied().unwrap_or(true));
             notes.push("no `node`: the aggregate's cotangent is the output's; later stages read it directly, the stats stage does not copy it".into());
         }
     }

@@ -94,6 +94,12 @@ pub const TENSOR_EXT: &str = "tensor";
 /// The environment variable naming a spill directory that outlives the process.
 pub const SPILL_DIR_ENV: &str = "TIGA_SPILL_DIR";
 
+/// `TIGA_SPILL_DIR` when set and not empty: where whatever tiga spills goes
+/// when it is to outlive the process.
+pub fn spill_dir_from_env() -> Option<PathBuf> {
+    std::env::var_os(SPILL_DIR_ENV).filter(|d| !d.is_empty()).map(PathBuf::from)
+}
+
 const CODE_F32: u8 = 3;
 const CODE_F64: u8 = 4;
 
@@ -265,9 +271,9 @@ impl TensorStore {
     /// `TIGA_SPILL_DIR` when set and not empty (tensors outlive the
     /// process), else [`TensorStore::process`].
     pub fn from_env() -> Result<TensorStore> {
-        match std::env::var_os(SPILL_DIR_ENV) {
-            Some(d) if !d.is_empty() => TensorStore::at(PathBuf::from(d)),
-            _ => TensorStore::process(),
+        match spill_dir_from_env() {
+            Some(d) => TensorStore::at(d),
+            None => TensorStore::process(),
         }
     }
 
