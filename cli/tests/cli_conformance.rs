@@ -11,8 +11,9 @@
 //! check per graph makes sure that order is the one this file wrote.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
+
+use tiga::compiler::bind::{field_shape, Extents};
 use tiga::compiler::ir::{Role, Type};
 use tiga::{DType, Graph, Inputs, Kernel, Tensor};
 use tiga_runtime::{read_npy, write_npy};
@@ -33,26 +34,6 @@ const KERNELS: [&str; 10] = [
     "Top2Sum",
     "EdgeGate",
 ];
-
-fn tigac(dir: &Path, args: &[String]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tigac")).current_dir(dir).args(args).output().expect("spawn tigac")
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn uniform(&mut self) -> f64 {
-        (self.next() % 1_000_000) as f64 / 500_000.0 - 1.0
-    }
-}
 
 /// A graph file and what it holds: the edges `(src, dst)` in line order.
 struct GraphFile {
@@ -179,22 +160,11 @@ fn one_node_no_edges() -> GraphFile {
 
 /// The kernel's fields for this graph and width, as (role, name, shape, data).
 fn make_fields(k: &Kernel, g: &GraphFile, f: usize, rng: &mut Rng) -> Vec<(Role, String, Vec<usize>, Vec<f64>)> {
+    let e = Extents { num_src: g.num_src, num_dst: g.num_dst, num_edges: g.edges.len() };
     k.fields()
         .iter()
         .map(|fd| {
-            let rows = match fd.role {
-                Role::Src => Some(g.num_src),
-                Role::Dst => Some(g.num_dst),
-                Role::Edge => Some(g.edges.len()),
-                Role::Param => None,
-            };
-            let shape = match (rows, fd.ty) {
-                (Some(n), Type::Scalar) => vec![n],
-                (Some(n), _) => vec![n, f],
-                (None, Type::Scalar) => vec![1],
-                (None, Type::Vector(_)) => vec![f],
-                (None, _) => vec![f, f],
-            };
+            let shape = field_shape(fd.role, fd.ty, &e, |_| f);
             let len = shape.iter().product();
             (fd.role, fd.name.clone(), shape, (0..len).map(|_| rng.uniform()).collect())
         })

@@ -6,14 +6,10 @@ use std::path::Path;
 
 use tiga::TensorView;
 use tiga_runtime::storage::{save_gfg, FieldRole, GfgFile};
-use tiga_runtime::{read_edge_list, read_matrix_market, write_npy, Graph};
+use tiga_runtime::{read_edge_list, read_matrix_market, Graph};
 
 mod common;
 use common::*;
-
-fn npy_f32(path: &Path, shape: &[usize], data: &[f32]) {
-    write_npy(path, &TensorView::from_slice_f32(shape.to_vec(), data).expect("shape")).expect("write npy");
-}
 
 fn lcg(seed: &mut u64) -> u64 {
     *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);

@@ -3,7 +3,7 @@
 //! runtime facade and `tigac`, so they all reject the same calls with the same
 //! words.
 
-use crate::ir::{Kernel, Role, Type};
+use crate::ir::{Kernel, Role, Type, WidthId};
 
 /// The sizes a call sees: node and edge counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +46,19 @@ pub fn expected_shape(k: &Kernel, field: usize, e: &Extents) -> String {
         (None, Type::Matrix(r, c)) => format!("[{}, {}]", w(r), w(c)),
         _ => "?".to_string(),
     }
+}
+
+/// The shape a field of this role and type has on a graph of these extents,
+/// each width symbol `w` being `width(w)` (a scalar parameter as `[1]`).
+pub fn field_shape(role: Role, ty: Type, e: &Extents, width: impl Fn(WidthId) -> usize) -> Vec<usize> {
+    let mut shape: Vec<usize> = rows_for(role, e).map(|(n, _)| n).into_iter().collect();
+    match ty {
+        Type::Vector(x) => shape.push(width(x)),
+        Type::Matrix(r, c) => shape.extend([width(r), width(c)]),
+        _ if shape.is_empty() => shape.push(1),
+        _ => {}
+    }
+    shape
 }
 
 /// Solve the widths from `shapes` (one per field, in declaration order) and

@@ -2,12 +2,12 @@
 //! outputs (bit for bit) for every kernel of gnn.rs, for page sizes from one
 //! row to the whole graph, prefetch 0 to 4, with fields in RAM and on disk.
 
-use tiga::compiler::ir::{Role, Type};
+use tiga::compiler::ir::Role;
 use tiga::runtime::storage::{save_gfg, GfgFile};
 use tiga::{Graph, Inputs, Kernel, PageOptions, Tensor};
 
 mod common;
-use common::{disk_fields, params_only, random_edges, Rng};
+use common::{disk_fields, field_shape, params_only, random_edges, Rng};
 
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 
@@ -28,17 +28,7 @@ fn paged_equals_in_memory() {
             .fields()
             .iter()
             .map(|fd| {
-                let rows = match fd.role {
-                    Role::Src | Role::Dst => n,
-                    Role::Edge => g.num_edges(),
-                    Role::Param => 0,
-                };
-                let shape = match (fd.role, fd.ty) {
-                    (Role::Param, Type::Vector(_)) => vec![f],
-                    (Role::Param, _) => vec![1],
-                    (_, Type::Scalar) => vec![rows],
-                    _ => vec![rows, f],
-                };
+                let shape = field_shape(fd.role, fd.ty, &g, f);
                 let len: usize = shape.iter().product();
                 let data: Vec<f32> = (0..len).map(|_| (rng.next() % 2000) as f32 / 1000.0 - 1.0).collect();
                 (fd.role, fd.name.clone(), Tensor::from_f32(shape, data).expect("tensor"))
@@ -99,18 +89,7 @@ fn paged_vjp_equals_in_memory() {
             .fields()
             .iter()
             .map(|fd| {
-                let rows = match fd.role {
-                    Role::Src | Role::Dst => n,
-                    Role::Edge => g.num_edges(),
-                    Role::Param => 0,
-                };
-                let shape = match (fd.role, fd.ty) {
-                    (Role::Param, Type::Vector(_)) => vec![f],
-                    (Role::Param, Type::Matrix(..)) => vec![f, f],
-                    (Role::Param, _) => vec![1],
-                    (_, Type::Scalar) => vec![rows],
-                    _ => vec![rows, f],
-                };
+                let shape = field_shape(fd.role, fd.ty, &g, f);
                 let len: usize = shape.iter().product();
                 let data: Vec<f64> = (0..len).map(|_| (rng.next() % 2000) as f64 / 1000.0 - 1.0).collect();
                 (fd.role, fd.name.clone(), Tensor::from_f64(shape, data).expect("tensor"))

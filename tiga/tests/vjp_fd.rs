@@ -8,18 +8,13 @@ use tiga::compiler::ir::Role;
 use tiga::{Graph, Inputs, Kernel, Tensor};
 
 mod common;
-use common::{field_shape, Rng};
+use common::{field_shape, random_edges, Rng};
 
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 const REDUCERS: &str = include_str!("../../examples/kernels/reducers.rs");
 
 fn random_graph(rng: &mut Rng, ns: usize, nd: usize, ne: usize) -> Graph {
-    let mut src = Vec::new();
-    let mut dst = Vec::new();
-    for _ in 0..ne {
-        src.push((rng.next() % ns as u64) as u32);
-        dst.push((rng.next() % (nd as u64 - 1).max(1)) as u32);
-    }
+    let (mut src, mut dst) = random_edges(rng, ns, (nd - 1).max(1), ne);
     if ne > 2 {
         src.push(src[0]);
         dst.push(dst[0]);

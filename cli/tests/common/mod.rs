@@ -8,13 +8,18 @@ use std::process::{Command, Output};
 use tiga::TensorView;
 use tiga_runtime::write_npy;
 
+#[path = "../../../compiler/tests/common/rng.rs"]
+mod rng;
+#[allow(unused_imports)]
+pub use rng::Rng;
+
 pub const GNN: &str = include_str!("../../../examples/kernels/gnn.rs");
 
 pub fn gnn_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kernels/gnn.rs")
 }
 
-pub fn tigac(dir: &Path, args: &[&str]) -> Output {
+pub fn tigac<S: AsRef<std::ffi::OsStr>>(dir: &Path, args: &[S]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tigac")).current_dir(dir).args(args).output().expect("spawn tigac")
 }
 

@@ -3,25 +3,14 @@
 //! fields into what goes in a `.gfg` file and what stays in RAM.
 #![allow(dead_code)]
 
+use tiga::compiler::bind::Extents;
 use tiga::compiler::ir::{Role, Type};
 use tiga::runtime::storage::FieldRole;
 use tiga::{Graph, Inputs, Tensor, TensorView};
 
-/// xorshift64: the same numbers on every machine.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    /// Uniform in [-1, 1).
-    pub fn uniform(&mut self) -> f64 {
-        (self.next() % 1_000_000) as f64 / 500_000.0 - 1.0
-    }
-}
+#[path = "../../../compiler/tests/common/rng.rs"]
+mod rng;
+pub use rng::Rng;
 
 /// `m` random edges: sources below `num_src`, destinations below
 /// `dst_below` (so the rows from there on stay empty).
@@ -36,19 +25,8 @@ pub fn random_edges(rng: &mut Rng, num_src: usize, dst_below: usize, m: usize) -
 
 /// The shape of a field of this role and type on `g`, vectors `f` wide.
 pub fn field_shape(role: Role, ty: Type, g: &Graph, f: usize) -> Vec<usize> {
-    let rows = match role {
-        Role::Src => Some(g.num_src()),
-        Role::Dst => Some(g.num_dst()),
-        Role::Edge => Some(g.num_edges()),
-        Role::Param => None,
-    };
-    match (rows, ty) {
-        (Some(n), Type::Scalar) => vec![n],
-        (Some(n), _) => vec![n, f],
-        (None, Type::Scalar) => vec![1],
-        (None, Type::Matrix(..)) => vec![f, f],
-        (None, _) => vec![f],
-    }
+    let e = Extents { num_src: g.num_src(), num_dst: g.num_dst(), num_edges: g.num_edges() };
+    tiga::compiler::bind::field_shape(role, ty, &e, |_| f)
 }
 
 /// The node and edge fields of a call, as `.gfg` fields.
