@@ -4,7 +4,7 @@
 
 use tiga_compiler::front::parse_kernel_file;
 use tiga_compiler::interp::{interpret, Array};
-use tiga_compiler::loops::{eval::eval_loop_kernel, schedule};
+use tiga_compiler::loops::{eval::eval_loop_kernel, for_each_stmt, schedule};
 use tiga_compiler::passes::run_pipeline;
 
 mod common;
@@ -53,17 +53,8 @@ fn never_nan_finds_accumulators() {
         let nn = never_nan(&lk);
         let mut maxes = 0;
         let mut field_loads = 0;
-        fn walk(s: &[Stmt], f: &mut dyn FnMut(&Stmt)) {
-            for st in s {
-                if let Stmt::Loop { body, .. } = st {
-                    walk(body, f);
-                } else {
-                    f(st);
-                }
-            }
-        }
         for part in [&lk.init, &lk.body, &lk.finish] {
-            walk(part, &mut |st| match st {
+            for_each_stmt(part, &mut |st| match st {
                 Stmt::Set(v, Inst::Binary(tiga_compiler::ir::BinOp::Max, a, b)) => {
                     maxes += 1;
                     assert!(nn[a.0 as usize] || nn[b.0 as usize], "{name}: max v{}, v{}", a.0, b.0);

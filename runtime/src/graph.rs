@@ -254,83 +254,17 @@ impl Graph {
         neighbors: &[Vec<i64>],
         periodic: bool,
     ) -> Result<Graph, GraphError> {
-        let (n, max_edges) = Graph::stencil_size(shape, neighbors)?;
+        let plan = StencilPlan::new(shape, neighbors, periodic)?;
+        let n = plan.nodes();
         let mut offsets = Vec::with_capacity(n + 1);
         offsets.push(0u64);
-        let mut cols = Vec::with_capacity(max_edges);
-        Graph::stencil_rows(shape, neighbors, periodic, |row| {
+        let mut cols = Vec::with_capacity(plan.max_edges());
+        let Ok(()) = plan.rows(|row| -> Result<(), std::convert::Infallible> {
             cols.extend_from_slice(row);
             offsets.push(cols.len() as u64);
-            true
-        })?;
+            Ok(())
+        });
         Ok(Graph { num_src: n, num_dst: n, offsets, cols, edge_ids: None, derived: Derived::default() })
-    }
-
-    /// A stencil's node count and its most edges (nodes × offsets), checked
-    /// against the limits `stencil` enforces.
-    pub fn stencil_size(shape: &[usize], neighbors: &[Vec<i64>]) -> Result<(usize, usize), GraphError> {
-        if shape.is_empty() {
-            return Err(GraphError::StencilEmptyShape);
-        }
-        for (index, d) in neighbors.iter().enumerate() {
-            if d.len() != shape.len() {
-                return Err(GraphError::StencilOffsetDims { index, expected: shape.len(), actual: d.len() });
-            }
-        }
-        let n = shape
-            .iter()
-            .try_fold(1usize, |acc, &s| acc.checked_mul(s))
-            .filter(|&n| n <= MAX_NODES)
-            .ok_or_else(|| GraphError::StencilTooLarge { shape: shape.to_vec() })?;
-        let max_edges = n
-            .checked_mul(neighbors.len())
-            .ok_or_else(|| GraphError::StencilTooManyEdges { shape: shape.to_vec(), offsets: neighbors.len() })?;
-        Ok((n, max_edges))
-    }
-
-    /// The rows of [`Graph::stencil`] in order, each as its columns (the
-    /// neighbours in `neighbors` order), without holding the graph: what a
-    /// builder that streams to disk reads. `row` returns `false` to stop.
-    /// Returns the node count.
-    pub fn stencil_rows(
-        shape: &[usize],
-        neighbors: &[Vec<i64>],
-        periodic: bool,
-        mut row: impl FnMut(&[u32]) -> bool,
-    ) -> Result<usize, GraphError> {
-        let (n, _) = Graph::stencil_size(shape, neighbors)?;
-        let mut cols = Vec::with_capacity(neighbors.len());
-        let mut coord = vec![0usize; shape.len()];
-        for _ in 0..n {
-            cols.clear();
-            'offset: for d in neighbors {
-                let mut id: usize = 0;
-                for ((&c, &s), &dk) in coord.iter().zip(shape).zip(d) {
-                    let target = c as i128 + dk as i128;
-                    let wrapped = if periodic {
-                        target.rem_euclid(s as i128)
-                    } else if target < 0 || target >= s as i128 {
-                        continue 'offset;
-                    } else {
-                        target
-                    };
-                    id = id * s + wrapped as usize;
-                }
-                cols.push(id as u32);
-            }
-            if !row(&cols) {
-                break;
-            }
-            // Advance the row-major coordinate, last dimension fastest.
-            for k in (0..shape.len()).rev() {
-                coord[k] += 1;
-                if coord[k] < shape[k] {
-                    break;
-                }
-                coord[k] = 0;
-            }
-        }
-        Ok(n)
     }
 
     /// The 4-neighbour grid (up, down, left, right), the common case of
@@ -473,6 +407,85 @@ fn scatter_by_row(
     }
     let identity = ids.iter().enumerate().all(|(p, &id)| id == p as u64);
     (cols, if identity { None } else { Some(ids) })
+}
+
+/// A stencil of [`Graph::stencil`], checked against its limits: its node
+/// count, its most edges (nodes × offsets), and its rows in order without
+/// holding the graph (what a builder that streams to disk reads).
+#[derive(Clone, Debug)]
+pub struct StencilPlan<'a> {
+    shape: &'a [usize],
+    neighbors: &'a [Vec<i64>],
+    periodic: bool,
+    nodes: usize,
+    max_edges: usize,
+}
+
+impl<'a> StencilPlan<'a> {
+    pub fn new(shape: &'a [usize], neighbors: &'a [Vec<i64>], periodic: bool) -> Result<StencilPlan<'a>, GraphError> {
+        if shape.is_empty() {
+            return Err(GraphError::StencilEmptyShape);
+        }
+        for (index, d) in neighbors.iter().enumerate() {
+            if d.len() != shape.len() {
+                return Err(GraphError::StencilOffsetDims { index, expected: shape.len(), actual: d.len() });
+            }
+        }
+        let nodes = shape
+            .iter()
+            .try_fold(1usize, |acc, &s| acc.checked_mul(s))
+            .filter(|&n| n <= MAX_NODES)
+            .ok_or_else(|| GraphError::StencilTooLarge { shape: shape.to_vec() })?;
+        let max_edges = nodes
+            .checked_mul(neighbors.len())
+            .ok_or_else(|| GraphError::StencilTooManyEdges { shape: shape.to_vec(), offsets: neighbors.len() })?;
+        Ok(StencilPlan { shape, neighbors, periodic, nodes, max_edges })
+    }
+
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// Nodes × offsets: the edge count without borders.
+    pub fn max_edges(&self) -> usize {
+        self.max_edges
+    }
+
+    /// Calls `row` on each row in order, as its columns (the neighbours in
+    /// `neighbors` order); the first error stops it.
+    pub fn rows<E>(&self, mut row: impl FnMut(&[u32]) -> Result<(), E>) -> Result<(), E> {
+        let shape = self.shape;
+        let mut cols = Vec::with_capacity(self.neighbors.len());
+        let mut coord = vec![0usize; shape.len()];
+        for _ in 0..self.nodes {
+            cols.clear();
+            'offset: for d in self.neighbors {
+                let mut id: usize = 0;
+                for ((&c, &s), &dk) in coord.iter().zip(shape).zip(d) {
+                    let target = c as i128 + dk as i128;
+                    let wrapped = if self.periodic {
+                        target.rem_euclid(s as i128)
+                    } else if target < 0 || target >= s as i128 {
+                        continue 'offset;
+                    } else {
+                        target
+                    };
+                    id = id * s + wrapped as usize;
+                }
+                cols.push(id as u32);
+            }
+            row(&cols)?;
+            // Advance the row-major coordinate, last dimension fastest.
+            for k in (0..shape.len()).rev() {
+                coord[k] += 1;
+                if coord[k] < shape[k] {
+                    break;
+                }
+                coord[k] = 0;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

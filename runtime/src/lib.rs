@@ -26,7 +26,7 @@ pub mod storage;
 pub mod tensor;
 
 pub use exec::{balanced_row_chunks, for_each_row_chunk};
-pub use graph::{Graph, GraphError, MAX_NODES};
+pub use graph::{Graph, GraphError, StencilPlan, MAX_NODES};
 pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_matrix_market};
 pub use npy::{encode_npy, parse_npy, read_npy, write_npy, NpyError};
 pub use storage::{

@@ -293,20 +293,37 @@ impl Scope {
     /// Save the value of every tensor of the scope, wherever it lives, as
     /// snapshot `name` of the scope's store (see
     /// [`TensorStore::save_snapshot`]: a save over an older snapshot of that
-    /// name replaces it only once complete). Spilled tensors are read back
-    /// one at a time to be written; nothing moves between tiers.
+    /// name replaces it only once complete). Spilled tensors are checked,
+    /// then written from their file mapping, not read into memory; nothing
+    /// moves between tiers.
     pub fn snapshot(&self, name: &str) -> Result<Snapshot> {
         let st = self.lock();
-        let mut values: Vec<(&str, Arc<Tensor>)> = Vec::with_capacity(st.entries.len());
-        // Host tensors are shared, spilled ones loaded (checksum checked).
-        for (n, e) in &st.entries {
-            let t = match &e.place {
-                Place::Host(t) => t.clone(),
-                Place::Disk(s) => Arc::new(s.load().map_err(|er| Error::Call(format!("snapshot `{name}`: {er}")))?),
-            };
-            values.push((n.as_str(), t));
+        enum Value {
+            Host(Arc<Tensor>),
+            Disk(tiga_runtime::MappedTensor),
         }
-        let views: Vec<(&str, tiga_runtime::TensorView<'_>)> = values.iter().map(|(n, t)| (*n, t.view())).collect();
+        let mut values: Vec<(&str, Value)> = Vec::with_capacity(st.entries.len());
+        // Host tensors are shared; spilled ones are checked against their
+        // checksum, then mapped (not read into memory all at once).
+        for (n, e) in &st.entries {
+            let v = match &e.place {
+                Place::Host(t) => Value::Host(t.clone()),
+                Place::Disk(s) => {
+                    let err = |er: tiga_runtime::TensorStoreError| Error::Call(format!("snapshot `{name}`: {er}"));
+                    let m = s.view_mapped().map_err(err)?;
+                    m.verify().map_err(err)?;
+                    Value::Disk(m)
+                }
+            };
+            values.push((n.as_str(), v));
+        }
+        let views: Vec<(&str, tiga_runtime::TensorView<'_>)> = values
+            .iter()
+            .map(|(n, v)| match v {
+                Value::Host(t) => (*n, t.view()),
+                Value::Disk(m) => (*n, m.view()),
+            })
+            .collect();
         self.store.save_snapshot(name, &views).map_err(|e| Error::Call(format!("snapshot `{name}`: {e}")))
     }
 

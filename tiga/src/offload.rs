@@ -25,12 +25,11 @@
 
 use std::cell::Cell;
 use std::path::PathBuf;
-
-use tiga_runtime::storage::tensors::spill_dir_from_env;
 use std::sync::Arc;
 
+use tiga_runtime::storage::tensors::spill_dir_from_env;
 use tiga_runtime::storage::{BuildOptions, GfgBuilder, GfgFile};
-use tiga_runtime::{Graph, TensorView};
+use tiga_runtime::{Graph, StencilPlan, TensorView};
 
 use crate::call::{Inputs, Outputs};
 use crate::vjp::Gradients;
@@ -216,27 +215,18 @@ pub mod build {
         offload(Graph::from_csr(num_src, num_dst, offsets, cols)?)
     }
     pub fn stencil(shape: &[usize], neighbors: &[Vec<i64>], periodic: bool) -> Result<AnyGraph> {
-        let (n, max_edges) = Graph::stencil_size(shape, neighbors)?;
+        let plan = StencilPlan::new(shape, neighbors, periodic)?;
+        let n = plan.nodes();
         match ram_budget() {
-            Some(budget) if csr_bytes(n, max_edges, false) > budget => stream_to_disk(n, n, budget, |b| {
+            Some(budget) if csr_bytes(n, plan.max_edges(), false) > budget => stream_to_disk(n, n, budget, |b| {
                 let mut d = 0u32;
-                let mut failed = None;
-                Graph::stencil_rows(shape, neighbors, periodic, |row| {
+                plan.rows(|row| {
                     for &s in row {
-                        if let Err(e) = b.push(s, d) {
-                            failed = Some(e);
-                            return false;
-                        }
+                        b.push(s, d)?;
                     }
                     d += 1;
-                    true
+                    Ok(())
                 })
-                .map_err(|e| tiga_runtime::storage::GfgError::Corrupt {
-                    path: "stencil".into(),
-                    section: "stencil".into(),
-                    message: e.to_string(),
-                })?;
-                failed.map_or(Ok(()), Err)
             }),
             _ => offload(Graph::stencil(shape, neighbors, periodic)?),
         }

@@ -84,26 +84,30 @@ impl Target<'_> {
 /// Each edge's position within its forward destination row, indexed by the
 /// edge's user index, in the call's dtype.
 fn ranks_tensor(offsets: &[u64], ids: Option<&[u64]>, num_edges: usize, dtype: DType) -> Result<Tensor> {
-    let mut ranks = vec![0f64; num_edges];
-    for w in offsets.windows(2) {
-        let (s, t) = (w[0] as usize, w[1] as usize);
-        if dtype == DType::F32 && t - s > (1 << 24) {
-            return Err(Error::Call(
-                "a row has more than 2^24 edges: the f32 backward of max/min cannot name its winning edge exactly; run in f64".into(),
-            ));
-        }
-        for p in s..t {
-            let id = ids.map(|v| v[p] as usize).unwrap_or(p);
-            if let Some(r) = ranks.get_mut(id) {
-                *r = (p - s) as f64;
+    if dtype == DType::F32 && offsets.windows(2).any(|w| w[1] - w[0] > (1 << 24)) {
+        return Err(Error::Call(
+            "a row has more than 2^24 edges: the f32 backward of max/min cannot name its winning edge exactly; run in f64".into(),
+        ));
+    }
+    let mut ranks = Tensor::zeros(dtype, vec![num_edges]).map_err(|er| Error::Call(er.to_string()))?;
+    // Written in place, in the call's dtype (a rank below 2^24 is exact in
+    // f32).
+    fn fill<T>(ranks: &mut [T], offsets: &[u64], ids: Option<&[u64]>, rank: impl Fn(usize) -> T) {
+        for w in offsets.windows(2) {
+            let (s, t) = (w[0] as usize, w[1] as usize);
+            for p in s..t {
+                let id = ids.map(|v| v[p] as usize).unwrap_or(p);
+                if let Some(r) = ranks.get_mut(id) {
+                    *r = rank(p - s);
+                }
             }
         }
     }
-    match dtype {
-        DType::F32 => Tensor::from_f32(vec![num_edges], ranks.iter().map(|&x| x as f32).collect()),
-        DType::F64 => Tensor::from_f64(vec![num_edges], ranks),
+    match ranks.data_mut() {
+        DataMut::F32(d) => fill(d, offsets, ids, |r| r as f32),
+        DataMut::F64(d) => fill(d, offsets, ids, |r| r as f64),
     }
-    .map_err(|er| Error::Call(er.to_string()))
+    Ok(ranks)
 }
 
 fn add_tensors(a: &mut Tensor, b: &Tensor) {

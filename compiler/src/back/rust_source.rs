@@ -16,7 +16,7 @@
 use std::fmt::Write as _;
 
 use crate::ir::{BinOp, CmpOp, DType, Role, Type, UnOp};
-use crate::loops::{Addr, Inst, LoopKernel, LoopVar, Stmt, Var, VarKind};
+use crate::loops::{for_each_stmt, Addr, Inst, LoopKernel, LoopVar, Stmt, Var, VarKind};
 
 /// Widths the macro compiles ahead of time, for kernels with one width
 /// symbol (other widths, and kernels with several symbols, use the JIT).
@@ -211,20 +211,13 @@ const PREFETCH_MIN_ROW_BYTES: usize = 256;
 fn prefetched_rows(e: &Emitter<'_>, dtype: DType) -> Result<Vec<(usize, usize, usize)>, RustSourceError> {
     let k = e.k;
     let mut read = vec![false; k.fields.len()];
-    fn walk(list: &[Stmt], read: &mut [bool]) {
-        for st in list {
-            match st {
-                Stmt::Set(_, Inst::Load(Addr::Field { field, .. })) => {
-                    if let Some(r) = read.get_mut(field.0 as usize) {
-                        *r = true;
-                    }
-                }
-                Stmt::Loop { body, .. } => walk(body, read),
-                _ => {}
+    for_each_stmt(&k.body, &mut |st| {
+        if let Stmt::Set(_, Inst::Load(Addr::Field { field, .. })) = st {
+            if let Some(r) = read.get_mut(field.0 as usize) {
+                *r = true;
             }
         }
-    }
-    walk(&k.body, &mut read);
+    });
     let mut out = Vec::new();
     for (f, fd) in k.fields.iter().enumerate() {
         if fd.role != Role::Src || !read[f] {

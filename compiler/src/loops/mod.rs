@@ -31,6 +31,17 @@ use crate::ir::{BinOp, CmpOp, FieldDecl, FieldId, OutputDecl, UnOp, WidthDecl, W
 pub use never_nan::never_nan;
 pub use schedule::{schedule, ScheduleError};
 
+/// Calls `f` on every statement of `list` that is not a loop, the bodies
+/// of nested loops included, in program order.
+pub fn for_each_stmt(list: &[Stmt], f: &mut impl FnMut(&Stmt)) {
+    for st in list {
+        match st {
+            Stmt::Loop { body, .. } => for_each_stmt(body, f),
+            other => f(other),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Var(pub u32);
 

@@ -3,7 +3,7 @@
 //! be NaN, instead of the NaN-aware form (compare, select, NaN test,
 //! select) that matches Rust's `max`/`min` on any input.
 
-use super::{Addr, Inst, LoopKernel, Stmt};
+use super::{for_each_stmt, Addr, Inst, LoopKernel, Stmt};
 use crate::ir::{BinOp, UnOp};
 
 /// `result[v]` is true when variable `v` is never NaN, whatever the inputs.
@@ -25,7 +25,7 @@ pub fn never_nan(k: &LoopKernel) -> Vec<bool> {
     while changed {
         changed = false;
         for part in [&k.init, &k.body, &k.finish] {
-            visit_defs(part, &mut |st| match st {
+            for_each_stmt(part, &mut |st| match st {
                 Stmt::Set(x, i) => {
                     let v = |y: &super::Var| vars.get(y.0 as usize).copied().unwrap_or(false);
                     let ok = match i {
@@ -65,12 +65,3 @@ pub fn never_nan(k: &LoopKernel) -> Vec<bool> {
     vars
 }
 
-/// Calls `f` on every `Set` and `Store`, loops included.
-fn visit_defs(s: &[Stmt], f: &mut impl FnMut(&Stmt)) {
-    for st in s {
-        match st {
-            Stmt::Loop { body, .. } => visit_defs(body, f),
-            other => f(other),
-        }
-    }
-}

@@ -411,9 +411,12 @@ impl GfgFile {
     /// the resident set: the end of a paged run, which leaves behind at most
     /// what its last page's faults mapped past its end.
     pub fn release_adjacency(&self) {
-        for name in ["offsets", "cols", "edge_ids", "t_offsets", "t_cols", "t_edge_ids"] {
-            if let Ok(k) = self.inner.section_index(name) {
-                self.inner.advise(k, 0..usize::MAX, Advice::Done);
+        for side in [Side::Forward, Side::Transposed] {
+            let (o, c, e) = side.names();
+            for name in [o, c, e] {
+                if let Ok(k) = self.inner.section_index(name) {
+                    self.inner.advise(k, 0..usize::MAX, Advice::Done);
+                }
             }
         }
     }

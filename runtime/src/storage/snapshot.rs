@@ -94,6 +94,9 @@ fn member_key(snapshot: &str, generation: u64, member: &str) -> String {
     format!("{snapshot}@{generation}@{member}")
 }
 
+/// A manifest's generation and its members (name, CRC-32).
+type Listing = (u64, Vec<(String, u32)>);
+
 impl TensorStore {
     fn manifest_path(&self, name: &str) -> Result<PathBuf> {
         validate_tensor_name(name)?;
@@ -116,9 +119,9 @@ impl TensorStore {
             // Checked here, before anything is written.
             validate_tensor_name(&member_key(name, u64::MAX, m))?;
         }
-        let generation = match self.read_manifest(name, &manifest) {
-            Ok((g, _)) => g + 1,
-            Err(TensorStoreError::Missing { .. }) => 1,
+        let generation = match self.read_manifest(&manifest) {
+            Ok(Some((g, _))) => g + 1,
+            Ok(None) => 1,
             // A damaged manifest is replaced: its generation is unknown, so
             // the new one starts past every generation on disk.
             Err(_) => self.generations_on_disk(name)?.into_iter().max().unwrap_or(0) + 1,
@@ -154,7 +157,7 @@ impl TensorStore {
     /// (not the data), and checks that each member file is the one saved.
     pub fn open_snapshot(&self, name: &str) -> Result<Snapshot> {
         let manifest = self.manifest_path(name)?;
-        let (generation, listed) = self.read_manifest(name, &manifest)?;
+        let (generation, listed) = self.read_manifest(&manifest)?.ok_or_else(|| self.missing_snapshot(name))?;
         let mut members = Vec::with_capacity(listed.len());
         for (m, crc) in listed {
             let t = self.reattach_lazy(&member_key(name, generation, &m)).map_err(|e| match e {
@@ -204,10 +207,11 @@ impl TensorStore {
         TensorStoreError::Missing { name: name.to_string(), dir: self.dir().display().to_string(), available }
     }
 
-    fn read_manifest(&self, name: &str, path: &Path) -> Result<(u64, Vec<(String, u32)>)> {
+    /// The manifest's generation and members; `None` when there is none.
+    fn read_manifest(&self, path: &Path) -> Result<Option<Listing>> {
         let text = match std::fs::read(path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(self.missing_snapshot(name)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(TensorStoreError::Io { path: path.display().to_string(), source }),
         };
         let corrupt = |message: String| TensorStoreError::Corrupt { path: path.display().to_string(), message };
@@ -233,7 +237,7 @@ impl TensorStore {
             }
             members.push((m.to_string(), crc));
         }
-        Ok((generation, members))
+        Ok(Some((generation, members)))
     }
 
     /// Member files of snapshot `name` in the store, with their generation.

@@ -269,14 +269,10 @@ impl<'a> Translator<'a> {
         let i = row.counter;
         let k = self.k;
         if let (Some(st), Some((rv, cv))) = (&self.key.stencil, coords) {
-            self.cur = Cursor { row: Some(i), deg: None, src: None, edge: None, rank: None };
-            self.stmts(&k.init)?;
-            let (r, c) = (self.b.use_var(rv), self.b.use_var(cv));
-            self.generated_neighbours(st, i, r, c)?;
-            self.cur.src = None;
-            self.cur.edge = None;
-            self.cur.rank = None;
-            self.stmts(&k.finish)?;
+            self.row_pass(i, None, |t| {
+                let (r, c) = (t.b.use_var(rv), t.b.use_var(cv));
+                t.generated_neighbours(st, i, r, c)
+            })?;
             // Next row: c + 1, or column 0 of the next grid row.
             let (r, c) = (self.b.use_var(rv), self.b.use_var(cv));
             let c1 = self.b.ins().iadd_imm_s(c, 1);
@@ -301,17 +297,9 @@ impl<'a> Translator<'a> {
             };
             for start in blocks {
                 self.block_start = start;
-                self.cur = Cursor { row: Some(i), deg: Some(deg), src: None, edge: None, rank: None };
-                self.stmts(&k.init)?;
                 // The edge loop is skipped when the body is empty (a kernel
                 // whose rows need no edges, like an adjoint's row stage).
-                if !k.body.is_empty() {
-                    self.csr_edges(first, end, cols, edge_ids)?;
-                }
-                self.cur.src = None;
-                self.cur.edge = None;
-                self.cur.rank = None;
-                self.stmts(&k.finish)?;
+                self.row_pass(i, Some(deg), |t| if k.body.is_empty() { Ok(()) } else { t.csr_edges(first, end, cols, edge_ids) })?;
             }
             self.block_start = None;
         }
@@ -320,6 +308,20 @@ impl<'a> Translator<'a> {
         let notes = self.notes();
         self.b.finalize(config);
         Ok(notes)
+    }
+
+    /// One pass over row `i`: its `init`, its edges (`edges`), its
+    /// `finish`, with the cursor on the row (and its degree when known
+    /// before the edges).
+    fn row_pass(&mut self, i: Value, deg: Option<Value>, edges: impl FnOnce(&mut Self) -> TResult<()>) -> TResult<()> {
+        let k = self.k;
+        self.cur = Cursor { row: Some(i), deg, src: None, edge: None, rank: None };
+        self.stmts(&k.init)?;
+        edges(self)?;
+        self.cur.src = None;
+        self.cur.edge = None;
+        self.cur.rank = None;
+        self.stmts(&k.finish)
     }
 
     fn notes(&self) -> Vec<String> {
