@@ -3,12 +3,13 @@
 
 #![cfg(feature = "cranelift")]
 
-use std::ops::Range;
-
-use tiga_compiler::back::cranelift::{compile, BackError, Jit, RawArgs, VariantKey};
+use tiga_compiler::back::cranelift::{compile, BackError, Jit, VariantKey};
 use tiga_compiler::interp::{apply_binary, apply_unary};
 use tiga_compiler::ir::{BinOp, CmpOp, DType, FieldDecl, FieldId, OutputDecl, Role, Span, Type, UnOp, WidthDecl, WidthId};
 use tiga_compiler::loops::{Addr, Inst, LoopKernel, LoopVar, Stmt, Var, VarKind};
+
+mod common;
+use common::run_over_csr;
 
 // --- building loop kernels ----------------------------------------------
 
@@ -93,46 +94,11 @@ impl Graph {
     }
     /// (offsets, cols, CSR position → user edge).
     fn csr(&self) -> (Vec<u64>, Vec<u32>, Vec<u64>) {
-        let mut order: Vec<usize> = (0..self.edges.len()).collect();
-        order.sort_by_key(|&e| self.edges[e].1);
-        let mut off = vec![0u64; self.num_dst + 1];
-        for &(_, d) in &self.edges {
-            off[d as usize + 1] += 1;
-        }
-        for i in 0..self.num_dst {
-            off[i + 1] += off[i];
-        }
-        (off, order.iter().map(|&e| self.edges[e].0).collect(), order.iter().map(|&e| e as u64).collect())
+        common::csr(self.num_dst, &self.edges)
     }
     /// The user edges into `i`, in order: (edge, source).
     fn in_edges(&self, i: usize) -> Vec<(usize, usize)> {
         self.edges.iter().enumerate().filter(|(_, &(_, d))| d as usize == i).map(|(e, &(s, _))| (e, s as usize)).collect()
-    }
-}
-
-enum Buf {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-}
-
-impl Buf {
-    fn new(dtype: DType, data: &[f64]) -> Buf {
-        match dtype {
-            DType::F32 => Buf::F32(data.iter().map(|&x| x as f32).collect()),
-            DType::F64 => Buf::F64(data.to_vec()),
-        }
-    }
-    fn ptr(&mut self) -> *mut u8 {
-        match self {
-            Buf::F32(v) => v.as_mut_ptr() as *mut u8,
-            Buf::F64(v) => v.as_mut_ptr() as *mut u8,
-        }
-    }
-    fn values(&self) -> Vec<f64> {
-        match self {
-            Buf::F32(v) => v.iter().map(|&x| x as f64).collect(),
-            Buf::F64(v) => v.clone(),
-        }
     }
 }
 
@@ -153,37 +119,12 @@ fn run(
     assert!(var.clif.contains("function"), "{}", var.clif);
     assert!(var.asm.as_deref().is_some_and(|a| !a.is_empty()));
     let (off, cols, ids) = g.csr();
-    let mut bufs: Vec<Buf> = k
-        .fields
-        .iter()
-        .zip(fields)
-        .map(|(fd, data)| {
-            if fd.role == Role::Edge && !edge_ids {
-                let per = data.len() / g.edges.len();
-                let csr: Vec<f64> = ids.iter().flat_map(|&e| data[e as usize * per..(e as usize + 1) * per].to_vec()).collect();
-                Buf::new(dtype, &csr)
-            } else {
-                Buf::new(dtype, data)
-            }
-        })
-        .collect();
-    let mut outs: Vec<Buf> = out_lens.iter().map(|&n| Buf::new(dtype, &vec![f64::NAN; n])).collect();
-    let field_ptrs: Vec<*const u8> = bufs.iter_mut().map(|b| b.ptr() as *const u8).collect();
-    let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(|b| b.ptr()).collect();
-    let args = RawArgs {
-        offsets: off.as_ptr(),
-        cols: cols.as_ptr(),
-        edge_ids: if edge_ids { ids.as_ptr() } else { std::ptr::null() },
-        fields: field_ptrs.as_ptr(),
-        outputs: out_ptrs.as_ptr(),
-    };
+    let inputs: Vec<(Role, &[f64])> = k.fields.iter().zip(fields).map(|(fd, d)| (fd.role, &d[..])).collect();
     let n = g.num_dst as u64;
-    let chunks: Vec<Range<u64>> = vec![0..2, 2..2, 2..n];
-    for rows in chunks {
+    run_over_csr(dtype, edge_ids, (&off, &cols, &ids), &inputs, out_lens, &[0..2, 2..2, 2..n], |args, rows| {
         // SAFETY: the arrays above are shaped as the kernel declares.
-        unsafe { var.run(&args, rows) };
-    }
-    outs.iter().map(Buf::values).collect()
+        unsafe { var.run(args, rows) }
+    })
 }
 
 fn close(what: &str, dtype: DType, got: &[f64], want: &[f64]) {

@@ -5,7 +5,7 @@
 
 #![cfg(feature = "cranelift")]
 
-use tiga_compiler::back::cranelift::{Jit, RawArgs, VariantKey};
+use tiga_compiler::back::cranelift::{Jit, VariantKey};
 use tiga_compiler::front::parse_kernel_file;
 use tiga_compiler::interp::interpret;
 use tiga_compiler::ir::{DType, Role};
@@ -13,34 +13,8 @@ use tiga_compiler::loops::schedule;
 use tiga_compiler::passes::run_pipeline;
 
 mod common;
-use common::{csr, random_fields, Rng, GNN};
+use common::{csr, random_fields, run_over_csr, Rng, GNN};
 
-
-enum Buf {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-}
-
-impl Buf {
-    fn new(dtype: DType, data: &[f64]) -> Buf {
-        match dtype {
-            DType::F32 => Buf::F32(data.iter().map(|&x| x as f32).collect()),
-            DType::F64 => Buf::F64(data.to_vec()),
-        }
-    }
-    fn ptr(&mut self) -> *mut u8 {
-        match self {
-            Buf::F32(v) => v.as_mut_ptr() as *mut u8,
-            Buf::F64(v) => v.as_mut_ptr() as *mut u8,
-        }
-    }
-    fn values(&self) -> Vec<f64> {
-        match self {
-            Buf::F32(v) => v.iter().map(|&x| x as f64).collect(),
-            Buf::F64(v) => v.clone(),
-        }
-    }
-}
 
 #[test]
 fn gnn_kernels_match_reference() {
@@ -78,39 +52,16 @@ fn gnn_kernels_match_reference() {
                             let blocked = var.notes.iter().any(|n| n.starts_with("feature blocks:"));
                             assert_eq!(blocked, f == 64, "{:?}", var.notes);
                         }
-                        let mut bufs: Vec<Buf> = k
-                            .fields
-                            .iter()
-                            .zip(&fields)
-                            .map(|(fd, a)| {
-                                if fd.role == Role::Edge && !edge_ids && !edges.is_empty() {
-                                    let per = a.data.len() / edges.len();
-                                    let permuted: Vec<f64> =
-                                        ids.iter().flat_map(|&e| a.data[e as usize * per..(e as usize + 1) * per].to_vec()).collect();
-                                    Buf::new(dtype, &permuted)
-                                } else {
-                                    Buf::new(dtype, &a.data)
-                                }
-                            })
-                            .collect();
-                        let mut outs: Vec<Buf> = want.iter().map(|a| Buf::new(dtype, &vec![f64::NAN; a.data.len()])).collect();
-                        let field_ptrs: Vec<*const u8> = bufs.iter_mut().map(|b| b.ptr() as *const u8).collect();
-                        let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(Buf::ptr).collect();
-                        let args = RawArgs {
-                            offsets: off.as_ptr(),
-                            cols: cols.as_ptr(),
-                            edge_ids: if edge_ids { ids.as_ptr() } else { std::ptr::null() },
-                            fields: field_ptrs.as_ptr(),
-                            outputs: out_ptrs.as_ptr(),
-                        };
+                        let inputs: Vec<(Role, &[f64])> = k.fields.iter().zip(&fields).map(|(fd, a)| (fd.role, &a.data[..])).collect();
+                        let out_lens: Vec<usize> = want.iter().map(|a| a.data.len()).collect();
                         let n = num_dst as u64;
-                        for rows in [0..n / 2, n / 2..n] {
+                        let outs = run_over_csr(dtype, edge_ids, (&off, &cols, &ids), &inputs, &out_lens, &[0..n / 2, n / 2..n], |args, rows| {
                             // SAFETY: arrays shaped as the kernel declares, CSR valid.
-                            unsafe { var.run(&args, rows) };
-                        }
+                            unsafe { var.run(args, rows) }
+                        });
                         let tol = if dtype == DType::F32 { 1e-4 } else { 1e-12 };
                         for (w, g) in want.iter().zip(&outs) {
-                            for (x, y) in w.data.iter().zip(g.values()) {
+                            for (x, y) in w.data.iter().zip(g) {
                                 assert!(
                                     (x - y).abs() <= tol * (1.0 + x.abs()),
                                     "{} {dtype:?} edge_ids={edge_ids}: {x} vs {y}\n{lk}\n{}",
