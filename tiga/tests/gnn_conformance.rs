@@ -3,11 +3,10 @@
 //! graphs with empty rows, isolated nodes, self loops, multi-edges, a
 //! bipartite shape and a single node, in f32 and in f64.
 
-use tiga::compiler::ir::Role;
 use tiga::{Graph, Inputs, Kernel, Tensor};
 
 mod common;
-use common::{field_shape, Rng};
+use common::{random_fields, Rng};
 
 #[allow(clippy::all)]
 mod gnn {
@@ -43,20 +42,9 @@ fn graphs(rng: &mut Rng) -> Vec<(&'static str, Graph)> {
     out
 }
 
-fn make_fields(k: &Kernel, g: &Graph, f: usize, rng: &mut Rng) -> Vec<(Role, String, Vec<usize>, Vec<f64>)> {
-    k.fields()
-        .iter()
-        .map(|fd| {
-            let shape = field_shape(fd.role, fd.ty, g, f);
-            let len = shape.iter().product();
-            (fd.role, fd.name.clone(), shape, (0..len).map(|_| rng.uniform()).collect())
-        })
-        .collect()
-}
-
 fn check(k: &Kernel, g: &Graph, gname: &str, rng: &mut Rng) {
     for f in [1usize, 3, 8, 64] {
-        let fields = make_fields(k, g, f, rng);
+        let fields = random_fields(k, g, f, || rng.uniform());
         for dtype in ["f32", "f64"] {
             let tensors: Vec<Tensor> = fields
                 .iter()

@@ -7,7 +7,7 @@ use tiga::runtime::storage::{save_gfg, GfgFile};
 use tiga::{Graph, Inputs, Kernel, PageOptions, Tensor};
 
 mod common;
-use common::{disk_fields, field_shape, params_only, random_edges, Rng};
+use common::{disk_fields, params_only, random_edges, random_fields, Rng};
 
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 
@@ -24,15 +24,9 @@ fn paged_equals_in_memory() {
     let kernels = Kernel::all_from_source(GNN).expect("kernels");
     for k in &kernels {
         let f = 5;
-        let tensors: Vec<(Role, String, Tensor)> = k
-            .fields()
-            .iter()
-            .map(|fd| {
-                let shape = field_shape(fd.role, fd.ty, &g, f);
-                let len: usize = shape.iter().product();
-                let data: Vec<f32> = (0..len).map(|_| (rng.next() % 2000) as f32 / 1000.0 - 1.0).collect();
-                (fd.role, fd.name.clone(), Tensor::from_f32(shape, data).expect("tensor"))
-            })
+        let tensors: Vec<(Role, String, Tensor)> = random_fields(k, &g, f, || rng.f())
+            .into_iter()
+            .map(|(r, nm, shape, d)| (r, nm, Tensor::from_f32(shape, d.iter().map(|&x| x as f32).collect()).expect("tensor")))
             .collect();
         let mut ins = Inputs::new();
         for (r, nm, t) in &tensors {
@@ -85,15 +79,9 @@ fn paged_vjp_equals_in_memory() {
     kernels.extend(Kernel::all_from_source(include_str!("../../examples/kernels/dense.rs")).expect("dense"));
     for k in &kernels {
         let f = 4;
-        let tensors: Vec<(Role, String, Tensor)> = k
-            .fields()
-            .iter()
-            .map(|fd| {
-                let shape = field_shape(fd.role, fd.ty, &g, f);
-                let len: usize = shape.iter().product();
-                let data: Vec<f64> = (0..len).map(|_| (rng.next() % 2000) as f64 / 1000.0 - 1.0).collect();
-                (fd.role, fd.name.clone(), Tensor::from_f64(shape, data).expect("tensor"))
-            })
+        let tensors: Vec<(Role, String, Tensor)> = random_fields(k, &g, f, || rng.f())
+            .into_iter()
+            .map(|(r, nm, shape, d)| (r, nm, Tensor::from_f64(shape, d).expect("tensor")))
             .collect();
         let mut ins = Inputs::new();
         for (r, nm, t) in &tensors {

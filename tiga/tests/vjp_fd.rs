@@ -4,11 +4,10 @@
 //! graphs with empty rows, isolated nodes, self loops, multi-edges and a
 //! bipartite shape; and the JIT's f32 VJP against the f64 adjoint.
 
-use tiga::compiler::ir::Role;
 use tiga::{Graph, Inputs, Kernel, Tensor};
 
 mod common;
-use common::{field_shape, random_edges, Rng};
+use common::{random_edges, random_fields, Field, Rng};
 
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 const REDUCERS: &str = include_str!("../../examples/kernels/reducers.rs");
@@ -22,19 +21,6 @@ fn random_graph(rng: &mut Rng, ns: usize, nd: usize, ne: usize) -> Graph {
         dst.push(0);
     }
     Graph::from_edges(ns, nd, &src, &dst).expect("valid graph")
-}
-
-type Field = (Role, String, Vec<usize>, Vec<f64>);
-
-fn fields_for(k: &Kernel, g: &Graph, f: usize, rng: &mut Rng) -> Vec<Field> {
-    k.fields()
-        .iter()
-        .map(|fd| {
-            let shape = field_shape(fd.role, fd.ty, g, f);
-            let len = shape.iter().product();
-            (fd.role, fd.name.clone(), shape, (0..len).map(|_| rng.uniform()).collect())
-        })
-        .collect()
 }
 
 fn tensors(fields: &[Field], f32: bool) -> Vec<Tensor> {
@@ -67,7 +53,7 @@ fn objective(k: &Kernel, g: &Graph, fields: &[Field], cots: &[Vec<f64>]) -> f64 
 
 fn check_kernel(k: &Kernel, g: &Graph, gname: &str, rng: &mut Rng) {
     let f = 3;
-    let mut fields = fields_for(k, g, f, rng);
+    let mut fields = random_fields(k, g, f, || rng.uniform());
     // Keep max/min/top-2 away from ties and kinks: spread values apart.
     for fd in &mut fields {
         for (i, x) in fd.3.iter_mut().enumerate() {

@@ -6,7 +6,7 @@
 use tiga::compiler::bind::Extents;
 use tiga::compiler::ir::{Role, Type};
 use tiga::runtime::storage::FieldRole;
-use tiga::{Graph, Inputs, Tensor, TensorView};
+use tiga::{Graph, Inputs, Kernel, Tensor, TensorView};
 
 #[path = "../../../compiler/tests/common/rng.rs"]
 mod rng;
@@ -27,6 +27,22 @@ pub fn random_edges(rng: &mut Rng, num_src: usize, dst_below: usize, m: usize) -
 pub fn field_shape(role: Role, ty: Type, g: &Graph, f: usize) -> Vec<usize> {
     let e = Extents { num_src: g.num_src(), num_dst: g.num_dst(), num_edges: g.num_edges() };
     tiga::compiler::bind::field_shape(role, ty, &e, |_| f)
+}
+
+/// A call's field: role, name, shape and values.
+pub type Field = (Role, String, Vec<usize>, Vec<f64>);
+
+/// Every field of `k` on `g`, vectors `f` wide, its values drawn from
+/// `value` in declaration order.
+pub fn random_fields(k: &Kernel, g: &Graph, f: usize, mut value: impl FnMut() -> f64) -> Vec<Field> {
+    k.fields()
+        .iter()
+        .map(|fd| {
+            let shape = field_shape(fd.role, fd.ty, g, f);
+            let len = shape.iter().product();
+            (fd.role, fd.name.clone(), shape, (0..len).map(|_| value()).collect())
+        })
+        .collect()
 }
 
 /// The node and edge fields of a call, as `.gfg` fields.
