@@ -298,15 +298,31 @@ impl Tensor {
     /// next. A dropped mapping is kept as a spare for the next tensor of the
     /// same size (zeroed again; see [`Spares`]), else unmapped.
     pub fn zeros(dtype: DType, shape: impl Into<Vec<usize>>) -> Result<Tensor, TensorError> {
-        let shape = shape.into();
+        Tensor::alloc(dtype, shape.into(), true)
+    }
+
+    /// A tensor its caller overwrites completely before anything reads it
+    /// (a kernel output whose every element the kernel stores): as
+    /// [`Tensor::zeros`], except that a reused spare mapping keeps the
+    /// values of the tensor it belonged to instead of being zeroed, which
+    /// saves a write of the whole tensor per call in a chain of calls. The
+    /// stale values are floats this process computed; nothing outside it
+    /// can show through.
+    pub fn for_overwrite(dtype: DType, shape: impl Into<Vec<usize>>) -> Result<Tensor, TensorError> {
+        Tensor::alloc(dtype, shape.into(), false)
+    }
+
+    fn alloc(dtype: DType, shape: Vec<usize>, zero_spare: bool) -> Result<Tensor, TensorError> {
         let n = element_count(&shape)?;
         let bytes = n.saturating_mul(dtype.size());
         if bytes >= 4 * HUGE_PAGE {
             let map = match Spares::take(bytes) {
                 Some(mut map) => {
-                    // In parallel, as a fresh mapping's first touches would be.
-                    use rayon::prelude::*;
-                    map.par_chunks_mut(1 << 20).for_each(|c| c.fill(0));
+                    if zero_spare {
+                        // In parallel, as a fresh mapping's first touches would be.
+                        use rayon::prelude::*;
+                        map.par_chunks_mut(1 << 20).for_each(|c| c.fill(0));
+                    }
                     Some(map)
                 }
                 None => memmap2::MmapOptions::new().len(bytes).map_anon().ok().map(|mut map| {

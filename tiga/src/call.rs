@@ -8,6 +8,7 @@ use tiga_compiler::back::cranelift::{RawArgs, VariantKey};
 use tiga_compiler::bind::{bind_shapes, output_shapes, Extents};
 use tiga_compiler::interp::{interpret_in_order, Array};
 use tiga_compiler::ir::{self, Role};
+use tiga_compiler::loops::LoopKernel;
 use tiga_runtime::{Data, DType, Graph, Tensor, TensorView};
 
 use crate::{Error, Kernel, Result};
@@ -97,9 +98,20 @@ impl Bound<'_, '_> {
     }
 }
 
-/// Zeroed output arrays (compiled kernels may skip writing zeros).
-pub(crate) fn zeroed_outputs(dtype: DType, shapes: &[Vec<usize>]) -> Result<Vec<Tensor>> {
-    shapes.iter().map(|s| Tensor::zeros(dtype, s.clone()).map_err(|e| Error::Call(e.to_string()))).collect()
+/// Output arrays for a call of `k` that runs every row: zeros, except for
+/// outputs the kernel overwrites in every row
+/// ([`LoopKernel::overwrites_output`]), which may hold a reused buffer's
+/// old values ([`Tensor::for_overwrite`]; no zero pass). Other outputs
+/// must start at zero: parameter outputs accumulate, and compiled kernels
+/// may skip writing zeros.
+pub(crate) fn output_buffers(k: &LoopKernel, dtype: DType, shapes: &[Vec<usize>]) -> Result<Vec<Tensor>> {
+    (0..shapes.len())
+        .map(|o| {
+            let shape = shapes[o].clone();
+            let t = if k.overwrites_output(o as u32) { Tensor::for_overwrite(dtype, shape) } else { Tensor::zeros(dtype, shape) };
+            t.map_err(|e| Error::Call(e.to_string()))
+        })
+        .collect()
 }
 
 fn describe_missing(k: &ir::Kernel, i: usize, e: &Extents) -> String {
@@ -504,7 +516,7 @@ impl Kernel {
             }
         };
         let shapes = output_shapes(self.captured(), &b.extents, &b.widths);
-        let mut outs = zeroed_outputs(b.dtype, &shapes)?;
+        let mut outs = output_buffers(self.loop_kernel(), b.dtype, &shapes)?;
         let field_ptrs = b.field_ptrs();
         let param_outs: Vec<usize> = self.captured().outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
         let raw = RawArgs {
@@ -566,6 +578,26 @@ fn stencil_edges(st: &Stencil2d) -> usize {
         .sum()
 }
 
+/// The extents of kernel `k`'s call on a generated stencil (checked: a
+/// non-empty grid, no edge fields).
+pub(crate) fn stencil_extents(k: &ir::Kernel, st: &Stencil2d) -> Result<Extents> {
+    if k.fields.iter().any(|f| f.role == Role::Edge) {
+        return Err(Error::Call(format!(
+            "kernel `{}` reads edge fields; a generated stencil has none (build the CSR with Graph::stencil)",
+            k.name
+        )));
+    }
+    if st.rows == 0 || st.cols == 0 {
+        return Err(Error::Call("a generated stencil needs rows > 0 and cols > 0".into()));
+    }
+    let n = usize::try_from(st.rows)
+        .ok()
+        .zip(usize::try_from(st.cols).ok())
+        .and_then(|(r, c)| r.checked_mul(c))
+        .ok_or_else(|| Error::Call(format!("a {}x{} stencil is too large for this machine", st.rows, st.cols)))?;
+    Ok(Extents { num_src: n, num_dst: n, num_edges: stencil_edges(st) })
+}
+
 impl Kernel {
     /// Run on a generated two-dimensional stencil: each node's neighbours are
     /// computed from its index (no CSR is built or read). Gives the same
@@ -573,22 +605,13 @@ impl Kernel {
     /// shape and offsets. Kernels with edge fields need the CSR realization.
     pub fn run_stencil(&self, st: &Stencil2d, inputs: &Inputs<'_>) -> Result<Outputs> {
         let k = self.captured();
-        if k.fields.iter().any(|f| f.role == Role::Edge) {
-            return Err(Error::Call(format!(
-                "kernel `{}` reads edge fields; a generated stencil has none (build the CSR with Graph::stencil)",
-                k.name
-            )));
-        }
-        if st.rows == 0 || st.cols == 0 {
-            return Err(Error::Call("a generated stencil needs rows > 0 and cols > 0".into()));
-        }
-        let n = (st.rows as usize).checked_mul(st.cols as usize).ok_or_else(|| Error::Call("stencil too large".into()))?;
-        let extents = Extents { num_src: n, num_dst: n, num_edges: stencil_edges(st) };
+        let extents = stencil_extents(k, st)?;
+        let n = extents.num_dst;
         let b = bind_extents(k, extents, inputs)?;
         let key = VariantKey { stencil: Some(st.clone()), ..self.variant_key(ir_dtype(b.dtype), b.widths.clone(), false) };
         let (variant, _) = crate::jit().variant(self.loop_kernel(), &key)?;
         let shapes = output_shapes(k, &b.extents, &b.widths);
-        let mut outs = zeroed_outputs(b.dtype, &shapes)?;
+        let mut outs = output_buffers(self.loop_kernel(), b.dtype, &shapes)?;
         if !k.outputs_of(Role::Param).is_empty() {
             return Err(Error::Call("parameter outputs are not supported on generated stencils yet".into()));
         }

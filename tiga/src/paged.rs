@@ -41,7 +41,7 @@ use tiga_runtime::Tensor;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::call::{bind_extents, splittable, zeroed_outputs, Inputs, Outputs, ParamPartials, RowRunner, Work};
+use crate::call::{bind_extents, output_buffers, splittable, Inputs, Outputs, ParamPartials, RowRunner, Work};
 use crate::{Error, Kernel, Result};
 
 /// How a paged call cuts the graph.
@@ -601,7 +601,7 @@ impl Kernel {
         let row_output_bytes: u64 =
             (0..shapes.len()).filter(|&i| is_row_output(i)).map(|i| (shapes[i].iter().product::<usize>() * b.dtype.size()) as u64).sum();
         let mut outs = match crate::offload::output_spill_dir(row_output_bytes) {
-            None => zeroed_outputs(b.dtype, &shapes)?,
+            None => output_buffers(self.loop_kernel(), b.dtype, &shapes)?,
             Some(dir) => {
                 std::fs::create_dir_all(&dir).map_err(|e| Error::Call(format!("spill directory {}: {e}", dir.display())))?;
                 (0..shapes.len())

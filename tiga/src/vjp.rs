@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use tiga_compiler::back::abi::Stencil2d;
 use tiga_compiler::adjoint::kernel::{generate_adjoint, Adjoint, Binding, GraphUse};
 use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
@@ -67,6 +68,9 @@ fn ones_like(dtype: DType, shape: &[usize]) -> Result<Tensor> {
 enum Target<'a> {
     Memory(&'a Graph),
     Paged(&'a GfgFile, &'a PageOptions),
+    /// A generated stencil: each stage runs on the stencil of its graph
+    /// (the transposed one for source gradients).
+    Stencil(&'a Stencil2d),
 }
 
 impl Target<'_> {
@@ -77,6 +81,13 @@ impl Target<'_> {
         Ok(match self {
             Target::Memory(g) => (g.offsets(), g.edge_ids()),
             Target::Paged(f, _) => (f.offsets().map_err(e)?, f.edge_ids().map_err(e)?),
+            Target::Stencil(_) => {
+                return Err(Error::Call(
+                    "this kernel's backward reads each row's degree or edge ranks, which a generated stencil does not \
+                     build: run it on the CSR realization (Graph::stencil)"
+                        .into(),
+                ))
+            }
         })
     }
 }
@@ -154,6 +165,16 @@ impl Kernel {
         self.run_vjp(graph, inputs, cotangents, false)
     }
 
+    /// The VJP on a generated stencil ([`Kernel::run_stencil`]): every
+    /// stage runs on a generated stencil too (source gradients on the
+    /// transposed one), and the gradients equal [`Kernel::vjp`]'s on
+    /// `Graph::stencil` of the same grid bit for bit. Periodic stencils, and
+    /// kernels whose backward reads degrees or edge ranks, need the CSR
+    /// realization (a clear error says so).
+    pub fn vjp_stencil(&self, st: &Stencil2d, inputs: &Inputs<'_>, cotangents: &[(&str, TensorView<'_>)]) -> Result<Gradients> {
+        self.run_vjp_on(Target::Stencil(st), inputs, cotangents, false)
+    }
+
     /// The same VJP, every stage run by the f64 reference interpreter.
     pub fn vjp_reference(
         &self,
@@ -225,11 +246,12 @@ impl Kernel {
         let extents = match target {
             Target::Memory(g) => Extents { num_src: g.num_src(), num_dst: g.num_dst(), num_edges: g.num_edges() },
             Target::Paged(f, _) => Extents { num_src: f.num_src(), num_dst: f.num_dst(), num_edges: f.num_edges() },
+            Target::Stencil(st) => crate::call::stencil_extents(k, st)?,
         };
         // Over a file, fields not given are the file's own (mapped lazily).
         let handles = match target {
             Target::Paged(file, _) => crate::paged::file_fields(k, file, inputs),
-            Target::Memory(_) => Vec::new(),
+            Target::Memory(_) | Target::Stencil(_) => Vec::new(),
         };
         let with_file = crate::paged::with_file_fields(inputs, &handles)?;
         let inputs = &with_file;
@@ -310,7 +332,7 @@ impl Kernel {
         for (si, stage) in plan.adjoint.stages.iter().enumerate() {
             let g: Arc<Graph>;
             let g_ref: Option<&Graph> = match (target, stage.graph) {
-                (Target::Paged(..), _) => None,
+                (Target::Paged(..) | Target::Stencil(_), _) => None,
                 (Target::Memory(graph), GraphUse::Forward) => Some(graph),
                 (Target::Memory(graph), GraphUse::Transposed) => {
                     g = graph.transposed();
@@ -344,6 +366,20 @@ impl Kernel {
                             GraphUse::RowReversed => Side::RowReversed,
                         };
                         plan.stages[si].run_paged_side(file, side, &ins, opts)?
+                    }
+                    (Target::Stencil(st), _) => {
+                        let st = match stage.graph {
+                            GraphUse::Forward => st.clone(),
+                            GraphUse::Transposed => st.transposed().ok_or_else(|| {
+                                Error::Call(
+                                    "the backward of a periodic generated stencil needs the CSR realization (Graph::stencil): \
+                                     its transpose is not a stencil in CSR order"
+                                        .into(),
+                                )
+                            })?,
+                            GraphUse::RowReversed => st.row_reversed(),
+                        };
+                        plan.stages[si].run_stencil(&st, &ins)?
                     }
                     (_, Some(g)) if reference => plan.stages[si].run_reference(g, &ins)?,
                     (_, Some(g)) => plan.stages[si].run(g, &ins)?,

@@ -42,3 +42,44 @@ pub struct Stencil2d {
     pub offsets: Vec<(i64, i64)>,
     pub periodic: bool,
 }
+
+impl Stencil2d {
+    /// The interior: rows `-dr_lo .. -dr_lo + inner_r` and columns
+    /// `-dc_lo .. -dc_lo + inner_c` of the grid are the cells whose every
+    /// neighbour is inside it (a border as wide as the largest offset each
+    /// way). Returns `(dr_lo, dc_lo, inner_r, inner_c)`; an extent is zero
+    /// or negative when there is no interior.
+    pub fn interior(&self) -> (i64, i64, i64, i64) {
+        let (dr_lo, dr_hi) = self.offsets.iter().fold((0i64, 0i64), |(lo, hi), &(dr, _)| (lo.min(dr), hi.max(dr)));
+        let (dc_lo, dc_hi) = self.offsets.iter().fold((0i64, 0i64), |(lo, hi), &(_, dc)| (lo.min(dc), hi.max(dc)));
+        (dr_lo, dc_lo, self.rows as i64 - (dr_hi - dr_lo), self.cols as i64 - (dc_hi - dc_lo))
+    }
+
+    /// The transposed graph as a generated stencil: the edge `j → i` of
+    /// offset `d` is the edge `i → j` of offset `-d`, and the transposed
+    /// CSR lists each row's neighbours in increasing index, which on a
+    /// non-periodic grid is the order of the flat offsets `dr · cols + dc`
+    /// (a stable sort keeps repeated offsets in order). So the result runs
+    /// bit for bit like the CSR transpose of `Graph::stencil`. Offsets that
+    /// span the grid name no neighbour at all and are dropped. `None` when
+    /// periodic (wrapped neighbours change the order near the borders).
+    pub fn transposed(&self) -> Option<Stencil2d> {
+        let (rows, cols) = (i64::try_from(self.rows).ok()?, i64::try_from(self.cols).ok()?);
+        if self.periodic {
+            return None;
+        }
+        let mut offsets: Vec<(i64, i64)> = self
+            .offsets
+            .iter()
+            .filter(|&&(dr, dc)| dr.unsigned_abs() < rows as u64 && dc.unsigned_abs() < cols as u64)
+            .map(|&(dr, dc)| (-dr, -dc))
+            .collect();
+        offsets.sort_by_key(|&(dr, dc)| dr.saturating_mul(cols).saturating_add(dc));
+        Some(Stencil2d { offsets, ..self.clone() })
+    }
+
+    /// Each row's neighbours in reverse order (`Graph::row_reversed`).
+    pub fn row_reversed(&self) -> Stencil2d {
+        Stencil2d { offsets: self.offsets.iter().rev().copied().collect(), ..self.clone() }
+    }
+}

@@ -90,6 +90,18 @@ pub enum Inst {
     Select(Var, Var, Var),
 }
 
+impl Inst {
+    /// The variables this instruction reads.
+    pub fn operands(&self) -> Vec<Var> {
+        match self {
+            Inst::Const(_) | Inst::Load(_) | Inst::Degree | Inst::Rank => Vec::new(),
+            Inst::Copy(x) | Inst::Unary(_, x) | Inst::Powi(x, _) => vec![*x],
+            Inst::Binary(_, x, y) | Inst::Cmp(_, x, y) => vec![*x, *y],
+            Inst::Select(c, x, y) => vec![*c, *x, *y],
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Stmt {
     /// `var = inst` (variables are mutable; a back end maps them to SSA).
@@ -115,6 +127,38 @@ pub struct LoopKernel {
 }
 
 impl LoopKernel {
+    /// Whether every row stores every element of destination output `out`
+    /// (a scalar stored outside feature loops, or a vector stored lane by
+    /// lane in a feature loop over its width, in `init` or `finish`, which
+    /// run once per row with no branches). Such an output needs no zero
+    /// fill before a call that runs every row: the kernel overwrites it.
+    pub fn overwrites_output(&self, out: u32) -> bool {
+        let Some(decl) = self.outputs.get(out as usize) else { return false };
+        if decl.role != crate::ir::Role::Dst {
+            return false;
+        }
+        // An output the kernel reads (an adjoint stage adding into it) must
+        // start from what the caller put there.
+        let mut read = false;
+        for list in [&self.init, &self.body, &self.finish] {
+            for_each_stmt(list, &mut |st| {
+                if let Stmt::Set(_, Inst::Load(Addr::Output { out: o, .. })) = st {
+                    read |= *o == out;
+                }
+            });
+        }
+        if read {
+            return false;
+        }
+        self.init.iter().chain(&self.finish).any(|st| match (st, decl.ty) {
+            (Stmt::Store(Addr::Output { out: o, lane: None }, _), crate::ir::Type::Scalar) => *o == out,
+            (Stmt::Loop { lane, width, body }, crate::ir::Type::Vector(w)) if *width == w => body.iter().any(|s| {
+                matches!(s, Stmt::Store(Addr::Output { out: o, lane: Some(l) }, _) if *o == out && l == lane)
+            }),
+            _ => false,
+        })
+    }
+
     /// Whether any statement reads a field of this role, or (for edges)
     /// writes an edge output: the back end skips loading `col` and `edge_id`
     /// when nothing needs them.

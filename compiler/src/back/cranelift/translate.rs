@@ -94,6 +94,15 @@ enum Bound {
     Imm(i64),
 }
 
+/// What the lanes of a SIMD vector run over: the lanes of a feature loop,
+/// or consecutive destination rows (a generated stencil's interior, where
+/// row `i + 1`'s neighbours are row `i`'s shifted by one).
+#[derive(Clone, Copy)]
+enum Axis {
+    Lane(LoopVar),
+    Rows,
+}
+
 /// An open header-style loop (see `Translator::open_loop`).
 struct OpenLoop {
     header: ir::Block,
@@ -147,6 +156,9 @@ pub(super) struct Translator<'a> {
     /// Variables that are never NaN ([`crate::loops::never_nan`]): a `max`
     /// or `min` with such an operand is one compare and select.
     not_nan: Vec<bool>,
+    /// Rows per vector in a generated stencil's interior, when vectorized
+    /// across rows.
+    row_vectors: Option<i64>,
     /// Feature loops emitted as SIMD and as scalar loops (for the notes).
     simd_loops: usize,
     scalar_loops: usize,
@@ -192,6 +204,7 @@ impl<'a> Translator<'a> {
             blocking: None,
             block_start: None,
             not_nan: crate::loops::never_nan(k),
+            row_vectors: None,
             simd_loops: 0,
             scalar_loops: 0,
             cur: Cursor::default(),
@@ -267,22 +280,66 @@ impl<'a> Translator<'a> {
         // for i in row_begin..row_end
         let row = self.open_loop(row_begin, Bound::Value(row_end));
         let i = row.counter;
-        let k = self.k;
-        if let (Some(st), Some((rv, cv))) = (&self.key.stencil, coords) {
-            self.row_pass(i, None, |t| {
+        let (k, key) = (self.k, self.key);
+        if let (Some(st), Some((rv, cv))) = (&key.stencil, coords) {
+            // Carry the coordinates `step` rows on: c + step, wrapping to
+            // column 0 of the next grid row (a step never crosses it).
+            let advance = |t: &mut Self, step: i64| {
                 let (r, c) = (t.b.use_var(rv), t.b.use_var(cv));
-                t.generated_neighbours(st, i, r, c)
-            })?;
-            // Next row: c + 1, or column 0 of the next grid row.
-            let (r, c) = (self.b.use_var(rv), self.b.use_var(cv));
-            let c1 = self.b.ins().iadd_imm_s(c, 1);
-            let wrap = self.b.ins().icmp_imm_u(IntCC::Equal, c1, st.cols as i64);
-            let zero = self.b.ins().iconst(types::I64, 0);
-            let c2 = self.b.ins().select(wrap, zero, c1);
-            let up = self.b.ins().uextend(types::I64, wrap);
-            let r2 = self.b.ins().iadd(r, up);
-            self.b.def_var(rv, r2);
-            self.b.def_var(cv, c2);
+                let c1 = t.b.ins().iadd_imm_s(c, step);
+                let wrap = t.b.ins().icmp_imm_u(IntCC::Equal, c1, st.cols as i64);
+                let zero = t.b.ins().iconst(types::I64, 0);
+                let c2 = t.b.ins().select(wrap, zero, c1);
+                let up = t.b.ins().uextend(types::I64, wrap);
+                let r2 = t.b.ins().iadd(r, up);
+                t.b.def_var(rv, r2);
+                t.b.def_var(cv, c2);
+            };
+            let next = match self.row_vector_lanes(st) {
+                Some(vl) => {
+                    // `vl` rows at once where all of them are interior and
+                    // in the chunk; one row otherwise.
+                    let (vector, scalar, latch) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+                    let next = self.b.append_block_param(latch, types::I64);
+                    let (dr_lo, dc_lo, inner_r, inner_c) = st.interior();
+                    let (r, c) = (self.b.use_var(rv), self.b.use_var(cv));
+                    let rr = self.b.ins().iadd_imm_s(r, dr_lo);
+                    let ok_r = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, rr, inner_r);
+                    let cc = self.b.ins().iadd_imm_s(c, dc_lo);
+                    let ok_c = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThanOrEqual, cc, inner_c - vl);
+                    let last = self.b.ins().iadd_imm_s(i, vl);
+                    let ok_i = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, last, row_end);
+                    let ok = self.b.ins().band(ok_r, ok_c);
+                    let ok = self.b.ins().band(ok, ok_i);
+                    self.b.ins().brif(ok, vector, &[], scalar, &[]);
+                    self.b.seal_block(vector);
+                    self.b.seal_block(scalar);
+                    self.b.switch_to_block(vector);
+                    self.vector_rows(st, i)?;
+                    advance(&mut self, vl);
+                    self.b.ins().jump(latch, &[BlockArg::Value(last)]);
+                    self.b.switch_to_block(scalar);
+                    self.row_pass(i, None, |t| {
+                        let (r, c) = (t.b.use_var(rv), t.b.use_var(cv));
+                        t.generated_neighbours(st, i, r, c)
+                    })?;
+                    advance(&mut self, 1);
+                    let one = self.b.ins().iadd_imm_s(i, 1);
+                    self.b.ins().jump(latch, &[BlockArg::Value(one)]);
+                    self.b.seal_block(latch);
+                    self.b.switch_to_block(latch);
+                    next
+                }
+                None => {
+                    self.row_pass(i, None, |t| {
+                        let (r, c) = (t.b.use_var(rv), t.b.use_var(cv));
+                        t.generated_neighbours(st, i, r, c)
+                    })?;
+                    advance(&mut self, 1);
+                    self.b.ins().iadd_imm_s(i, 1)
+                }
+            };
+            self.close_loop_at(row, next);
         } else {
             let off_addr = self.b.ins().ishl_imm_u(i, 3);
             let off_addr = self.b.ins().iadd(offsets, off_addr);
@@ -302,8 +359,8 @@ impl<'a> Translator<'a> {
                 self.row_pass(i, Some(deg), |t| if k.body.is_empty() { Ok(()) } else { t.csr_edges(first, end, cols, edge_ids) })?;
             }
             self.block_start = None;
+            self.close_loop(row, 1);
         }
-        self.close_loop(row, 1);
         self.b.ins().return_(&[]);
         let notes = self.notes();
         self.b.finalize(config);
@@ -335,6 +392,9 @@ impl<'a> Translator<'a> {
                 st.offsets.len(),
                 if st.periodic { ", periodic" } else { "" }
             ));
+            if let Some(vl) = self.row_vectors {
+                notes.push(format!("interior rows: {vl} at a time as {vty} SIMD lanes (one unaligned load per neighbour), border rows scalar"));
+            }
         }
         let loops = self.simd_loops + self.scalar_loops;
         if loops > 0 {
@@ -436,6 +496,26 @@ impl<'a> Translator<'a> {
                     Some(*col == lane)
                 }
             }
+        }
+    }
+
+    /// [`Translator::stride`] along `axis`. Across rows, a scalar source or
+    /// destination field and a destination output step by one element
+    /// (the stencil's source of row `i + 1` is its source of row `i`, plus
+    /// one); a scalar parameter is invariant; anything else has no vector
+    /// form.
+    fn axis_stride(&self, a: &Addr, axis: Axis) -> Option<bool> {
+        match axis {
+            Axis::Lane(lane) => Self::stride(a, lane),
+            Axis::Rows => match a {
+                Addr::Field { field, lanes } if lanes.is_empty() => match self.k.fields.get(field.0 as usize)?.role {
+                    Role::Src | Role::Dst => Some(true),
+                    Role::Param => Some(false),
+                    Role::Edge => None,
+                },
+                Addr::Output { out, lane: None } => (self.k.outputs.get(*out as usize)?.role == Role::Dst).then_some(true),
+                _ => None,
+            },
         }
     }
 
@@ -763,7 +843,7 @@ impl<'a> Translator<'a> {
                     self.b.def_var(pv, sum);
                 }
                 Stmt::Set(v, inst) => {
-                    let val = self.vector_inst(inst, lane, vty, vflags, little, &local)?;
+                    let val = self.vector_inst(inst, Axis::Lane(lane), vty, vflags, little, &local)?;
                     local.insert(v.0, val);
                 }
                 Stmt::Store(a, v) => {
@@ -816,7 +896,7 @@ impl<'a> Translator<'a> {
     fn vector_inst(
         &mut self,
         inst: &Inst,
-        lane: LoopVar,
+        axis: Axis,
         vty: ir::Type,
         vflags: MemFlagsData,
         little: MemFlagsData,
@@ -852,7 +932,7 @@ impl<'a> Translator<'a> {
             }
             Inst::Load(a) => {
                 let addr = self.addr(a)?;
-                if Self::stride(a, lane) == Some(true) {
+                if self.axis_stride(a, axis) == Some(true) {
                     self.b.ins().load(vty, vflags, addr, 0)
                 } else {
                     let x = self.b.ins().load(self.num, flags(), addr, 0);
@@ -1157,6 +1237,12 @@ impl<'a> Translator<'a> {
     /// Step the counter, jump back to the header and continue after the loop.
     fn close_loop(&mut self, l: OpenLoop, step: i64) {
         let next = self.b.ins().iadd_imm_s(l.counter, step);
+        self.close_loop_at(l, next);
+    }
+
+    /// Jump back to the header with the counter's next value `next` and
+    /// continue after the loop.
+    fn close_loop_at(&mut self, l: OpenLoop, next: Value) {
         self.b.ins().jump(l.header, &[BlockArg::Value(next)]);
         self.b.seal_block(l.header);
         self.b.switch_to_block(l.exit);
@@ -1203,9 +1289,7 @@ impl<'a> Translator<'a> {
         let (rows, cols) = (st.rows as i64, st.cols as i64);
         let count = self.b.declare_var(types::I64);
         let zero = self.b.ins().iconst(types::I64, 0);
-        let (dr_lo, dr_hi) = st.offsets.iter().fold((0i64, 0i64), |(lo, hi), &(dr, _)| (lo.min(dr), hi.max(dr)));
-        let (dc_lo, dc_hi) = st.offsets.iter().fold((0i64, 0i64), |(lo, hi), &(_, dc)| (lo.min(dc), hi.max(dc)));
-        let (inner_r, inner_c) = (rows - (dr_hi - dr_lo), cols - (dc_hi - dc_lo));
+        let (dr_lo, dc_lo, inner_r, inner_c) = st.interior();
         let join = self.b.create_block();
         if inner_r > 0 && inner_c > 0 && !st.offsets.is_empty() {
             // Interior: -dr_lo <= r < rows - dr_hi and likewise for c, as
@@ -1283,6 +1367,110 @@ impl<'a> Translator<'a> {
         self.b.switch_to_block(join);
         self.cur.deg = Some(self.b.use_var(count));
         Ok(())
+    }
+
+    /// Whether a generated stencil's interior can run `vl` consecutive
+    /// rows as the lanes of one vector ([`Translator::vector_rows`]): the
+    /// row's code is straight-line (no feature loops, no scratch), every
+    /// access steps with the row or is invariant, every operation has a
+    /// lane-wise form with the scalar path's exact semantics, and every
+    /// value read was set earlier in the row (`init`, then the body once per
+    /// neighbour, then `finish`). Each lane then does the scalar row's
+    /// operations in the scalar row's order: the same bits.
+    fn rows_vectorizable(&self) -> bool {
+        let k = self.k;
+        let mut defined = vec![false; k.vars.len()];
+        let num = |v: &Var| k.vars.get(v.0 as usize) == Some(&VarKind::Num);
+        let list = k.init.iter().chain(&k.body).chain(&k.finish);
+        for st in list {
+            let is = |v: &Var| defined.get(v.0 as usize).copied().unwrap_or(false);
+            let ok = match st {
+                Stmt::Loop { .. } => false,
+                Stmt::Store(a, v) => self.axis_stride(a, Axis::Rows) == Some(true) && is(v) && num(v),
+                Stmt::Set(v, inst) => {
+                    let (vn, reads) = (num(v), inst.operands());
+                    reads.iter().all(is)
+                        && match inst {
+                            Inst::Const(_) | Inst::Degree | Inst::Rank => vn,
+                            Inst::Load(a) => vn && self.axis_stride(a, Axis::Rows).is_some(),
+                            Inst::Copy(x) => num(x) == vn,
+                            Inst::Unary(UnOp::Neg | UnOp::Abs | UnOp::Sqrt | UnOp::Relu, _) => vn,
+                            Inst::Unary(UnOp::Not, x) => !vn && !num(x),
+                            Inst::Unary(..) => false,
+                            Inst::Binary(BinOp::And | BinOp::Or, x, y) => !vn && !num(x) && !num(y),
+                            Inst::Binary(
+                                BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Min | BinOp::Max | BinOp::LeakyRelu,
+                                x,
+                                y,
+                            ) => vn && num(x) && num(y),
+                            Inst::Cmp(_, x, y) => !vn && num(x) && num(y),
+                            Inst::Select(c, x, y) => !num(c) && vn && num(x) && num(y),
+                            Inst::Powi(..) => false,
+                        }
+                }
+            };
+            if !ok {
+                return false;
+            }
+            if let Stmt::Set(v, _) = st {
+                defined[v.0 as usize] = true;
+            }
+        }
+        true
+    }
+
+    /// The rows per vector of a generated stencil's interior, when it has
+    /// room for one and the kernel allows ([`Translator::rows_vectorizable`]).
+    fn row_vector_lanes(&mut self, st: &crate::back::abi::Stencil2d) -> Option<i64> {
+        let (_, vl) = self.vlen();
+        let (_, _, inner_r, inner_c) = st.interior();
+        let ok = inner_r > 0 && inner_c >= vl && !st.offsets.is_empty() && self.rows_vectorizable();
+        self.row_vectors = ok.then_some(vl);
+        self.row_vectors
+    }
+
+    /// Rows `i .. i + vl` of a generated stencil's interior as one vector
+    /// pass: the row's statements with every variable a vector, one lane
+    /// per row, and the body once per neighbour offset (whose source rows
+    /// `i + off .. i + off + vl` are one unaligned load).
+    fn vector_rows(&mut self, st: &crate::back::abi::Stencil2d, i: Value) -> TResult<()> {
+        let k = self.k;
+        let (vty, _) = self.vlen();
+        let vflags = MemFlagsData::new().with_notrap();
+        let little = MemFlagsData::new().with_endianness(ir::Endianness::Little);
+        let mut local: std::collections::HashMap<u32, Value> = std::collections::HashMap::new();
+        let deg = self.b.ins().iconst(types::I64, st.offsets.len() as i64);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        self.cur = Cursor { row: Some(i), deg: Some(deg), src: None, edge: None, rank: None };
+        let run = |t: &mut Self, list: &[Stmt], local: &mut std::collections::HashMap<u32, Value>| -> TResult<()> {
+            for s in list {
+                match s {
+                    Stmt::Set(v, inst) => {
+                        let val = t.vector_inst(inst, Axis::Rows, vty, vflags, little, local)?;
+                        local.insert(v.0, val);
+                    }
+                    Stmt::Store(a, v) => {
+                        let val = *local.get(&v.0).ok_or("a row vector stored before it was set")?;
+                        let addr = t.addr(a)?;
+                        t.b.ins().store(vflags, val, addr, 0);
+                    }
+                    Stmt::Loop { .. } => return Err("a feature loop in a row-vector pass".into()),
+                }
+            }
+            Ok(())
+        };
+        run(self, &k.init, &mut local)?;
+        let cols = st.cols as i64;
+        for (n, &(dr, dc)) in st.offsets.iter().enumerate() {
+            let j = self.b.ins().iadd_imm_s(i, dr * cols + dc);
+            let seen = self.b.ins().iconst(types::I64, n as i64);
+            self.cur.src = Some(j);
+            self.cur.rank = Some((seen, zero));
+            run(self, &k.body, &mut local)?;
+        }
+        self.cur.src = None;
+        self.cur.rank = None;
+        run(self, &k.finish, &mut local)
     }
 
     // --- addresses -------------------------------------------------------
@@ -1449,10 +1637,5 @@ fn mark_used(list: &[Stmt], fields: &mut [bool], outputs: &mut [bool]) -> TResul
 
 /// Whether an instruction reads variable `v`.
 fn inst_reads(i: &Inst, v: Var) -> bool {
-    match i {
-        Inst::Const(_) | Inst::Load(_) | Inst::Degree | Inst::Rank => false,
-        Inst::Copy(x) | Inst::Unary(_, x) | Inst::Powi(x, _) => *x == v,
-        Inst::Binary(_, x, y) | Inst::Cmp(_, x, y) => *x == v || *y == v,
-        Inst::Select(c, x, y) => *c == v || *x == v || *y == v,
-    }
+    i.operands().contains(&v)
 }

@@ -1,0 +1,82 @@
+//! An output the kernel stores in every row skips the zero fill: it may
+//! reuse a dropped tensor's mapping with the old values in it
+//! (`Tensor::for_overwrite`). Here the mapping it reuses is poisoned (NaN
+//! everywhere) before each call, for every kernel of
+//! `examples/kernels/gnn.rs` (outputs of 8 MiB and more are the ones that
+//! reuse mappings), and the outputs must still equal the f64 reference
+//! interpreter's: no stale value shows through, in the forward call or in
+//! the backward's stages. One test in its own process: the spare mapping is
+//! process-wide.
+
+use tiga::runtime::{DType, DataMut};
+use tiga::{Graph, Inputs, Kernel, Tensor};
+
+mod common;
+use common::{random_edges, random_fields, Rng};
+
+const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
+const KERNELS: [&str; 10] =
+    ["NeighborSum", "Smoothing", "VecSum", "GcnNorm", "SageMean", "MaxPool", "GinSum", "GatAttention", "Top2Sum", "EdgeGate"];
+
+/// Drop a NaN-filled tensor of this shape: its mapping becomes the spare
+/// the next tensor of the same size reuses (checked, for the sizes that
+/// get mappings: a test that poisoned nothing would prove nothing).
+fn poison(shape: &[usize]) {
+    let fill = |t: &mut Tensor| match t.data_mut() {
+        DataMut::F32(s) => s.fill(f32::NAN),
+        DataMut::F64(s) => s.fill(f64::NAN),
+    };
+    let mut t = Tensor::zeros(DType::F32, shape.to_vec()).expect("tensor");
+    fill(&mut t);
+    drop(t);
+    let mut again = Tensor::for_overwrite(DType::F32, shape.to_vec()).expect("tensor");
+    if shape.iter().product::<usize>() * 4 >= 8 << 20 {
+        assert!(again.to_f64_vec().iter().all(|x| x.is_nan()), "the poisoned mapping was not reused");
+    }
+    fill(&mut again);
+}
+
+#[test]
+fn overwritten_outputs_show_no_stale_values() {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    // 33,000 rows of 64 f32: 8.4 MiB outputs, over the mapping threshold.
+    let (n, f) = (33_000usize, 64usize);
+    let (src, dst) = random_edges(&mut rng, n, n - 1, 4 * n);
+    let g = Graph::from_edges(n, n, &src, &dst).expect("graph");
+    for name in KERNELS {
+        let k = Kernel::from_source(GNN, name).expect("kernel");
+        let fields = random_fields(&k, &g, f, || rng.uniform());
+        let tensors: Vec<Tensor> = fields
+            .iter()
+            .map(|(_, _, shape, data)| Tensor::from_f32(shape.clone(), data.iter().map(|&x| x as f32).collect()).expect("shape"))
+            .collect();
+        let mut ins = Inputs::new();
+        for ((role, nm, _, _), t) in fields.iter().zip(&tensors) {
+            ins = ins.with_role(*role, nm, t);
+        }
+        let shapes = k.output_shapes(&g, &ins).expect("shapes");
+        let (_, big) = shapes.iter().max_by_key(|(_, s)| s.iter().product::<usize>()).expect("an output");
+        poison(big);
+        let got = k.run(&g, &ins).expect("run");
+        let want = k.run_reference(&g, &ins).expect("reference");
+        for ((o, a), (_, b)) in got.items.iter().zip(&want.items) {
+            for (i, (x, y)) in a.to_f64_vec().iter().zip(b.to_f64_vec()).enumerate() {
+                assert!((x - y).abs() <= 1e-4 * y.abs().max(1.0), "{name} output {o}[{i}]: {x}, reference {y}");
+            }
+        }
+        // The backward's stages allocate their outputs the same way: its
+        // gradients must stay finite (the fields are finite) and equal a
+        // second VJP's after a poison of every gradient's size.
+        let out = shapes.iter().find(|(o, _)| o == "out").map(|(o, _)| o.clone()).unwrap_or_else(|| shapes[0].0.clone());
+        let g1 = k.grad(&g, &ins, &out).expect("grad");
+        for (role, nm, t) in &g1.items {
+            poison(t.shape());
+            let g2 = k.grad(&g, &ins, &out).expect("grad");
+            let again = g2.items.iter().find(|(r2, n2, _)| r2 == role && n2 == nm).map(|(_, _, t2)| t2).expect("same gradient");
+            assert!(t.to_f64_vec().iter().all(|x| x.is_finite()), "{name} gradient {nm}: not finite");
+            let (a, b) = (t.to_f64_vec(), again.to_f64_vec());
+            let diff = a.iter().zip(&b).position(|(x, y)| x.to_bits() != y.to_bits());
+            assert!(diff.is_none(), "{name} gradient {nm}: differs after a poisoned spare at {diff:?}: {:?} vs {:?}", diff.map(|i| a[i]), diff.map(|i| b[i]));
+        }
+    }
+}
