@@ -410,7 +410,10 @@ impl<'a> Translator<'a> {
             }
         }
         if let Some((_, n, bl)) = self.blocking {
-            notes.push(format!("feature blocks: {bl} of {n} lanes, {} passes over each row's edges", n / bl));
+            notes.push(format!(
+                "feature blocks: {bl} of {n} lanes, {} passes over each row's edges (the first touches the source lines the later ones read)",
+                n / bl
+            ));
         }
         notes
     }
@@ -1259,6 +1262,7 @@ impl<'a> Translator<'a> {
             let a = self.b.ins().iadd(cols, a);
             let j = self.b.ins().uload32(flags(), a, 0);
             self.cur.src = Some(j);
+            self.touch_later_blocks(j)?;
         }
         self.cur.edge = Some(match edge_ids {
             Some(ids) => {
@@ -1271,6 +1275,36 @@ impl<'a> Translator<'a> {
         self.cur.rank = Some((p, first));
         self.stmts(&k.body)?;
         self.close_loop(edge, 1);
+        Ok(())
+    }
+
+    /// In the first feature-block pass over a row's edges, touch the cache
+    /// lines of source row `j` that the later blocks will read: one load of
+    /// a value per 64-byte line, its result unused (a load that may trap is
+    /// kept and issued; CLIF has no prefetch). The lines then arrive while
+    /// the first block waits for its own, and the later passes, which
+    /// re-walk the row's edges, find them in cache instead of paying a
+    /// second round of random misses.
+    fn touch_later_blocks(&mut self, j: Value) -> TResult<()> {
+        let (Some((w, n, bl)), Some(0)) = (self.blocking, self.block_start) else { return Ok(()) };
+        let size = self.key.dtype.size() as i64;
+        for f in 0..self.k.fields.len() {
+            let decl = &self.k.fields[f];
+            if decl.role != Role::Src || decl.ty != Type::Vector(w) {
+                continue;
+            }
+            let Some(base) = self.fields[f] else { continue };
+            let row = self.b.ins().imul_imm_s(j, n * size);
+            let row = self.b.ins().iadd(base, row);
+            let (first, end) = (bl * size, n * size);
+            let mut at: Vec<i64> = (first..end).step_by(64).collect();
+            at.push(end - size);
+            at.dedup();
+            for off in at {
+                let off = i32::try_from(off).map_err(|_| "row too wide")?;
+                self.b.ins().load(types::I8, MemFlagsData::new(), row, off);
+            }
+        }
         Ok(())
     }
 
