@@ -8,12 +8,16 @@
 //! `#[target_feature]` and picked at run time with `is_x86_feature_detected!`
 //! (what `-C target-cpu=native` would give, without changing the workspace's
 //! flags). Rows are split across rayon workers like tiga's executor does
-//! (contiguous ranges of equal `degree + 1` cost, about four per thread), and
-//! each call allocates its output as a function returning a `Vec` would,
-//! since tiga's `run` does too: in transparent huge pages where the output
-//! is large (`zeroed_vec`, tiga's own allocation). Through `vec![0.0; n]`
-//! a 256 MB output took 65,536 page faults, and the same loop measured 121
-//! and 226 ms in two runs depending on whether glibc reused freed memory.
+//! (contiguous ranges of equal `degree + 1` cost, about four per thread).
+//! Each call returns its output as a `Vec`, taken from the outputs of
+//! earlier calls once they are dropped ([`Out`]), as a program that runs a
+//! loop many times reuses its buffers (and as tiga's calls reuse a dropped
+//! output's mapping without zeroing it, every loop here writing each
+//! element). A fresh buffer costs page faults and the kernel's zeroing:
+//! through `vec![0.0; n]` a 256 MB output took 65,536 faults and the same
+//! loop measured 121 and 226 ms in two runs; even in transparent huge pages
+//! (`zeroed_vec`) the F = 64 sum measured 86 to 191 ms from run to run on
+//! this machine, whose fresh memory is slow and uneven to fault in.
 //!
 //! Each baseline is checked against tiga's output by the caller, so a number
 //! here is known to be the same computation.
@@ -24,6 +28,45 @@ use std::time::Instant;
 use rayon::prelude::*;
 use tiga_runtime::tensor::zeroed_vec;
 use tiga_runtime::{balanced_row_chunks, Graph};
+
+/// Outputs of dropped [`Out`]s, for the next call of the same size.
+static SPARE_OUTPUTS: std::sync::Mutex<Vec<Vec<f32>>> = std::sync::Mutex::new(Vec::new());
+
+/// At most this many spare outputs (a forward and a backward contender
+/// each hold one while computing the next).
+const SPARE_KEEP: usize = 2;
+
+/// A buffer of `n` floats for a loop that writes every one of them: a
+/// spare of that size when there is one (old values in it), else zeros.
+fn output(n: usize) -> Vec<f32> {
+    if let Ok(mut spares) = SPARE_OUTPUTS.lock() {
+        if let Some(i) = spares.iter().position(|v| v.len() == n) {
+            return spares.swap_remove(i);
+        }
+    }
+    zeroed_vec(n)
+}
+
+/// A hand-written loop's output; its buffer becomes a spare when dropped.
+pub struct Out(pub Vec<f32>);
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        let v = std::mem::take(&mut self.0);
+        if let (false, Ok(mut spares)) = (v.is_empty(), SPARE_OUTPUTS.lock()) {
+            if spares.len() < SPARE_KEEP {
+                spares.push(v);
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Out {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        &self.0
+    }
+}
 
 /// Widths the baselines are compiled for.
 pub const WIDTHS: [usize; 4] = [1, 16, 64, 128];
@@ -183,7 +226,7 @@ fn sum_graph<const F: usize>(g: &Graph, x: &[f32], weight: Option<&[f32]>, post:
 
 /// `out[i] = post(Σ_{j→i} x[j])`, x of width `f`.
 pub fn csr_sum(g: &Graph, x: &[f32], f: usize, post: Post) -> Result<Vec<f32>, String> {
-    let mut out = zeroed_vec::<f32>(g.num_dst() * f);
+    let mut out = output(g.num_dst() * f);
     by_width!(f, sum_graph, (g, x, None, post, &mut out));
     Ok(out)
 }
@@ -194,7 +237,7 @@ pub fn csr_sum(g: &Graph, x: &[f32], f: usize, post: Post) -> Result<Vec<f32>, S
 /// sources) so that it needs no atomics. For `mean`, `c_i = 1/deg(i)` is a
 /// per-column weight of the transposed rows.
 pub fn csr_sum_backward(g: &Graph, gt: &Graph, gout: &[f32], f: usize, post: Post) -> Result<Vec<f32>, String> {
-    let mut gx = zeroed_vec::<f32>(gt.num_dst() * f);
+    let mut gx = output(gt.num_dst() * f);
     match post {
         Post::Mean => {
             let inv: Vec<f32> =
@@ -241,7 +284,7 @@ fn max_graph<const F: usize>(g: &Graph, x: &[f32], out: &mut [f32]) {
 }
 
 pub fn csr_max_relu(g: &Graph, x: &[f32], f: usize) -> Result<Vec<f32>, String> {
-    let mut out = zeroed_vec::<f32>(g.num_dst() * f);
+    let mut out = output(g.num_dst() * f);
     by_width!(f, max_graph, (g, x, &mut out));
     Ok(out)
 }
@@ -331,7 +374,7 @@ fn gat_graph<const F: usize>(g: &Graph, h: &[f32], a_src: &[f32], a_dst: &[f32],
 }
 
 pub fn csr_gat(g: &Graph, h: &[f32], a_src: &[f32], a_dst: &[f32], f: usize) -> Result<Vec<f32>, String> {
-    let mut out = zeroed_vec::<f32>(g.num_dst() * f);
+    let mut out = output(g.num_dst() * f);
     by_width!(f, gat_graph, (g, h, a_src, a_dst, &mut out));
     Ok(out)
 }
@@ -380,7 +423,7 @@ fn stencil_row_best(up: &[f32], mid: &[f32], down: &[f32], out: &mut [f32]) {
 /// parallel over grid rows. The 4-neighbour stencil is symmetric, so the
 /// same loop applied to the output's cotangent is the backward pass.
 pub fn stencil_generated(side: usize, x: &[f32]) -> Vec<f32> {
-    let mut out = zeroed_vec::<f32>(side * side);
+    let mut out = output(side * side);
     if side == 0 {
         return out;
     }

@@ -189,7 +189,7 @@ struct TigaRun {
 enum Produced {
     Outputs(tiga::Outputs),
     Grads(tiga::Gradients),
-    Hand(Vec<f32>),
+    Hand(hand::Out),
 }
 
 type Contender<'c> = Box<dyn FnMut() -> Result<Produced, String> + 'c>;
@@ -227,8 +227,8 @@ type Hand<'h> = &'h dyn Fn() -> Result<Vec<f32>, String>;
 /// hand-written forward and backward where there are some.
 struct SideBySide {
     tiga: Vec<TigaRun>,
-    hand_fwd: Option<(f64, Vec<f32>)>,
-    hand_bwd: Option<(f64, Vec<f32>)>,
+    hand_fwd: Option<(f64, hand::Out)>,
+    hand_bwd: Option<(f64, hand::Out)>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -276,7 +276,7 @@ fn side_by_side(
         .map(|&k| Box::new(move || k.run(g, ins).map(Produced::Outputs).map_err(e(k))) as Contender<'_>)
         .collect();
     if let Some(h) = hand_fwd {
-        fwd.push(Box::new(move || h().map(Produced::Hand)));
+        fwd.push(Box::new(move || h().map(|v| Produced::Hand(hand::Out(v)))));
     }
     let mut fwd = time_rounds(repeat, &mut fwd)?;
     let mut bwd: Vec<Contender<'_>> = kernels
@@ -284,7 +284,7 @@ fn side_by_side(
         .map(|&k| Box::new(move || k.vjp(g, ins, cot).map(Produced::Grads).map_err(e(k))) as Contender<'_>)
         .collect();
     if let Some(h) = hand_bwd {
-        bwd.push(Box::new(move || h().map(Produced::Hand)));
+        bwd.push(Box::new(move || h().map(|v| Produced::Hand(hand::Out(v)))));
     }
     let mut bwd = time_rounds(repeat, &mut bwd)?;
     // The hand-written loop, when given, is the last contender.
@@ -579,7 +579,7 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
         let gen_compile = new_compile_ms(&before);
         let mut contenders: Vec<Contender<'_>> = vec![
             Box::new(|| k.run_stencil(&st, &ins).map(Produced::Outputs).map_err(|e| e.to_string())),
-            Box::new(|| Ok(Produced::Hand(hand::stencil_generated(side, &x)))),
+            Box::new(|| Ok(Produced::Hand(hand::Out(hand::stencil_generated(side, &x))))),
         ];
         let timed = time_rounds(repeat, &mut contenders)?;
         drop(contenders);
@@ -600,7 +600,7 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
         let gen_bwd_compile = new_compile_ms(&before);
         let mut contenders: Vec<Contender<'_>> = vec![
             Box::new(|| k.vjp_stencil(&st, &ins, &cot).map(Produced::Grads).map_err(|e| e.to_string())),
-            Box::new(|| Ok(Produced::Hand(hand::stencil_generated(side, &gout)))),
+            Box::new(|| Ok(Produced::Hand(hand::Out(hand::stencil_generated(side, &gout))))),
         ];
         let timed = time_rounds(repeat, &mut contenders)?;
         drop(contenders);

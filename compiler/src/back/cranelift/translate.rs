@@ -284,9 +284,9 @@ impl<'a> Translator<'a> {
         if let (Some(st), Some((rv, cv))) = (&key.stencil, coords) {
             // Carry the coordinates `step` rows on: c + step, wrapping to
             // column 0 of the next grid row (a step never crosses it).
-            let advance = |t: &mut Self, step: i64| {
+            let advance = |t: &mut Self, step: Value| {
                 let (r, c) = (t.b.use_var(rv), t.b.use_var(cv));
-                let c1 = t.b.ins().iadd_imm_s(c, step);
+                let c1 = t.b.ins().iadd(c, step);
                 let wrap = t.b.ins().icmp_imm_u(IntCC::Equal, c1, st.cols as i64);
                 let zero = t.b.ins().iconst(types::I64, 0);
                 let c2 = t.b.ins().select(wrap, zero, c1);
@@ -297,8 +297,9 @@ impl<'a> Translator<'a> {
             };
             let next = match self.row_vector_lanes(st) {
                 Some(vl) => {
-                    // `vl` rows at once where all of them are interior and
-                    // in the chunk; one row otherwise.
+                    // Where `vl` rows from `i` on are interior and in the
+                    // chunk, a run of whole vectors to the end of this grid
+                    // row's interior (or of the chunk); one row otherwise.
                     let (vector, scalar, latch) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
                     let next = self.b.append_block_param(latch, types::I64);
                     let (dr_lo, dc_lo, inner_r, inner_c) = st.interior();
@@ -315,15 +316,26 @@ impl<'a> Translator<'a> {
                     self.b.seal_block(vector);
                     self.b.seal_block(scalar);
                     self.b.switch_to_block(vector);
-                    self.vector_rows(st, i)?;
-                    advance(&mut self, vl);
-                    self.b.ins().jump(latch, &[BlockArg::Value(last)]);
+                    let c = self.b.use_var(cv);
+                    let edge = self.b.ins().iconst(types::I64, inner_c - dc_lo);
+                    let to_edge = self.b.ins().isub(edge, c);
+                    let to_end = self.b.ins().isub(row_end, i);
+                    let run = self.b.ins().umin(to_edge, to_end);
+                    let run = self.b.ins().band_imm_s(run, -vl);
+                    let stop = self.b.ins().iadd(i, run);
+                    let lp = self.open_loop(i, Bound::Value(stop));
+                    let at = lp.counter;
+                    self.vector_rows(st, at)?;
+                    self.close_loop(lp, vl);
+                    advance(&mut self, run);
+                    self.b.ins().jump(latch, &[BlockArg::Value(stop)]);
                     self.b.switch_to_block(scalar);
                     self.row_pass(i, None, |t| {
                         let (r, c) = (t.b.use_var(rv), t.b.use_var(cv));
                         t.generated_neighbours(st, i, r, c)
                     })?;
-                    advance(&mut self, 1);
+                    let step = self.b.ins().iconst(types::I64, 1);
+                    advance(&mut self, step);
                     let one = self.b.ins().iadd_imm_s(i, 1);
                     self.b.ins().jump(latch, &[BlockArg::Value(one)]);
                     self.b.seal_block(latch);
@@ -335,7 +347,8 @@ impl<'a> Translator<'a> {
                         let (r, c) = (t.b.use_var(rv), t.b.use_var(cv));
                         t.generated_neighbours(st, i, r, c)
                     })?;
-                    advance(&mut self, 1);
+                    let step = self.b.ins().iconst(types::I64, 1);
+                    advance(&mut self, step);
                     self.b.ins().iadd_imm_s(i, 1)
                 }
             };
