@@ -323,10 +323,24 @@ impl<'a> Translator<'a> {
                     let run = self.b.ins().umin(to_edge, to_end);
                     let run = self.b.ins().band_imm_s(run, -vl);
                     let stop = self.b.ins().iadd(i, run);
-                    let lp = self.open_loop(i, Bound::Value(stop));
+                    // Two vectors per iteration, then the odd one.
+                    let pairs = self.b.ins().band_imm_s(run, -2 * vl);
+                    let pairs_end = self.b.ins().iadd(i, pairs);
+                    let lp = self.open_loop(i, Bound::Value(pairs_end));
                     let at = lp.counter;
                     self.vector_rows(st, at)?;
-                    self.close_loop(lp, vl);
+                    let at2 = self.b.ins().iadd_imm_s(at, vl);
+                    self.vector_rows(st, at2)?;
+                    self.close_loop(lp, 2 * vl);
+                    let (odd, done) = (self.b.create_block(), self.b.create_block());
+                    let more = self.b.ins().icmp(IntCC::UnsignedLessThan, pairs_end, stop);
+                    self.b.ins().brif(more, odd, &[], done, &[]);
+                    self.b.seal_block(odd);
+                    self.b.switch_to_block(odd);
+                    self.vector_rows(st, pairs_end)?;
+                    self.b.ins().jump(done, &[]);
+                    self.b.seal_block(done);
+                    self.b.switch_to_block(done);
                     advance(&mut self, run);
                     self.b.ins().jump(latch, &[BlockArg::Value(stop)]);
                     self.b.switch_to_block(scalar);
