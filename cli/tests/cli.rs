@@ -317,10 +317,10 @@ fn explain_lists_the_passes_in_order() {
 #[test]
 fn explain_with_a_width_shows_code_generation() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let o = tigac(&root, &["explain", "examples/kernels/gnn.rs", "--kernel", "VecSum", "--width", "64"]);
+    let o = tigac(&root, &["explain", "examples/kernels/gnn.rs", "--kernel", "VecSum", "--width", "128"]);
     ok(&o);
     let text = stdout(&o);
-    for want in ["widths [64]", "as f32x4 SIMD (128 bits)", "in 8 vector registers", "feature blocks: 32 of 64 lanes, 2 passes"] {
+    for want in ["widths [128]", "as f32x4 SIMD (128 bits)", "in 16 vector registers", "feature blocks: 64 of 128 lanes, 2 passes", "touches the source rows 32 edges ahead"] {
         assert!(text.contains(want), "`{want}` missing:\n{text}");
     }
     let o = tigac(&root, &["explain", "examples/kernels/gnn.rs", "--kernel", "VecSum", "--width", "16", "--dtype", "f64"]);

@@ -49,8 +49,12 @@ fn gnn_kernels_match_reference() {
                         };
                         let (var, _) = jit.variant(&lk, &key).unwrap_or_else(|e| panic!("{e}\n{lk}"));
                         if k.name == "VecSum" {
+                            // A sum keeps 16 vectors of accumulators in
+                            // registers: one pass up to 64 f32 or 32 f64
+                            // lanes, blocks past that.
                             let blocked = var.notes.iter().any(|n| n.starts_with("feature blocks:"));
-                            assert_eq!(blocked, f == 64, "{:?}", var.notes);
+                            let one_pass = if dtype == DType::F32 { 64 } else { 32 };
+                            assert_eq!(blocked, f > one_pass, "{dtype:?} F={f}: {:?}", var.notes);
                         }
                         let inputs: Vec<(Role, &[f64])> = k.fields.iter().zip(&fields).map(|(fd, a)| (fd.role, &a.data[..])).collect();
                         let out_lens: Vec<usize> = want.iter().map(|a| a.data.len()).collect();
