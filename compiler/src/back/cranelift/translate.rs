@@ -66,12 +66,14 @@ pub(super) fn scratch_sizes(k: &LoopKernel, key: &VariantKey) -> TResult<Vec<u64
 const MAX_UNROLL: i64 = 16;
 
 /// Vectors of lanes per pass over a row's edges under feature blocking
-/// (see `Translator::blocking_plan`): 8 of the 16 xmm registers hold
-/// accumulators, the rest the loads and temporaries; all 16 when the edge
-/// body only adds loaded values into them (each add reads memory, no
-/// temporary), which at F = 64 makes one pass over the edges instead of
-/// two (the rows gathered once).
-const BLOCK_VECTORS: i64 = 8;
+/// (see `Translator::blocking_plan`): 4 of the 16 xmm registers hold
+/// accumulators, the rest the loads and temporaries (Cranelift loads a
+/// pass's source vectors up front: with 8 accumulators a max kernel
+/// spilled two of them every edge; F = 64 max forward 183 -> 165 ms,
+/// backward 1362 -> 1089 ms); all 16 when the edge body only adds loaded
+/// values into them (each add reads memory, no temporary), which at F = 64
+/// makes one pass over the edges instead of two.
+const BLOCK_VECTORS: i64 = 4;
 
 /// How many edges ahead the edge loop touches the source rows it will
 /// gather ([`Translator::touch_ahead`]). Measured on the power-law graph
@@ -96,6 +98,19 @@ fn float_cc(c: CmpOp) -> FloatCC {
         CmpOp::Ge => FloatCC::GreaterThanOrEqual,
         CmpOp::Eq => FloatCC::Equal,
         CmpOp::Ne => FloatCC::NotEqual,
+    }
+}
+
+/// `fcmp cc, x, y` with `>` and `>=` written as `<` and `<=` on swapped
+/// operands (the same result for every input, NaN included): the x64
+/// back end turns a select on `x < y` (scalar or lane-wise) into one
+/// `minps`/`maxps` (`minss`/`maxss`), where a `>` compare stays a compare
+/// and a blend.
+fn fcmp(b: &mut FunctionBuilder<'_>, cc: FloatCC, x: Value, y: Value) -> Value {
+    match cc {
+        FloatCC::GreaterThan => b.ins().fcmp(FloatCC::LessThan, y, x),
+        FloatCC::GreaterThanOrEqual => b.ins().fcmp(FloatCC::LessThanOrEqual, y, x),
+        _ => b.ins().fcmp(cc, x, y),
     }
 }
 
@@ -984,7 +999,7 @@ impl<'a> Translator<'a> {
         let op = |t: &mut Self, v: &Var| t.vector_operand(*v, vty, local);
         // fcmp yields an integer lane mask; bitselect wants the value's type.
         let mask = |t: &mut Self, cc: FloatCC, x: Value, y: Value| {
-            let m = t.b.ins().fcmp(cc, x, y);
+            let m = fcmp(&mut t.b, cc, x, y);
             t.b.ins().bitcast(vty, little, m)
         };
         Ok(match inst {
@@ -1155,11 +1170,11 @@ impl<'a> Translator<'a> {
                     // The never-NaN operand is kept when the compare fails
                     // (NaN compares false), as Rust's max/min keep it.
                     (true, _) => {
-                        let take_y = self.b.ins().fcmp(cc, y, x);
+                        let take_y = fcmp(&mut self.b, cc, y, x);
                         self.b.ins().select(take_y, y, x)
                     }
                     (false, true) => {
-                        let take_x = self.b.ins().fcmp(cc, x, y);
+                        let take_x = fcmp(&mut self.b, cc, x, y);
                         self.b.ins().select(take_x, x, y)
                     }
                     (false, false) => self.binary(*op, x, y),
@@ -1178,7 +1193,7 @@ impl<'a> Translator<'a> {
             Inst::Cmp(c, x, y) => {
                 want(Bool, "a comparison")?;
                 let (x, y) = (self.num_var(*x)?, self.num_var(*y)?);
-                self.b.ins().fcmp(float_cc(*c), x, y)
+                fcmp(&mut self.b, float_cc(*c), x, y)
             }
             Inst::Select(c, x, y) => {
                 want(self.kind(*x)?, "a select")?;
@@ -1215,7 +1230,7 @@ impl<'a> Translator<'a> {
             UnOp::Relu => {
                 // x if x > 0 else 0 (so NaN and -0 give +0).
                 let zero = self.fconst(0.0);
-                let pos = self.b.ins().fcmp(FloatCC::GreaterThan, x, zero);
+                let pos = fcmp(&mut self.b, FloatCC::GreaterThan, x, zero);
                 self.b.ins().select(pos, x, zero)
             }
             UnOp::Not => x,
@@ -1235,7 +1250,7 @@ impl<'a> Translator<'a> {
             BinOp::LeakyRelu => {
                 // x if x > 0 else slope * x.
                 let zero = self.fconst(0.0);
-                let pos = self.b.ins().fcmp(FloatCC::GreaterThan, x, zero);
+                let pos = fcmp(&mut self.b, FloatCC::GreaterThan, x, zero);
                 let scaled = self.b.ins().fmul(y, x);
                 self.b.ins().select(pos, x, scaled)
             }
@@ -1246,7 +1261,7 @@ impl<'a> Translator<'a> {
 
     /// `if x cc y { x } else { y }`, then `x` when `y` is NaN.
     fn min_max(&mut self, cc: FloatCC, x: Value, y: Value) -> Value {
-        let take_x = self.b.ins().fcmp(cc, x, y);
+        let take_x = fcmp(&mut self.b, cc, x, y);
         let r = self.b.ins().select(take_x, x, y);
         let y_nan = self.b.ins().fcmp(FloatCC::Unordered, y, y);
         self.b.ins().select(y_nan, x, r)
