@@ -87,6 +87,8 @@ const TOUCH_AHEAD_EDGES: i64 = 32;
 /// line per row) touching took the forward from 39 to 62 ms.
 const TOUCH_AHEAD_MIN_ROW_BYTES: i64 = 256;
 const BLOCK_VECTORS_ADD_ONLY: i64 = 16;
+/// A weighted sum (`acc += w · x`) needs a temporary per vector: 8.
+const BLOCK_VECTORS_WEIGHTED: i64 = 8;
 
 /// The float condition of a comparison, scalar or lane-wise, with Rust's
 /// semantics (ordered, except `!=`: unordered or unequal, true for NaN).
@@ -485,10 +487,8 @@ impl<'a> Translator<'a> {
             }
         }
         if let Some((_, n, bl)) = self.blocking {
-            notes.push(format!(
-                "feature blocks: {bl} of {n} lanes, {} passes over each row's edges (the first touches the source lines the later ones read)",
-                n / bl
-            ));
+            let touch = if self.touch_notes > 0 { "" } else { " (the first touches the source lines the later ones read)" };
+            notes.push(format!("feature blocks: {bl} of {n} lanes, {} passes over each row's edges{touch}", n / bl));
         }
         notes
     }
@@ -727,17 +727,30 @@ impl<'a> Translator<'a> {
     }
 
     /// Whether the edge body is feature loops that only load and add into
-    /// scratch accumulators (a sum or mean aggregation): its SIMD code needs
-    /// no vector register besides the accumulators.
+    /// scratch accumulators (a sum aggregation): its SIMD code needs no
+    /// vector register besides the accumulators.
     fn edges_only_add(&self) -> bool {
+        self.edges_are(false)
+    }
+
+    /// Whether the edge body is a weighted sum: scalar loads, and feature
+    /// loops that only load, multiply and add into scratch accumulators
+    /// (a mean's or a normalized sum's backward): one temporary per vector.
+    fn edges_weighted_sum(&self) -> bool {
+        self.edges_are(true)
+    }
+
+    fn edges_are(&self, weighted: bool) -> bool {
+        let lane_op = |b: &Stmt| {
+            matches!(
+                b,
+                Stmt::Set(_, Inst::Load(Addr::Field { .. } | Addr::Scratch { .. }) | Inst::Binary(BinOp::Add, ..))
+                    | Stmt::Store(Addr::Scratch { .. }, _)
+            ) || (weighted && matches!(b, Stmt::Set(_, Inst::Binary(BinOp::Mul, ..))))
+        };
         self.k.body.iter().all(|st| match st {
-            Stmt::Loop { body, .. } => body.iter().all(|b| {
-                matches!(
-                    b,
-                    Stmt::Set(_, Inst::Load(Addr::Field { .. } | Addr::Scratch { .. }) | Inst::Binary(BinOp::Add, ..))
-                        | Stmt::Store(Addr::Scratch { .. }, _)
-                )
-            }),
+            Stmt::Loop { body, .. } => body.iter().all(lane_op),
+            Stmt::Set(_, Inst::Load(Addr::Field { lanes, .. })) => weighted && lanes.is_empty(),
             _ => false,
         })
     }
@@ -758,7 +771,13 @@ impl<'a> Translator<'a> {
             return Ok(None);
         }
         let (_, vl) = self.vlen();
-        let block = vl * if self.edges_only_add() { BLOCK_VECTORS_ADD_ONLY } else { BLOCK_VECTORS };
+        let block = vl * if self.edges_only_add() {
+            BLOCK_VECTORS_ADD_ONLY
+        } else if self.edges_weighted_sum() {
+            BLOCK_VECTORS_WEIGHTED
+        } else {
+            BLOCK_VECTORS
+        };
         let mut width: Option<WidthId> = None;
         for list in [&self.k.init, &self.k.body, &self.k.finish] {
             for st in list.iter() {
@@ -1374,9 +1393,9 @@ impl<'a> Translator<'a> {
 
     /// The source fields whose rows [`Translator::touch_ahead`] touches:
     /// vectors of at least [`TOUCH_AHEAD_MIN_ROW_BYTES`], with their width,
-    /// when the edge body only adds ([`Translator::edges_only_add`]).
+    /// when the edge body is a sum ([`Translator::edges_weighted_sum`]).
     fn touched_fields(&self) -> Vec<(usize, i64)> {
-        if !self.edges_only_add() {
+        if !self.edges_weighted_sum() {
             return Vec::new();
         }
         let size = self.key.dtype.size() as i64;
