@@ -372,16 +372,16 @@ impl<'a> Translator<'a> {
                     let pairs_end = self.b.ins().iadd(i, pairs);
                     let lp = self.open_loop(i, Bound::Value(pairs_end));
                     let at = lp.counter;
-                    self.vector_rows(st, at)?;
+                    self.vector_rows(Some(st), at)?;
                     let at2 = self.b.ins().iadd_imm_s(at, vl);
-                    self.vector_rows(st, at2)?;
+                    self.vector_rows(Some(st), at2)?;
                     self.close_loop(lp, 2 * vl);
                     let (odd, done) = (self.b.create_block(), self.b.create_block());
                     let more = self.b.ins().icmp(IntCC::UnsignedLessThan, pairs_end, stop);
                     self.b.ins().brif(more, odd, &[], done, &[]);
                     self.b.seal_block(odd);
                     self.b.switch_to_block(odd);
-                    self.vector_rows(st, pairs_end)?;
+                    self.vector_rows(Some(st), pairs_end)?;
                     self.b.ins().jump(done, &[]);
                     self.b.seal_block(done);
                     self.b.switch_to_block(done);
@@ -410,6 +410,27 @@ impl<'a> Translator<'a> {
                     self.b.ins().iadd_imm_s(i, 1)
                 }
             };
+            self.close_loop_at(row, next);
+        } else if let Some(vl) = self.row_only_lanes() {
+            // A row-only kernel (an adjoint's row stage) is elementwise over
+            // rows: `vl` rows per vector while the chunk has them, then one
+            // at a time; no CSR read at all.
+            let (vector, scalar, latch) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+            let next = self.b.append_block_param(latch, types::I64);
+            let last = self.b.ins().iadd_imm_s(i, vl);
+            let fits = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, last, row_end);
+            self.b.ins().brif(fits, vector, &[], scalar, &[]);
+            self.b.seal_block(vector);
+            self.b.seal_block(scalar);
+            self.b.switch_to_block(vector);
+            self.vector_rows(None, i)?;
+            self.b.ins().jump(latch, &[BlockArg::Value(last)]);
+            self.b.switch_to_block(scalar);
+            self.row_pass(i, None, |_| Ok(()))?;
+            let one = self.b.ins().iadd_imm_s(i, 1);
+            self.b.ins().jump(latch, &[BlockArg::Value(one)]);
+            self.b.seal_block(latch);
+            self.b.switch_to_block(latch);
             self.close_loop_at(row, next);
         } else {
             let off_addr = self.b.ins().ishl_imm_u(i, 3);
@@ -466,6 +487,9 @@ impl<'a> Translator<'a> {
             if let Some(vl) = self.row_vectors {
                 notes.push(format!("interior rows: {vl} at a time as {vty} SIMD lanes (one unaligned load per neighbour), border rows scalar"));
             }
+        }
+        if let (None, Some(vl)) = (&self.key.stencil, self.row_vectors) {
+            notes.push(format!("row-only kernel: {vl} rows at a time as {vty} SIMD lanes, no CSR read"));
         }
         let loops = self.simd_loops + self.scalar_loops;
         if loops > 0 {
@@ -1639,19 +1663,37 @@ impl<'a> Translator<'a> {
         self.row_vectors
     }
 
+    /// The rows per vector of a CSR kernel with no edge work and no use of
+    /// the degree or ranks (elementwise over rows, like an adjoint's row
+    /// stage), when its statements vectorize across rows.
+    fn row_only_lanes(&mut self) -> Option<i64> {
+        let k = self.k;
+        if self.key.stencil.is_some() || !k.body.is_empty() {
+            return None;
+        }
+        let mut counts = false;
+        for list in [&k.init, &k.finish] {
+            crate::loops::for_each_stmt(list, &mut |st| counts |= matches!(st, Stmt::Set(_, Inst::Degree | Inst::Rank)));
+        }
+        let (_, vl) = self.vlen();
+        let ok = !counts && self.rows_vectorizable();
+        self.row_vectors = ok.then_some(vl);
+        self.row_vectors
+    }
+
     /// Rows `i .. i + vl` of a generated stencil's interior as one vector
     /// pass: the row's statements with every variable a vector, one lane
     /// per row, and the body once per neighbour offset (whose source rows
     /// `i + off .. i + off + vl` are one unaligned load).
-    fn vector_rows(&mut self, st: &crate::back::abi::Stencil2d, i: Value) -> TResult<()> {
+    fn vector_rows(&mut self, st: Option<&crate::back::abi::Stencil2d>, i: Value) -> TResult<()> {
         let k = self.k;
         let (vty, _) = self.vlen();
         let vflags = MemFlagsData::new().with_notrap();
         let little = MemFlagsData::new().with_endianness(ir::Endianness::Little);
         let mut local: std::collections::HashMap<u32, Value> = std::collections::HashMap::new();
-        let deg = self.b.ins().iconst(types::I64, st.offsets.len() as i64);
+        let deg = st.map(|st| self.b.ins().iconst(types::I64, st.offsets.len() as i64));
         let zero = self.b.ins().iconst(types::I64, 0);
-        self.cur = Cursor { row: Some(i), deg: Some(deg), src: None, edge: None, rank: None };
+        self.cur = Cursor { row: Some(i), deg, src: None, edge: None, rank: None };
         let run = |t: &mut Self, list: &[Stmt], local: &mut std::collections::HashMap<u32, Value>| -> TResult<()> {
             for s in list {
                 match s {
@@ -1670,8 +1712,8 @@ impl<'a> Translator<'a> {
             Ok(())
         };
         run(self, &k.init, &mut local)?;
-        let cols = st.cols as i64;
-        for (n, &(dr, dc)) in st.offsets.iter().enumerate() {
+        let (cols, offsets) = st.map(|st| (st.cols as i64, &st.offsets[..])).unwrap_or((0, &[]));
+        for (n, &(dr, dc)) in offsets.iter().enumerate() {
             let j = self.b.ins().iadd_imm_s(i, dr * cols + dc);
             let seen = self.b.ins().iconst(types::I64, n as i64);
             self.cur.src = Some(j);
