@@ -447,19 +447,21 @@ impl<'a> RowRunner<'a> {
                 Ok(mine)
             })
             .collect();
-        for part in parts {
-            for ((t, &out), &w) in part?.iter().zip(&self.out_ptrs.0).zip(&widths) {
-                // SAFETY: row i of each output is this piece's alone, and
-                // the output holds it (the caller's contract).
-                match t.data() {
-                    Data::F32(p) => {
-                        let o = unsafe { std::slice::from_raw_parts_mut((out as *mut f32).add(i * w), w) };
-                        o.iter_mut().zip(p).for_each(|(x, y)| *x += y)
-                    }
-                    Data::F64(p) => {
-                        let o = unsafe { std::slice::from_raw_parts_mut((out as *mut f64).add(i * w), w) };
-                        o.iter_mut().zip(p).for_each(|(x, y)| *x += y)
-                    }
+        let parts = parts.into_iter().collect::<Result<Vec<_>>>()?;
+        for (o, (&out, &w)) in self.out_ptrs.0.iter().zip(&widths).enumerate() {
+            // Row i starts from zero here, not from what the output held: an
+            // output the kernel overwrites comes without a zero fill
+            // (`output_buffers`).
+            // SAFETY: row i of each output is this piece's alone, and the
+            // output holds it (the caller's contract).
+            match dtype {
+                DType::F32 => {
+                    let row = unsafe { std::slice::from_raw_parts_mut((out as *mut f32).add(i * w), w) };
+                    sum_into(row, parts.iter().filter_map(|p| p[o].as_f32()));
+                }
+                DType::F64 => {
+                    let row = unsafe { std::slice::from_raw_parts_mut((out as *mut f64).add(i * w), w) };
+                    sum_into(row, parts.iter().filter_map(|p| p[o].as_f64()));
                 }
             }
         }
@@ -469,6 +471,14 @@ impl<'a> RowRunner<'a> {
     /// Add the parameter partials into the outputs.
     pub(crate) fn finish(self, outs: &mut [Tensor]) {
         self.partials.finish(outs);
+    }
+}
+
+/// `row = Σ parts`, in order, from zero.
+fn sum_into<'p, T: Copy + Default + std::ops::AddAssign + 'p>(row: &mut [T], parts: impl Iterator<Item = &'p [T]>) {
+    row.fill(T::default());
+    for p in parts {
+        row.iter_mut().zip(p).for_each(|(x, y)| *x += *y);
     }
 }
 

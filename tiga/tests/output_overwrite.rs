@@ -12,7 +12,7 @@ use tiga::runtime::{DType, DataMut};
 use tiga::{Graph, Inputs, Kernel, Tensor};
 
 mod common;
-use common::{random_edges, random_fields, Rng};
+use common::{random_edges, random_fields, Field, Rng};
 
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 const KERNELS: [&str; 10] =
@@ -36,6 +36,17 @@ fn poison(shape: &[usize]) {
     fill(&mut again);
 }
 
+fn f32_tensors(fields: &[Field]) -> Vec<Tensor> {
+    fields
+        .iter()
+        .map(|(_, _, shape, data)| Tensor::from_f32(shape.clone(), data.iter().map(|&x| x as f32).collect()).expect("shape"))
+        .collect()
+}
+
+fn inputs<'a>(fields: &'a [Field], tensors: &'a [Tensor]) -> Inputs<'a> {
+    fields.iter().zip(tensors).fold(Inputs::new(), |ins, ((role, nm, _, _), t)| ins.with_role(*role, nm, t))
+}
+
 #[test]
 fn overwritten_outputs_show_no_stale_values() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -46,14 +57,8 @@ fn overwritten_outputs_show_no_stale_values() {
     for name in KERNELS {
         let k = Kernel::from_source(GNN, name).expect("kernel");
         let fields = random_fields(&k, &g, f, || rng.uniform());
-        let tensors: Vec<Tensor> = fields
-            .iter()
-            .map(|(_, _, shape, data)| Tensor::from_f32(shape.clone(), data.iter().map(|&x| x as f32).collect()).expect("shape"))
-            .collect();
-        let mut ins = Inputs::new();
-        for ((role, nm, _, _), t) in fields.iter().zip(&tensors) {
-            ins = ins.with_role(*role, nm, t);
-        }
+        let tensors = f32_tensors(&fields);
+        let ins = inputs(&fields, &tensors);
         let shapes = k.output_shapes(&g, &ins).expect("shapes");
         let (_, big) = shapes.iter().max_by_key(|(_, s)| s.iter().product::<usize>()).expect("an output");
         poison(big);
@@ -78,5 +83,35 @@ fn overwritten_outputs_show_no_stale_values() {
             let diff = a.iter().zip(&b).position(|(x, y)| x.to_bits() != y.to_bits());
             assert!(diff.is_none(), "{name} gradient {nm}: differs after a poisoned spare at {diff:?}: {:?} vs {:?}", diff.map(|i| a[i]), diff.map(|i| b[i]));
         }
+    }
+}
+
+/// A row longer than a split segment (65,536 edges) is summed in parallel
+/// segments whose partial rows are then added into the output: that row
+/// must start from zero even when the output reused a poisoned mapping.
+#[test]
+fn split_rows_start_from_zero_in_a_reused_output() {
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    // 33,000 rows of 64 f32 (8.4 MiB), row 7 with 200,000 in-edges.
+    let (n, f, hub) = (33_000usize, 64usize, 200_000usize);
+    let (mut src, mut dst) = random_edges(&mut rng, n, n - 1, 2 * n);
+    src.extend((0..hub).map(|_| rng.below(n) as u32));
+    dst.extend(std::iter::repeat_n(7u32, hub));
+    let g = Graph::from_edges(n, n, &src, &dst).expect("graph");
+    let k = Kernel::from_source(GNN, "VecSum").expect("kernel");
+    let fields = random_fields(&k, &g, f, || rng.uniform());
+    let tensors = f32_tensors(&fields);
+    let ins = inputs(&fields, &tensors);
+    poison(&[n, f]);
+    let reused = k.run(&g, &ins).expect("run");
+    // The same call into a fresh (zero) mapping: the spare is held apart.
+    let _holder = Tensor::zeros(tiga::runtime::DType::F32, vec![n, f]).expect("tensor");
+    let fresh = k.run(&g, &ins).expect("run");
+    let want = k.run_reference(&g, &ins).expect("reference");
+    let (a, b, r) = (reused.items[0].1.to_f64_vec(), fresh.items[0].1.to_f64_vec(), want.items[0].1.to_f64_vec());
+    for (i, ((x, y), z)) in a.iter().zip(&b).zip(&r).enumerate() {
+        assert_eq!(x.to_bits(), y.to_bits(), "out[{i}] (row {}): {x} into a reused output, {y} into a fresh one", i / f);
+        // f32 sums of up to 200,000 terms in [-1, 1): an absolute bound.
+        assert!((x - z).abs() <= 2e-2, "out[{i}] (row {}): {x}, reference {z}", i / f);
     }
 }
