@@ -214,6 +214,15 @@ const SPARE_BYTES: usize = 256 << 20;
 
 static SPARES: std::sync::Mutex<Vec<memmap2::MmapMut>> = std::sync::Mutex::new(Vec::new());
 
+/// Give the kept spare mapping (see [`Spares`]) back to the system: its
+/// memory leaves the resident set now rather than when the next tensor of
+/// its size is made.
+pub fn release_spares() {
+    if let Ok(mut spares) = SPARES.lock() {
+        spares.clear();
+    }
+}
+
 impl Spares {
     fn take(bytes: usize) -> Option<memmap2::MmapMut> {
         let mut spares = SPARES.lock().ok()?;

@@ -370,8 +370,10 @@ impl<'a> Stream<'_, 'a> {
         Ok(Some(ready))
     }
 
-    /// Fault in the memory of these rows' outputs, one write of a zero
-    /// (what they hold) per OS page. A fresh output is faulted in by its
+    /// Fault in the memory of these rows' outputs: one byte per OS page
+    /// written back as it is (an output may hold zeros, or a reused
+    /// mapping's old values that the kernel overwrites). A fresh output is
+    /// faulted in by its
     /// first write, 2 MiB at a time ([`tiga_runtime::Tensor::zeros`]),
     /// and a fault inside a piece holds back the release of its page and so
     /// the other workers; in the read-ahead it holds back nothing.
@@ -381,11 +383,11 @@ impl<'a> Stream<'_, 'a> {
             let (start, end) = (base + rows.start * row_bytes, base + rows.end * row_bytes);
             let mut at = start.div_ceil(OS_PAGE) * OS_PAGE;
             while at < end {
-                // SAFETY: `at` lies in these rows of a live output, which
-                // hold zeros and which no piece writes yet (the page's pieces
-                // are handed out after it is read); other threads write
-                // other bytes only.
-                unsafe { std::ptr::write_volatile(at as *mut u8, 0) };
+                // SAFETY: `at` lies in these rows of a live output, which no
+                // piece writes yet (the page's pieces are handed out after
+                // it is read); other threads write other bytes only. The
+                // byte keeps its value.
+                unsafe { std::ptr::write_volatile(at as *mut u8, std::ptr::read_volatile(at as *const u8)) };
                 at += OS_PAGE;
             }
         }

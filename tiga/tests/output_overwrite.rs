@@ -5,8 +5,8 @@
 //! `examples/kernels/gnn.rs` (outputs of 8 MiB and more are the ones that
 //! reuse mappings), and the outputs must still equal the f64 reference
 //! interpreter's: no stale value shows through, in the forward call or in
-//! the backward's stages. One test in its own process: the spare mapping is
-//! process-wide.
+//! the backward's stages. The spare mapping is process-wide, so the tests of
+//! this file (their own process) take turns (`SERIAL`).
 
 use tiga::runtime::{DType, DataMut};
 use tiga::{Graph, Inputs, Kernel, Tensor};
@@ -18,6 +18,13 @@ const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 const KERNELS: [&str; 10] =
     ["NeighborSum", "Smoothing", "VecSum", "GcnNorm", "SageMean", "MaxPool", "GinSum", "GatAttention", "Top2Sum", "EdgeGate"];
 
+/// Held by each test for its whole run: the spare mapping is shared.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Drop a NaN-filled tensor of this shape: its mapping becomes the spare
 /// the next tensor of the same size reuses (checked, for the sizes that
 /// get mappings: a test that poisoned nothing would prove nothing).
@@ -26,6 +33,8 @@ fn poison(shape: &[usize]) {
         DataMut::F32(s) => s.fill(f32::NAN),
         DataMut::F64(s) => s.fill(f64::NAN),
     };
+    // A kept spare of another size would keep this one from being kept.
+    tiga::runtime::tensor::release_spares();
     let mut t = Tensor::zeros(DType::F32, shape.to_vec()).expect("tensor");
     fill(&mut t);
     drop(t);
@@ -49,6 +58,7 @@ fn inputs<'a>(fields: &'a [Field], tensors: &'a [Tensor]) -> Inputs<'a> {
 
 #[test]
 fn overwritten_outputs_show_no_stale_values() {
+    let _turn = serial();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     // 33,000 rows of 64 f32: 8.4 MiB outputs, over the mapping threshold.
     let (n, f) = (33_000usize, 64usize);
@@ -91,6 +101,7 @@ fn overwritten_outputs_show_no_stale_values() {
 /// must start from zero even when the output reused a poisoned mapping.
 #[test]
 fn split_rows_start_from_zero_in_a_reused_output() {
+    let _turn = serial();
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     // 33,000 rows of 64 f32 (8.4 MiB), row 7 with 200,000 in-edges.
     let (n, f, hub) = (33_000usize, 64usize, 200_000usize);
@@ -114,4 +125,52 @@ fn split_rows_start_from_zero_in_a_reused_output() {
         // f32 sums of up to 200,000 terms in [-1, 1): an absolute bound.
         assert!((x - z).abs() <= 2e-2, "out[{i}] (row {}): {x}, reference {z}", i / f);
     }
+}
+
+/// The other callers that allocate overwritten outputs: a paged run
+/// (pages of 5,000 rows, read-ahead faulting the output rows in) and the
+/// generated stencil's forward and backward, each after a poisoned spare,
+/// against the same call on the in-memory CSR (bit for bit).
+#[test]
+fn paged_and_generated_stencil_outputs_show_no_stale_values() {
+    let _turn = serial();
+    use tiga::runtime::storage::{save_gfg, GfgFile};
+    use tiga::{PageOptions, Stencil2d};
+    // A 1,500 x 1,500 grid: scalar outputs of 9 MB, over the mapping threshold.
+    let side = 1500usize;
+    let n = side * side;
+    let offsets = vec![(-1i64, 0i64), (1, 0), (0, -1), (0, 1)];
+    let neigh: Vec<Vec<i64>> = offsets.iter().map(|&(r, c)| vec![r, c]).collect();
+    let g = Graph::stencil(&[side, side], &neigh, false).expect("stencil graph");
+    let st = Stencil2d { rows: side as u64, cols: side as u64, offsets, periodic: false };
+    let k = Kernel::from_source(GNN, "Smoothing").expect("kernel");
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let x = Tensor::from_f32(vec![n], (0..n).map(|_| rng.uniform() as f32).collect()).expect("x");
+    let ins = Inputs::new().src("x", &x);
+    let want = k.run(&g, &ins).expect("in-memory run");
+    let same = |what: &str, a: &Tensor, b: &Tensor| {
+        let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
+        let diff = a.iter().zip(&b).position(|(p, q)| p.to_bits() != q.to_bits());
+        assert!(diff.is_none(), "{what}: differs at {diff:?}");
+    };
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("grid.gfg");
+    save_gfg(&path, &g, true, &[]).expect("save");
+    let file = GfgFile::open(&path).expect("open");
+    let opts = PageOptions { page_rows: Some(5000), page_bytes: None, prefetch: Some(2) };
+    poison(&[n]);
+    let paged = k.run_paged(&file, &ins, &opts).expect("paged run");
+    same("paged forward", &want.items[0].1, &paged.items[0].1);
+
+    poison(&[n]);
+    let gen = k.run_stencil(&st, &ins).expect("generated run");
+    same("generated forward", &want.items[0].1, &gen.items[0].1);
+
+    let cot = Tensor::from_f32(vec![n], (0..n).map(|_| rng.uniform() as f32).collect()).expect("cotangent");
+    let cots = [("out", cot.view())];
+    let csr_grad = k.vjp(&g, &ins, &cots).expect("csr vjp");
+    poison(&[n]);
+    let gen_grad = k.vjp_stencil(&st, &ins, &cots).expect("generated vjp");
+    same("generated backward", csr_grad.src("x").expect("grad"), gen_grad.src("x").expect("grad"));
 }
