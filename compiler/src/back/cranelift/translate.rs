@@ -116,6 +116,16 @@ fn fcmp(b: &mut FunctionBuilder<'_>, cc: FloatCC, x: Value, y: Value) -> Value {
     }
 }
 
+/// A numeric operation that [`Translator::vector_inst`] has a lane-wise
+/// form of, with the scalar path's exact semantics.
+fn has_vector_form(inst: &Inst) -> bool {
+    matches!(
+        inst,
+        Inst::Unary(UnOp::Neg | UnOp::Abs | UnOp::Sqrt | UnOp::Relu, _)
+            | Inst::Binary(BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Min | BinOp::Max | BinOp::LeakyRelu, ..)
+    )
+}
+
 fn flags() -> MemFlagsData {
     MemFlagsData::trusted()
 }
@@ -189,10 +199,10 @@ pub(super) struct Translator<'a> {
     /// Variables that are never NaN ([`crate::loops::never_nan`]): a `max`
     /// or `min` with such an operand is one compare and select.
     not_nan: Vec<bool>,
-    /// The chunk's end in the CSR (`off[row_end]`), for touching ahead.
-    chunk_edge_end: Option<Value>,
-    /// Source fields touched ahead (for the notes).
-    touch_notes: usize,
+    /// The source fields touched ahead (field, width) and the chunk's end
+    /// in the CSR (`off[row_end]`), when the edge loop touches ahead
+    /// ([`Translator::touch_ahead`]).
+    touch: Option<(Vec<(usize, i64)>, Value)>,
     /// Rows per vector in a generated stencil's interior, when vectorized
     /// across rows.
     row_vectors: Option<i64>,
@@ -242,8 +252,7 @@ impl<'a> Translator<'a> {
             block_start: None,
             not_nan: crate::loops::never_nan(k),
             row_vectors: None,
-            chunk_edge_end: None,
-            touch_notes: 0,
+            touch: None,
             simd_loops: 0,
             scalar_loops: 0,
             cur: Cursor::default(),
@@ -316,10 +325,12 @@ impl<'a> Translator<'a> {
             }
             None => None,
         };
-        if self.key.stencil.is_none() && reads_src && !self.touched_fields().is_empty() {
+        let touched = self.touched_fields();
+        if self.key.stencil.is_none() && reads_src && !touched.is_empty() {
             let a = self.b.ins().ishl_imm_u(row_end, 3);
             let a = self.b.ins().iadd(offsets, a);
-            self.chunk_edge_end = Some(self.b.ins().load(types::I64, flags(), a, 0));
+            let chunk_end = self.b.ins().load(types::I64, flags(), a, 0);
+            self.touch = Some((touched, chunk_end));
         }
         // for i in row_begin..row_end
         let row = self.open_loop(row_begin, Bound::Value(row_end));
@@ -339,13 +350,21 @@ impl<'a> Translator<'a> {
                 t.b.def_var(rv, r2);
                 t.b.def_var(cv, c2);
             };
+            // One row by the tested (or wrapped) neighbour path.
+            let scalar_row = |t: &mut Self| -> TResult<Value> {
+                t.row_pass(i, None, |t| {
+                    let (r, c) = (t.b.use_var(rv), t.b.use_var(cv));
+                    t.generated_neighbours(st, i, r, c)
+                })?;
+                let step = t.b.ins().iconst(types::I64, 1);
+                advance(t, step);
+                Ok(t.b.ins().iadd_imm_s(i, 1))
+            };
             let next = match self.row_vector_lanes(st) {
                 Some(vl) => {
                     // Where `vl` rows from `i` on are interior and in the
                     // chunk, a run of whole vectors to the end of this grid
                     // row's interior (or of the chunk); one row otherwise.
-                    let (vector, scalar, latch) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
-                    let next = self.b.append_block_param(latch, types::I64);
                     let (dr_lo, dc_lo, inner_r, inner_c) = st.interior();
                     let (r, c) = (self.b.use_var(rv), self.b.use_var(cv));
                     let rr = self.b.ins().iadd_imm_s(r, dr_lo);
@@ -356,81 +375,55 @@ impl<'a> Translator<'a> {
                     let ok_i = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, last, row_end);
                     let ok = self.b.ins().band(ok_r, ok_c);
                     let ok = self.b.ins().band(ok, ok_i);
-                    self.b.ins().brif(ok, vector, &[], scalar, &[]);
-                    self.b.seal_block(vector);
-                    self.b.seal_block(scalar);
-                    self.b.switch_to_block(vector);
-                    let c = self.b.use_var(cv);
-                    let edge = self.b.ins().iconst(types::I64, inner_c - dc_lo);
-                    let to_edge = self.b.ins().isub(edge, c);
-                    let to_end = self.b.ins().isub(row_end, i);
-                    let run = self.b.ins().umin(to_edge, to_end);
-                    let run = self.b.ins().band_imm_s(run, -vl);
-                    let stop = self.b.ins().iadd(i, run);
-                    // Two vectors per iteration, then the odd one.
-                    let pairs = self.b.ins().band_imm_s(run, -2 * vl);
-                    let pairs_end = self.b.ins().iadd(i, pairs);
-                    let lp = self.open_loop(i, Bound::Value(pairs_end));
-                    let at = lp.counter;
-                    self.vector_rows(Some(st), at)?;
-                    let at2 = self.b.ins().iadd_imm_s(at, vl);
-                    self.vector_rows(Some(st), at2)?;
-                    self.close_loop(lp, 2 * vl);
-                    let (odd, done) = (self.b.create_block(), self.b.create_block());
-                    let more = self.b.ins().icmp(IntCC::UnsignedLessThan, pairs_end, stop);
-                    self.b.ins().brif(more, odd, &[], done, &[]);
-                    self.b.seal_block(odd);
-                    self.b.switch_to_block(odd);
-                    self.vector_rows(Some(st), pairs_end)?;
-                    self.b.ins().jump(done, &[]);
-                    self.b.seal_block(done);
-                    self.b.switch_to_block(done);
-                    advance(&mut self, run);
-                    self.b.ins().jump(latch, &[BlockArg::Value(stop)]);
-                    self.b.switch_to_block(scalar);
-                    self.row_pass(i, None, |t| {
-                        let (r, c) = (t.b.use_var(rv), t.b.use_var(cv));
-                        t.generated_neighbours(st, i, r, c)
-                    })?;
-                    let step = self.b.ins().iconst(types::I64, 1);
-                    advance(&mut self, step);
-                    let one = self.b.ins().iadd_imm_s(i, 1);
-                    self.b.ins().jump(latch, &[BlockArg::Value(one)]);
-                    self.b.seal_block(latch);
-                    self.b.switch_to_block(latch);
-                    next
+                    let interior_run = |t: &mut Self| -> TResult<Value> {
+                        let c = t.b.use_var(cv);
+                        let edge = t.b.ins().iconst(types::I64, inner_c - dc_lo);
+                        let to_edge = t.b.ins().isub(edge, c);
+                        let to_end = t.b.ins().isub(row_end, i);
+                        let run = t.b.ins().umin(to_edge, to_end);
+                        let run = t.b.ins().band_imm_s(run, -vl);
+                        let stop = t.b.ins().iadd(i, run);
+                        // Two vectors per iteration, then the odd one.
+                        let pairs = t.b.ins().band_imm_s(run, -2 * vl);
+                        let pairs_end = t.b.ins().iadd(i, pairs);
+                        let lp = t.open_loop(i, Bound::Value(pairs_end));
+                        let at = lp.counter;
+                        t.vector_rows(Some(st), at)?;
+                        let at2 = t.b.ins().iadd_imm_s(at, vl);
+                        t.vector_rows(Some(st), at2)?;
+                        t.close_loop(lp, 2 * vl);
+                        let (odd, done) = (t.b.create_block(), t.b.create_block());
+                        let more = t.b.ins().icmp(IntCC::UnsignedLessThan, pairs_end, stop);
+                        t.b.ins().brif(more, odd, &[], done, &[]);
+                        t.b.seal_block(odd);
+                        t.b.switch_to_block(odd);
+                        t.vector_rows(Some(st), pairs_end)?;
+                        t.b.ins().jump(done, &[]);
+                        t.b.seal_block(done);
+                        t.b.switch_to_block(done);
+                        advance(t, run);
+                        Ok(stop)
+                    };
+                    self.either_rows(ok, interior_run, scalar_row)?
                 }
-                None => {
-                    self.row_pass(i, None, |t| {
-                        let (r, c) = (t.b.use_var(rv), t.b.use_var(cv));
-                        t.generated_neighbours(st, i, r, c)
-                    })?;
-                    let step = self.b.ins().iconst(types::I64, 1);
-                    advance(&mut self, step);
-                    self.b.ins().iadd_imm_s(i, 1)
-                }
+                None => scalar_row(&mut self)?,
             };
             self.close_loop_at(row, next);
         } else if let Some(vl) = self.row_only_lanes() {
             // A row-only kernel (an adjoint's row stage) is elementwise over
             // rows: `vl` rows per vector while the chunk has them, then one
             // at a time; no CSR read at all.
-            let (vector, scalar, latch) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
-            let next = self.b.append_block_param(latch, types::I64);
             let last = self.b.ins().iadd_imm_s(i, vl);
             let fits = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, last, row_end);
-            self.b.ins().brif(fits, vector, &[], scalar, &[]);
-            self.b.seal_block(vector);
-            self.b.seal_block(scalar);
-            self.b.switch_to_block(vector);
-            self.vector_rows(None, i)?;
-            self.b.ins().jump(latch, &[BlockArg::Value(last)]);
-            self.b.switch_to_block(scalar);
-            self.row_pass(i, None, |_| Ok(()))?;
-            let one = self.b.ins().iadd_imm_s(i, 1);
-            self.b.ins().jump(latch, &[BlockArg::Value(one)]);
-            self.b.seal_block(latch);
-            self.b.switch_to_block(latch);
+            let vector = |t: &mut Self| -> TResult<Value> {
+                t.vector_rows(None, i)?;
+                Ok(last)
+            };
+            let scalar = |t: &mut Self| -> TResult<Value> {
+                t.row_pass(i, None, |_| Ok(()))?;
+                Ok(t.b.ins().iadd_imm_s(i, 1))
+            };
+            let next = self.either_rows(fits, vector, scalar)?;
             self.close_loop_at(row, next);
         } else {
             let off_addr = self.b.ins().ishl_imm_u(i, 3);
@@ -457,6 +450,31 @@ impl<'a> Translator<'a> {
         let notes = self.notes();
         self.b.finalize(config);
         Ok(notes)
+    }
+
+    /// Branch on `fits` to `vector` or else `scalar`: each emits rows from
+    /// the row counter on and returns the counter's next value. Returns
+    /// that value where the two paths join.
+    fn either_rows(
+        &mut self,
+        fits: Value,
+        vector: impl FnOnce(&mut Self) -> TResult<Value>,
+        scalar: impl FnOnce(&mut Self) -> TResult<Value>,
+    ) -> TResult<Value> {
+        let (vb, sb, join) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+        let next = self.b.append_block_param(join, types::I64);
+        self.b.ins().brif(fits, vb, &[], sb, &[]);
+        self.b.seal_block(vb);
+        self.b.seal_block(sb);
+        self.b.switch_to_block(vb);
+        let n = vector(self)?;
+        self.b.ins().jump(join, &[BlockArg::Value(n)]);
+        self.b.switch_to_block(sb);
+        let n = scalar(self)?;
+        self.b.ins().jump(join, &[BlockArg::Value(n)]);
+        self.b.seal_block(join);
+        self.b.switch_to_block(join);
+        Ok(next)
     }
 
     /// One pass over row `i`: its `init`, its edges (`edges`), its
@@ -499,10 +517,10 @@ impl<'a> Translator<'a> {
                 vl * self.key.dtype.size() as i64 * 8
             ));
         }
-        if self.touch_notes > 0 {
+        if let Some((fields, _)) = &self.touch {
             notes.push(format!(
                 "edge loop: touches the source rows {TOUCH_AHEAD_EDGES} edges ahead ({} field(s); a kept load per 64-byte line, CLIF has no prefetch)",
-                self.touch_notes
+                fields.len()
             ));
         }
         for (b, p) in self.promoted.iter().enumerate() {
@@ -511,7 +529,7 @@ impl<'a> Translator<'a> {
             }
         }
         if let Some((_, n, bl)) = self.blocking {
-            let touch = if self.touch_notes > 0 { "" } else { " (the first touches the source lines the later ones read)" };
+            let touch = if self.touch.is_some() { "" } else { " (the first touches the source lines the later ones read)" };
             notes.push(format!("feature blocks: {bl} of {n} lanes, {} passes over each row's edges{touch}", n / bl));
         }
         notes
@@ -698,14 +716,8 @@ impl<'a> Translator<'a> {
                         Inst::Const(_) | Inst::Degree | Inst::Rank => true,
                         Inst::Load(a) => Self::stride(a, lane).is_some(),
                         Inst::Copy(x) => readable(x, &defined) && num(x),
-                        Inst::Unary(UnOp::Neg | UnOp::Abs | UnOp::Sqrt | UnOp::Relu, x) => readable(x, &defined),
-                        Inst::Unary(..) => false,
-                        Inst::Binary(
-                            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Min | BinOp::Max | BinOp::LeakyRelu,
-                            x,
-                            y,
-                        ) => readable(x, &defined) && readable(y, &defined),
-                        Inst::Binary(..) => false,
+                        Inst::Unary(_, x) => has_vector_form(inst) && readable(x, &defined),
+                        Inst::Binary(_, x, y) => has_vector_form(inst) && readable(x, &defined) && readable(y, &defined),
                         // A loop-invariant boolean selects whole vectors; a mask
                         // made in the loop selects lane by lane.
                         Inst::Select(c, x, y) => {
@@ -1396,10 +1408,10 @@ impl<'a> Translator<'a> {
             let a = self.b.ins().iadd(cols, a);
             let j = self.b.ins().uload32(flags(), a, 0);
             self.cur.src = Some(j);
-            if !self.touches_ahead() {
-                self.touch_later_blocks(j)?;
+            match self.touch.clone() {
+                Some((fields, chunk_end)) => self.touch_ahead(p, cols, &fields, chunk_end)?,
+                None => self.touch_later_blocks(j)?,
             }
-            self.touch_ahead(p, cols)?;
         }
         self.cur.edge = Some(match edge_ids {
             Some(ids) => {
@@ -1435,10 +1447,6 @@ impl<'a> Translator<'a> {
             .collect()
     }
 
-    fn touches_ahead(&self) -> bool {
-        self.chunk_edge_end.is_some() && !self.touched_fields().is_empty()
-    }
-
     /// At edge `p`, in the first pass over a row, touch the source rows of
     /// the edge [`TOUCH_AHEAD_EDGES`] further on in the chunk (past this
     /// row's end too; the chunk's last edge at most): one kept load per
@@ -1450,14 +1458,9 @@ impl<'a> Translator<'a> {
     /// touches (max 1.61 -> 1.89, attention 1.82 -> 2.04 times the AOT
     /// back end's time), while the adjoint's sum over the transposed graph
     /// gains the most.
-    fn touch_ahead(&mut self, p: Value, cols: Value) -> TResult<()> {
-        let fields = self.touched_fields();
-        let Some(chunk_end) = self.chunk_edge_end else { return Ok(()) };
-        if fields.is_empty() || self.block_start.unwrap_or(0) != 0 {
+    fn touch_ahead(&mut self, p: Value, cols: Value, fields: &[(usize, i64)], chunk_end: Value) -> TResult<()> {
+        if self.block_start.unwrap_or(0) != 0 {
             return Ok(());
-        }
-        if self.touch_notes == 0 {
-            self.touch_notes = fields.len();
         }
         let last = self.b.ins().iadd_imm_s(chunk_end, -1);
         let q = self.b.ins().iadd_imm_s(p, TOUCH_AHEAD_EDGES);
@@ -1466,14 +1469,21 @@ impl<'a> Translator<'a> {
         let a = self.b.ins().iadd(cols, a);
         let j = self.b.ins().uload32(flags(), a, 0);
         let size = self.key.dtype.size() as i64;
-        for (f, n) in fields {
-            let base = self.fields[f].ok_or("touched field not loaded")?;
-            let row = self.b.ins().imul_imm_s(j, n * size);
-            let row = self.b.ins().iadd(base, row);
-            for off in (0..n * size).step_by(64) {
-                let off = i32::try_from(off).map_err(|_| "row too wide")?;
-                self.b.ins().load(types::I8, MemFlagsData::new(), row, off);
-            }
+        for &(f, n) in fields {
+            self.touch_lines(f, j, n, (0..n * size).step_by(64))?;
+        }
+        Ok(())
+    }
+
+    /// One kept (possibly trapping, so never removed) byte load at each of
+    /// `offsets` in row `j` of field `f`, `n` elements wide.
+    fn touch_lines(&mut self, f: usize, j: Value, n: i64, offsets: impl IntoIterator<Item = i64>) -> TResult<()> {
+        let base = self.fields.get(f).copied().flatten().ok_or("touched field not loaded")?;
+        let row = self.b.ins().imul_imm_s(j, n * self.key.dtype.size() as i64);
+        let row = self.b.ins().iadd(base, row);
+        for off in offsets {
+            let off = i32::try_from(off).map_err(|_| "row too wide")?;
+            self.b.ins().load(types::I8, MemFlagsData::new(), row, off);
         }
         Ok(())
     }
@@ -1490,20 +1500,14 @@ impl<'a> Translator<'a> {
         let size = self.key.dtype.size() as i64;
         for f in 0..self.k.fields.len() {
             let decl = &self.k.fields[f];
-            if decl.role != Role::Src || decl.ty != Type::Vector(w) {
+            if decl.role != Role::Src || decl.ty != Type::Vector(w) || self.fields[f].is_none() {
                 continue;
             }
-            let Some(base) = self.fields[f] else { continue };
-            let row = self.b.ins().imul_imm_s(j, n * size);
-            let row = self.b.ins().iadd(base, row);
             let (first, end) = (bl * size, n * size);
             let mut at: Vec<i64> = (first..end).step_by(64).collect();
             at.push(end - size);
             at.dedup();
-            for off in at {
-                let off = i32::try_from(off).map_err(|_| "row too wide")?;
-                self.b.ins().load(types::I8, MemFlagsData::new(), row, off);
-            }
+            self.touch_lines(f, j, n, at)?;
         }
         Ok(())
     }
@@ -1628,15 +1632,10 @@ impl<'a> Translator<'a> {
                             Inst::Const(_) | Inst::Degree | Inst::Rank => vn,
                             Inst::Load(a) => vn && self.axis_stride(a, Axis::Rows).is_some(),
                             Inst::Copy(x) => num(x) == vn,
-                            Inst::Unary(UnOp::Neg | UnOp::Abs | UnOp::Sqrt | UnOp::Relu, _) => vn,
                             Inst::Unary(UnOp::Not, x) => !vn && !num(x),
-                            Inst::Unary(..) => false,
+                            Inst::Unary(..) => vn && has_vector_form(inst),
                             Inst::Binary(BinOp::And | BinOp::Or, x, y) => !vn && !num(x) && !num(y),
-                            Inst::Binary(
-                                BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Min | BinOp::Max | BinOp::LeakyRelu,
-                                x,
-                                y,
-                            ) => vn && num(x) && num(y),
+                            Inst::Binary(_, x, y) => vn && has_vector_form(inst) && num(x) && num(y),
                             Inst::Cmp(_, x, y) => !vn && num(x) && num(y),
                             Inst::Select(c, x, y) => !num(c) && vn && num(x) && num(y),
                             Inst::Powi(..) => false,
