@@ -444,7 +444,13 @@ fn grad_name(role: Role, name: &str) -> String {
     format!("grad.{}.{}", role.name(), name)
 }
 
-/// Build the adjoint stages of a captured kernel.
+/// A mean whose stages read the output's cotangent and the inverse degree
+/// per edge (see `generate_adjoint`), rather than a row-scaled cotangent
+/// from the stats stage.
+fn mean_reads_cotangent(k: &Kernel) -> bool {
+    k.reducer.kind == ReducerKind::Mean && k.node.is_none() && k.message_types().iter().all(|t| *t == Type::Scalar)
+}
+
 /// `c` for a stats output named `abar{c}` (the aggregate's cotangent).
 fn abar_index(name: &str) -> Option<usize> {
     name.strip_prefix("abar").and_then(|c| c.parse::<usize>().ok())
@@ -464,6 +470,7 @@ fn read_cotangent_for_abar(k: &Kernel, stages: &mut [Stage]) {
     }
 }
 
+/// Build the adjoint stages of a captured kernel.
 pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
     let sp = k.span;
     let nf = k.fields.len();
@@ -585,10 +592,14 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         let mut outs: Vec<ValueId> = Vec::new();
         match k.reducer.kind {
             ReducerKind::Mean => {
+                // `a · (1 / max(n, 1))`: the reciprocal is the one the
+                // per-edge form reads (`Binding::InvDegree`), so both forms
+                // give the same bits.
                 let one = b.c(1.0);
                 let n = b.bin(BinOp::Max, s[nm], one);
+                let inv = b.bin(BinOp::Div, one, n);
                 for &a in &abar {
-                    outs.push(b.bin(BinOp::Div, a, n));
+                    outs.push(b.bin(BinOp::Mul, a, inv));
                 }
             }
             ReducerKind::Monoid => {}
@@ -699,9 +710,14 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         };
         let mut fs = forward_fields(k, swap);
         let stat_role = swap(Role::Dst);
-        // A mean without `node`: each message's cotangent is the output's
-        // cotangent over the row's degree, read directly (no stats stage).
-        let mean_direct = k.reducer.kind == ReducerKind::Mean && k.node.is_none();
+        // A mean without `node` and with scalar messages: each message's
+        // cotangent is the output's cotangent times the row's inverse
+        // degree, read directly (no stats stage). With vector messages the
+        // stats stage scales each row once instead: per edge, `w · x` needs
+        // a register for the weight and a random read of it, which halves
+        // the accumulators a pass keeps (two passes over a 64-wide row),
+        // where a plain sum keeps all of them (one pass).
+        let mean_direct = mean_reads_cotangent(k);
         let stat_fields: Vec<usize> = if mean_direct {
             k.outputs
                 .iter()
@@ -887,7 +903,7 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
     // ---- a sum without `node`: the aggregate's cotangent is the output's,
     // so stages read the cotangent directly, and a stats stage left with
     // nothing else to do is dropped.
-    if matches!(k.reducer.kind, ReducerKind::Sum | ReducerKind::Mean) && k.node.is_none() {
+    if (k.reducer.kind == ReducerKind::Sum && k.node.is_none()) || mean_reads_cotangent(k) {
         read_cotangent_for_abar(k, &mut stages);
         let still_bound = stages.iter().skip(1).any(|st| st.bindings.iter().any(|b| matches!(b, Binding::Stage { stage: 0, .. })));
         let stats_needed = still_bound || stages[0].kernel.outputs.iter().any(|o| o.name.starts_with("grad."));

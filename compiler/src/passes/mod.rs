@@ -8,8 +8,11 @@
 //! analyze-reducer-algebra       classify the reducer, prove or refuse properties
 //! lower-csr-to-gather-segment   accumulator state + init/step/finish over CSR rows
 //! fuse-edge-node-regions        edge into the step, node into the finish
-//! fold-constants, eliminate-common-subexpressions, eliminate-dead-state,
-//! eliminate-dead-code           again, on the fused regions
+//! fold-constants, eliminate-common-subexpressions
+//!                               again, on the fused regions
+//! count-edges-by-degree         an accumulator of 1 per edge is the degree
+//! eliminate-dead-state, eliminate-dead-code
+//!                               drop the accumulators and values left unused
 //! ```
 
 mod analyze_reducer;
@@ -17,6 +20,7 @@ mod capture;
 mod cse;
 mod dce;
 mod dead_state;
+mod edge_count;
 mod fold;
 mod fuse;
 mod lower_csr;
@@ -30,6 +34,7 @@ pub use capture::capture_message_passing_udf;
 pub use cse::eliminate_common_subexpressions;
 pub use dce::eliminate_dead_code;
 pub use dead_state::eliminate_dead_state;
+pub use edge_count::count_edges_by_degree;
 pub use fold::fold_constants;
 pub use fuse::fuse_edge_node_regions;
 pub use lower_csr::lower_csr_to_gather_segment;
@@ -105,7 +110,7 @@ impl Remarks<'_> {
 type PassFn = fn(&mut Kernel, &mut Remarks<'_>) -> Result<(), PassError>;
 
 /// The pipeline as one readable list.
-pub const PIPELINE: [(&str, PassFn); 10] = [
+pub const PIPELINE: [(&str, PassFn); 11] = [
     ("capture-message-passing-udf", capture_message_passing_udf),
     ("fold-constants", fold_constants),
     ("eliminate-dead-code", eliminate_dead_code),
@@ -114,6 +119,7 @@ pub const PIPELINE: [(&str, PassFn); 10] = [
     ("fuse-edge-node-regions", fuse_edge_node_regions),
     ("fold-constants", fold_constants),
     ("eliminate-common-subexpressions", eliminate_common_subexpressions),
+    ("count-edges-by-degree", count_edges_by_degree),
     ("eliminate-dead-state", eliminate_dead_state),
     ("eliminate-dead-code", eliminate_dead_code),
 ];

@@ -1,0 +1,78 @@
+//! `count-edges-by-degree`: an accumulator component that starts at 0 and
+//! adds 1 per edge, and that nothing but the finish reads, is the row's
+//! degree. The finish reads `degree` instead, and `eliminate-dead-state`
+//! then drops the component with its per-edge update. The row-statistics
+//! stage of a mean's adjoint counts its edges this way; after the pass it
+//! reads two row offsets instead of looping over the row.
+//!
+//! Bits: a count held in f32 stops at 2^24 (adding 1 no longer changes it),
+//! where the degree is exact until it is converted; the forward `mean`
+//! divides by the converted degree, so the count now agrees with it on
+//! every row. Below 2^24 (f32) or 2^53 (f64) both are the same number.
+//!
+//! ```text
+//! init   { yield 0.0 }                         finish { %d = degree
+//! step   { %c = state 0; %1 = add %c, 1.0  ==>          .. %d .. }
+//!          yield %1 }
+//! finish { %c = state 0; .. %c .. }
+//! ```
+
+use super::{PassError, Remarks};
+use crate::ir::{BinOp, Kernel, Op, Region, Type, ValueId};
+
+/// Whether `v` in `r` is the constant `x`.
+fn is_const(r: &Region, v: ValueId, x: f64) -> bool {
+    matches!(r.nodes.get(v.0 as usize).map(|n| &n.op), Some(Op::Const(c)) if *c == x)
+}
+
+/// Whether step output `c` is `state c + 1` (either operand order).
+fn adds_one(step: &Region, c: u32) -> bool {
+    let Some(&out) = step.outputs.get(c as usize) else { return false };
+    let Some(Op::Binary(BinOp::Add, a, b)) = step.nodes.get(out.0 as usize).map(|n| n.op.clone()) else {
+        return false;
+    };
+    let is_state = |v: ValueId| matches!(step.nodes.get(v.0 as usize).map(|n| &n.op), Some(Op::State(s)) if *s == c);
+    (is_state(a) && is_const(step, b, 1.0)) || (is_state(b) && is_const(step, a, 1.0))
+}
+
+/// Whether `State(c)` in `step` feeds anything but its own `+ 1`.
+fn read_elsewhere(step: &Region, c: u32) -> bool {
+    let own = step.outputs.get(c as usize).copied();
+    let states: Vec<ValueId> = (0..step.nodes.len() as u32)
+        .map(ValueId)
+        .filter(|v| step.nodes[v.0 as usize].op == Op::State(c))
+        .collect();
+    let reads_state = |id: usize| step.nodes[id].op.operands().iter().any(|a| states.contains(a));
+    let by_nodes = (0..step.nodes.len()).any(|id| Some(ValueId(id as u32)) != own && reads_state(id));
+    let by_outputs = step.outputs.iter().enumerate().any(|(o, v)| o != c as usize && states.contains(v));
+    by_nodes || by_outputs
+}
+
+pub fn count_edges_by_degree(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), PassError> {
+    let Some(seg) = k.segment.as_mut() else {
+        r.analysis(Some(k.span), "no segment");
+        return Ok(());
+    };
+    let counts: Vec<u32> = (0..seg.state.len() as u32)
+        .filter(|&c| {
+            seg.state[c as usize] == Type::Scalar
+                && seg.init.outputs.get(c as usize).is_some_and(|&v| is_const(&seg.init, v, 0.0))
+                && adds_one(&seg.step, c)
+                && !read_elsewhere(&seg.step, c)
+        })
+        .collect();
+    if counts.is_empty() {
+        r.analysis(Some(k.span), "no accumulator counts the row's edges");
+        return Ok(());
+    }
+    for node in &mut seg.finish.nodes {
+        if matches!(node.op, Op::State(c) if counts.contains(&c)) {
+            node.op = Op::Degree;
+        }
+    }
+    r.applied(
+        Some(k.span),
+        format!("accumulator component(s) {counts:?} count the row's edges: the finish reads the row's degree (two row offsets) instead"),
+    );
+    Ok(())
+}
