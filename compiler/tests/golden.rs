@@ -56,7 +56,7 @@ fn adjoint_ir_after_each_pass_and_loop_ir() {
     use std::fmt::Write;
     use tiga_compiler::adjoint::kernel::generate_adjoint;
     let ks = parse_kernel_file(GNN).expect("parses");
-    for name in ["GcnNorm", "SageMean", "MaxPool", "GatAttention", "Top2Sum"] {
+    for name in ["Smoothing", "GcnNorm", "SageMean", "MaxPool", "GatAttention", "Top2Sum"] {
         let k = ks.iter().find(|k| k.name == name).expect("kernel").clone();
         let adj = generate_adjoint(&k).unwrap_or_else(|e| panic!("generate-adjoint of {name}: {e}"));
         let mut text = String::new();

@@ -181,3 +181,41 @@ fn matrix_parameter_kernels_match_finite_differences() {
         }
     }
 }
+
+/// Row statistics that are short scalar expressions of the cotangent are
+/// recomputed by the source stage (one stage); longer ones, and ones that
+/// read the aggregate, keep their stats stage. Both against finite
+/// differences.
+#[test]
+fn recomputed_and_kept_row_statistics_match_finite_differences() {
+    const SRC: &str = r#"
+#[message_passing(reduce = sum)]
+pub mod Affine {
+    use tiga::lang::*;
+    pub struct Src { pub x: f32 }
+    pub fn edge(src: &Src) -> f32 { src.x }
+    pub fn node(agg: f32) -> f32 { 2.0 * agg - 0.5 * agg + 1.0 }
+}
+#[message_passing(reduce = sum)]
+pub mod LongAffine {
+    use tiga::lang::*;
+    pub struct Src { pub x: f32 }
+    pub fn edge(src: &Src) -> f32 { src.x }
+    pub fn node(agg: f32) -> f32 { 2.0 * agg - 0.5 * agg + 3.0 * agg - 0.25 * agg + 0.125 * agg }
+}
+#[message_passing(reduce = sum)]
+pub mod Square {
+    use tiga::lang::*;
+    pub struct Src { pub x: f32 }
+    pub fn edge(src: &Src) -> f32 { src.x }
+    pub fn node(agg: f32) -> f32 { agg * agg }
+}
+"#;
+    let kernels = Kernel::all_from_source(SRC).expect("kernels compile");
+    for (name, stages) in [("Affine", 1), ("LongAffine", 2), ("Square", 2)] {
+        let k = kernels.iter().find(|k| k.name() == name).expect("kernel");
+        let text = k.explain();
+        assert!(text.contains(&format!("  {stages} stage(s), run in order")), "{name}: expected {stages} stage(s):\n{text}");
+    }
+    check_kernels_on_test_graphs(&kernels, Rng(0x5747_5000_0001));
+}

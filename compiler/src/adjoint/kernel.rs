@@ -951,6 +951,14 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         }
     }
 
+    // ---- scalar row statistics that are short expressions of the row's
+    // fields: the source stage recomputes them per edge (same bits), and
+    // the stats pass and its buffer go.
+    let is_stats = stages.first().is_some_and(|s| s.kernel.name == format!("{}.vjp.stats", k.name));
+    if super::inline_stats::recompute_row_statistics(&mut stages, is_stats) {
+        notes.push("the row statistics are short scalar expressions of each row's fields: the source stage recomputes them per edge (same operations, same bits) instead of a stats pass writing them".into());
+    }
+
     // ---- gradients ------------------------------------------------------
     let mut gradients = Vec::new();
     for f in &k.fields {
