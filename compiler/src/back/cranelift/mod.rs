@@ -60,6 +60,7 @@
 //! `i8` 0/1.
 
 mod math;
+mod prefetch;
 mod translate;
 
 use std::collections::HashMap;
@@ -73,7 +74,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::CodegenError;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{default_libcall_names, Linkage, Module, ModuleError};
+use cranelift_module::{default_libcall_names, Linkage, Module, ModuleError, ModuleReloc};
 
 use crate::ir::DType;
 use crate::loops::LoopKernel;
@@ -326,17 +327,42 @@ pub fn compile(k: &LoopKernel, key: &VariantKey) -> Result<Variant, BackError> {
         .map_err(|message| BackError::Malformed { kernel: kernel(), message })?;
     let clif = ctx.func.display().to_string();
 
-    if let Err(e) = module.define_function(fid, &mut ctx) {
+    let codegen_err = |e: CodegenError, func: &cranelift_codegen::ir::Function| {
         let message = match e {
-            ModuleError::Compilation(CodegenError::Verifier(errors)) => {
-                cranelift_codegen::print_errors::pretty_verifier_error(&ctx.func, None, errors)
-            }
-            ModuleError::Compilation(e) => e.to_string(),
-            e => return Err(module_err(e)),
+            CodegenError::Verifier(errors) => cranelift_codegen::print_errors::pretty_verifier_error(func, None, errors),
+            e => e.to_string(),
         };
-        return Err(BackError::Codegen { kernel: kernel(), message });
-    }
-    let asm = ctx.compiled_code().and_then(|c| c.vcode.clone());
+        BackError::Codegen { kernel: kernel(), message }
+    };
+    let mut notes = notes;
+    let (code, alignment, relocs, asm) = {
+        let isa = module.isa();
+        if let Err(e) = ctx.compile(isa, &mut Default::default()) {
+            return Err(codegen_err(e.inner, e.func));
+        }
+        let Some(compiled) = ctx.compiled_code() else {
+            return Err(BackError::Codegen { kernel: kernel(), message: "no compiled code after compiling".into() });
+        };
+        let mut code = compiled.code_buffer().to_vec();
+        let (mut rewritten, mut kept) = (0usize, 0usize);
+        for s in compiled.buffer.get_srclocs_sorted() {
+            if s.loc.bits() == prefetch::TOUCH_SRCLOC {
+                match prefetch::rewrite_touches(&mut code, s.start as usize, s.end as usize) {
+                    0 => kept += 1,
+                    n => rewritten += n,
+                }
+            }
+        }
+        if rewritten + kept > 0 {
+            notes.push(format!(
+                "touches: {rewritten} emitted as prefetcht0 (the marked byte loads, rewritten after code generation); {kept} run(s) of another shape left as loads"
+            ));
+        }
+        let relocs: Vec<ModuleReloc> =
+            compiled.buffer.relocs().iter().map(|r| ModuleReloc::from_mach_reloc(r, &ctx.func, fid)).collect();
+        (code, u64::from(compiled.buffer.alignment), relocs, compiled.vcode.clone())
+    };
+    module.define_function_bytes(fid, alignment, &code, &relocs).map_err(module_err)?;
     module.clear_context(&mut ctx);
     module.finalize_definitions().map_err(module_err)?;
     let code = module.get_finalized_function(fid);

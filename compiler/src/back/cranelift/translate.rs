@@ -1476,14 +1476,19 @@ impl<'a> Translator<'a> {
     }
 
     /// One kept (possibly trapping, so never removed) byte load at each of
-    /// `offsets` in row `j` of field `f`, `n` elements wide.
+    /// `offsets` in row `j` of field `f`, `n` elements wide; after code
+    /// generation each becomes a `prefetcht0` where its machine code allows
+    /// (`prefetch::rewrite_touch`).
     fn touch_lines(&mut self, f: usize, j: Value, n: i64, offsets: impl IntoIterator<Item = i64>) -> TResult<()> {
         let base = self.fields.get(f).copied().flatten().ok_or("touched field not loaded")?;
         let row = self.b.ins().imul_imm_s(j, n * self.key.dtype.size() as i64);
         let row = self.b.ins().iadd(base, row);
         for off in offsets {
             let off = i32::try_from(off).map_err(|_| "row too wide")?;
+            // Marked for the rewrite into `prefetcht0` (see `prefetch`).
+            self.b.set_srcloc(super::prefetch::touch_srcloc());
             self.b.ins().load(types::I8, MemFlagsData::new(), row, off);
+            self.b.set_srcloc(ir::SourceLoc::default());
         }
         Ok(())
     }
