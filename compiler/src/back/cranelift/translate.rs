@@ -519,7 +519,7 @@ impl<'a> Translator<'a> {
         }
         if let Some((fields, _)) = &self.touch {
             notes.push(format!(
-                "edge loop: touches the source rows {TOUCH_AHEAD_EDGES} edges ahead ({} field(s); a kept load per 64-byte line, CLIF has no prefetch)",
+                "edge loop: touches the source rows {TOUCH_AHEAD_EDGES} edges ahead ({} field(s); one prefetch per 64-byte line)",
                 fields.len()
             ));
         }
@@ -1427,11 +1427,28 @@ impl<'a> Translator<'a> {
         Ok(())
     }
 
+    /// Whether the edge body calls a math library function (`exp`, `ln`,
+    /// `tanh`): a call clobbers every vector register, so whatever the edge
+    /// loop keeps live across it is spilled and reloaded per edge.
+    fn edges_call_math(&self) -> bool {
+        fn calls(list: &[Stmt]) -> bool {
+            list.iter().any(|st| match st {
+                Stmt::Loop { body, .. } => calls(body),
+                Stmt::Set(_, Inst::Unary(UnOp::Exp | UnOp::Ln | UnOp::Tanh | UnOp::Sigmoid, _)) => true,
+                _ => false,
+            })
+        }
+        calls(&self.k.body)
+    }
+
     /// The source fields whose rows [`Translator::touch_ahead`] touches:
     /// vectors of at least [`TOUCH_AHEAD_MIN_ROW_BYTES`], with their width,
-    /// when the edge body is a sum ([`Translator::edges_weighted_sum`]).
+    /// when the edge body calls no math function
+    /// ([`Translator::edges_call_math`]: the touch's column pointer, chunk
+    /// end and row base would be spilled around each call; attention
+    /// measured 380 -> 494..619 ms forward with touches).
     fn touched_fields(&self) -> Vec<(usize, i64)> {
-        if !self.edges_weighted_sum() {
+        if self.edges_call_math() {
             return Vec::new();
         }
         let size = self.key.dtype.size() as i64;
@@ -1447,19 +1464,31 @@ impl<'a> Translator<'a> {
             .collect()
     }
 
-    /// At edge `p`, in the first pass over a row, touch the source rows of
-    /// the edge [`TOUCH_AHEAD_EDGES`] further on in the chunk (past this
-    /// row's end too; the chunk's last edge at most): one kept load per
-    /// 64-byte line. CLIF has no prefetch; a load whose value is unused
-    /// issues the miss early, so that when the edge comes its row is in
-    /// cache. Wide rows of sum-like edge bodies only: a row of a line or
-    /// two gains less than the column load and touch cost, and kernels with
-    /// more work per edge (max, attention) measured slower forward with
-    /// touches (max 1.61 -> 1.89, attention 1.82 -> 2.04 times the AOT
-    /// back end's time), while the adjoint's sum over the transposed graph
-    /// gains the most.
+    /// At edge `p`, touch the source rows of the edge [`TOUCH_AHEAD_EDGES`]
+    /// further on in the chunk (past this row's end too; the chunk's last
+    /// edge at most): one byte load per 64-byte line, which becomes a
+    /// `prefetcht0` after code generation (`prefetch`), so that when the
+    /// edge comes its row is in cache. Under feature blocking each pass
+    /// touches its own block's lines. Wide rows only (a row of a line or
+    /// two gained nothing: F = 16 sum 39-45 ms either way). Measured with
+    /// prefetches, side by side: sum F = 64 forward 112 -> 62 ms (ahead
+    /// 16/32/64 edges: 70/57/83 ms), max F = 64 forward 155 -> 83-90 ms,
+    /// sum F = 128 backward 400 -> 290 ms (per-block touches).
     fn touch_ahead(&mut self, p: Value, cols: Value, fields: &[(usize, i64)], chunk_end: Value) -> TResult<()> {
-        if self.block_start.unwrap_or(0) != 0 {
+        let size = self.key.dtype.size() as i64;
+        // Under feature blocking each pass touches the lines of its own
+        // block: a hub row's edges outrun the cache, so lines touched by
+        // the first pass for a later one are gone by the time it comes.
+        let mut spans = Vec::new();
+        for &(f, n) in fields {
+            let Type::Vector(w) = self.k.fields[f].ty else { continue };
+            let (start, lanes) = self.lane_range(w, n);
+            let blocked = lanes < n;
+            if blocked || self.block_start.unwrap_or(0) == 0 {
+                spans.push((f, n, start * size, (start + lanes) * size));
+            }
+        }
+        if spans.is_empty() {
             return Ok(());
         }
         let last = self.b.ins().iadd_imm_s(chunk_end, -1);
@@ -1468,9 +1497,8 @@ impl<'a> Translator<'a> {
         let a = self.b.ins().ishl_imm_u(q, 2);
         let a = self.b.ins().iadd(cols, a);
         let j = self.b.ins().uload32(flags(), a, 0);
-        let size = self.key.dtype.size() as i64;
-        for &(f, n) in fields {
-            self.touch_lines(f, j, n, (0..n * size).step_by(64))?;
+        for (f, n, lo, hi) in spans {
+            self.touch_lines(f, j, n, (lo..hi).step_by(64))?;
         }
         Ok(())
     }
@@ -1494,9 +1522,9 @@ impl<'a> Translator<'a> {
     }
 
     /// In the first feature-block pass over a row's edges, touch the cache
-    /// lines of source row `j` that the later blocks will read: one load of
-    /// a value per 64-byte line, its result unused (a load that may trap is
-    /// kept and issued; CLIF has no prefetch). The lines then arrive while
+    /// lines of source row `j` that the later blocks will read: one
+    /// prefetch per 64-byte line (a marked byte load, see `prefetch`), for
+    /// kernels without touch-ahead (math calls). The lines then arrive while
     /// the first block waits for its own, and the later passes, which
     /// re-walk the row's edges, find them in cache instead of paying a
     /// second round of random misses.
