@@ -212,8 +212,11 @@ impl Emitter<'_> {
     }
 }
 
-/// Edges ahead whose source rows the edge loop prefetches.
-const PREFETCH_EDGES: usize = 8;
+/// Edges ahead whose source rows the edge loop prefetches. 32 against the
+/// earlier 8, power-law graph, F = 64 forward ms: sum 81-83 -> 62, max
+/// 112-133 -> 84-90, GatAttention 306 -> 204-209; F = 128 sum 148 -> 103-113.
+/// (The JIT measured 16/32/64 edges: 70/57/83 ms on the sum.)
+const PREFETCH_EDGES: usize = 32;
 
 /// Rows narrower than this are not prefetched. Measured on the power-law
 /// graph (fwd ms, prefetch / none, two runs each): F = 16 f32 (one line)
