@@ -208,9 +208,8 @@ fn sum_rows<const F: usize>(
         let mut acc = [0.0f32; F];
         match weight {
             None => {
-                for p in s..e {
+                for (p, &j) in (s..e).zip(&cols[s..e]) {
                     prefetch_ahead::<F>(x, chunk, p - base);
-                    let j = cols[p];
                     let xj = &x[j as usize * F..j as usize * F + F];
                     for f in 0..F {
                         acc[f] += xj[f];
@@ -218,9 +217,8 @@ fn sum_rows<const F: usize>(
                 }
             }
             Some(w) => {
-                for p in s..e {
+                for (p, &j) in (s..e).zip(&cols[s..e]) {
                     prefetch_ahead::<F>(x, chunk, p - base);
-                    let j = cols[p];
                     let (wj, xj) = (w[j as usize], &x[j as usize * F..j as usize * F + F]);
                     for f in 0..F {
                         acc[f] += wj * xj[f];
@@ -307,9 +305,8 @@ fn max_rows<const F: usize>(offsets: &[u64], cols: &[u32], x: &[f32], rows: Rang
     for (k, i) in rows.enumerate() {
         let (s, e) = (offsets[i] as usize, offsets[i + 1] as usize);
         let mut acc = [0.0f32; F];
-        for p in s..e {
+        for (p, &j) in (s..e).zip(&cols[s..e]) {
             prefetch_ahead::<F>(x, chunk, p - base);
-            let j = cols[p];
             let xj = &x[j as usize * F..j as usize * F + F];
             for f in 0..F {
                 acc[f] = if xj[f] > acc[f] { xj[f] } else { acc[f] };
@@ -381,9 +378,8 @@ fn gat_rows<const F: usize>(
             den += *z;
         }
         let mut acc = [0.0f32; F];
-        for (p, &wj) in (s..e).zip(&w) {
+        for ((p, &j), &wj) in (s..e).zip(&cols[s..e]).zip(&w) {
             prefetch_ahead::<F>(h, chunk, p - base);
-            let j = cols[p];
             let xj = &h[j as usize * F..j as usize * F + F];
             for f in 0..F {
                 acc[f] += wj * xj[f];

@@ -22,12 +22,14 @@ fn hub_rows_are_split_and_still_exact() {
     let g = Graph::from_edges(n, n, &src, &dst).expect("graph");
     let f = 3;
     let h = Tensor::from_f64(vec![n, f], (0..n * f).map(|i| ((i * 31 % 97) as f64) / 97.0 - 0.5).collect()).expect("h");
-    for name in ["VecSum", "GcnNorm"] {
+    // MaxPool: its source gradient's relu mask is applied once per row, in
+    // the finish (`hoist-row-masks`), after the split row's partial sums.
+    for name in ["VecSum", "GcnNorm", "MaxPool"] {
         let k = Kernel::from_source(GNN, name).expect("kernel");
         let cs = Tensor::from_f64(vec![n], (0..n).map(|i| (i % 5) as f64 * 0.1 + 0.2).collect()).expect("cs");
         let cd = Tensor::from_f64(vec![n], (0..n).map(|i| (i % 3) as f64 * 0.5 + 0.1).collect()).expect("cd");
         let w = Tensor::from_f64(vec![g.num_edges()], (0..g.num_edges()).map(|i| (i % 7) as f64 * 0.01).collect()).expect("w");
-        let ins = if name == "VecSum" {
+        let ins = if name != "GcnNorm" {
             Inputs::new().src("h", &h)
         } else {
             Inputs::new().src("h", &h).src("cs", &cs).dst("cd", &cd).edge("w", &w)

@@ -10,6 +10,8 @@
 //! fuse-edge-node-regions        edge into the step, node into the finish
 //! fold-constants, eliminate-common-subexpressions
 //!                               again, on the fused regions
+//! hoist-row-masks               a row-invariant mask of every summed term
+//!                               is applied once, in the finish
 //! count-edges-by-degree         an accumulator of 1 per edge is the degree
 //! eliminate-dead-state, eliminate-dead-code
 //!                               drop the accumulators and values left unused
@@ -24,6 +26,7 @@ mod edge_count;
 mod fold;
 mod fuse;
 mod lower_csr;
+mod row_mask;
 
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +41,7 @@ pub use edge_count::count_edges_by_degree;
 pub use fold::fold_constants;
 pub use fuse::fuse_edge_node_regions;
 pub use lower_csr::lower_csr_to_gather_segment;
+pub use row_mask::hoist_row_masks;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RemarkKind {
@@ -110,7 +114,7 @@ impl Remarks<'_> {
 type PassFn = fn(&mut Kernel, &mut Remarks<'_>) -> Result<(), PassError>;
 
 /// The pipeline as one readable list.
-pub const PIPELINE: [(&str, PassFn); 11] = [
+pub const PIPELINE: [(&str, PassFn); 12] = [
     ("capture-message-passing-udf", capture_message_passing_udf),
     ("fold-constants", fold_constants),
     ("eliminate-dead-code", eliminate_dead_code),
@@ -119,6 +123,7 @@ pub const PIPELINE: [(&str, PassFn); 11] = [
     ("fuse-edge-node-regions", fuse_edge_node_regions),
     ("fold-constants", fold_constants),
     ("eliminate-common-subexpressions", eliminate_common_subexpressions),
+    ("hoist-row-masks", hoist_row_masks),
     ("count-edges-by-degree", count_edges_by_degree),
     ("eliminate-dead-state", eliminate_dead_state),
     ("eliminate-dead-code", eliminate_dead_code),
