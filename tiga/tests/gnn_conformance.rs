@@ -127,3 +127,39 @@ fn oracle_functions_agree_with_closed_form() {
     assert_eq!(s, (5.0, 3.0));
     assert_eq!(gnn::Top2Sum::finalize(s), 8.0);
 }
+
+/// MaxPool's max of relus, folded into a select from 0 (`fold-relu-into-max`),
+/// keeps every bit of max(relu(h)): +0 (never -0) for rows with no positive
+/// value (negative, -0, NaN), the largest positive value otherwise, 0 for an
+/// empty row. Both back ends (macro path: rustc at F = 8; kernel file: JIT)
+/// against this closed form, bit for bit.
+#[test]
+fn max_of_relus_keeps_its_bits() {
+    // Rows: 0 <- {-1, -0, NaN}; 1 <- {NaN, 2, -0, 3}; 2 <- {} ; 3 <- {-0}.
+    let h: Vec<f32> = vec![-1.0, -0.0, f32::NAN, 2.0, 3.0];
+    let f = 8;
+    let hv: Vec<f32> = h.iter().flat_map(|&x| (0..f).map(move |l| if l % 2 == 0 { x } else { -x })).collect();
+    let (src, dst) = (vec![0u32, 1, 2, 2, 3, 1, 4, 1], vec![0u32, 0, 0, 1, 1, 1, 1, 3]);
+    let g = Graph::from_edges(5, 4, &src, &dst).expect("graph");
+    let t = Tensor::from_f32(vec![5, f], hv.clone()).expect("h");
+    let ins = Inputs::new().src("h", &t);
+    let mut want = vec![0.0f32; 4 * f];
+    for (&s, &d) in src.iter().zip(&dst) {
+        for l in 0..f {
+            let x = hv[s as usize * f + l];
+            let r = if x > 0.0 { x } else { 0.0 };
+            if r > want[d as usize * f + l] {
+                want[d as usize * f + l] = r;
+            }
+        }
+    }
+    let file = Kernel::from_source(include_str!("../../examples/kernels/gnn.rs"), "MaxPool").expect("kernel");
+    assert!(gnn::MaxPool::kernel().backend_for(tiga::DType::F32, &[f]).starts_with("rust-aot"));
+    assert!(file.backend_for(tiga::DType::F32, &[f]).starts_with("cranelift"));
+    for (path, k) in [("macro", gnn::MaxPool::kernel()), ("kernel file", &file)] {
+        let out = k.run(&g, &ins).expect("run");
+        let got = out.items[0].1.as_f32().expect("f32").to_vec();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&got), bits(&want), "{path}: {got:?} vs {want:?}");
+    }
+}

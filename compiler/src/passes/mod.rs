@@ -10,6 +10,7 @@
 //! fuse-edge-node-regions        edge into the step, node into the finish
 //! fold-constants, eliminate-common-subexpressions
 //!                               again, on the fused regions
+//! fold-relu-into-max            a max of relus from -inf: from 0, no relu
 //! hoist-row-masks               a row-invariant mask of every summed term
 //!                               is applied once, in the finish
 //! count-edges-by-degree         an accumulator of 1 per edge is the degree
@@ -26,6 +27,7 @@ mod edge_count;
 mod fold;
 mod fuse;
 mod lower_csr;
+mod relu_max;
 mod row_mask;
 
 use serde::{Deserialize, Serialize};
@@ -41,6 +43,7 @@ pub use edge_count::count_edges_by_degree;
 pub use fold::fold_constants;
 pub use fuse::fuse_edge_node_regions;
 pub use lower_csr::lower_csr_to_gather_segment;
+pub use relu_max::fold_relu_into_max;
 pub use row_mask::hoist_row_masks;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,7 +117,7 @@ impl Remarks<'_> {
 type PassFn = fn(&mut Kernel, &mut Remarks<'_>) -> Result<(), PassError>;
 
 /// The pipeline as one readable list.
-pub const PIPELINE: [(&str, PassFn); 12] = [
+pub const PIPELINE: [(&str, PassFn); 13] = [
     ("capture-message-passing-udf", capture_message_passing_udf),
     ("fold-constants", fold_constants),
     ("eliminate-dead-code", eliminate_dead_code),
@@ -123,6 +126,7 @@ pub const PIPELINE: [(&str, PassFn); 12] = [
     ("fuse-edge-node-regions", fuse_edge_node_regions),
     ("fold-constants", fold_constants),
     ("eliminate-common-subexpressions", eliminate_common_subexpressions),
+    ("fold-relu-into-max", fold_relu_into_max),
     ("hoist-row-masks", hoist_row_masks),
     ("count-edges-by-degree", count_edges_by_degree),
     ("eliminate-dead-state", eliminate_dead_state),

@@ -337,6 +337,8 @@ pub fn compile(k: &LoopKernel, key: &VariantKey) -> Result<Variant, BackError> {
     let mut notes = notes;
     let (code, alignment, relocs, asm) = {
         let isa = module.isa();
+        // The rewrite reads x86-64 encodings; elsewhere the touches stay loads.
+        let x86_64 = isa.name() == "x64";
         if let Err(e) = ctx.compile(isa, &mut Default::default()) {
             return Err(codegen_err(e.inner, e.func));
         }
@@ -346,7 +348,7 @@ pub fn compile(k: &LoopKernel, key: &VariantKey) -> Result<Variant, BackError> {
         let mut code = compiled.code_buffer().to_vec();
         let (mut rewritten, mut kept) = (0usize, 0usize);
         for s in compiled.buffer.get_srclocs_sorted() {
-            if s.loc.bits() == prefetch::TOUCH_SRCLOC {
+            if x86_64 && s.loc.bits() == prefetch::TOUCH_SRCLOC {
                 match prefetch::rewrite_touches(&mut code, s.start as usize, s.end as usize) {
                     0 => kept += 1,
                     n => rewritten += n,
