@@ -168,11 +168,24 @@ fn chunk_edges<'c>(offsets: &[u64], cols: &'c [u32], rows: &Range<usize>) -> (us
 
 /// Prefetch the source row of edge `p + PREFETCH_EDGES` (within `cols`,
 /// which is the chunk's edges) when rows are at least 256 bytes; narrower
-/// rows are left to the hardware, as tiga leaves them.
+/// rows are left to the hardware, as tiga leaves them (unless the loop
+/// also reads wide rows: [`prefetch_narrow`]).
 #[inline(always)]
 fn prefetch_ahead<const F: usize>(x: &[f32], cols: &[u32], p: usize) {
-    #[cfg(target_arch = "x86_64")]
     if F * 4 >= 256 {
+        prefetch_narrow::<F>(x, cols, p);
+    }
+}
+
+/// Prefetch the source row of edge `p + PREFETCH_EDGES`, whatever its width
+/// (GatAttention's `a_src[j]`, read before the edge's exponential, as the
+/// ahead-of-time back end does once a loop prefetches).
+#[inline(always)]
+fn prefetch_narrow<const F: usize>(x: &[f32], cols: &[u32], p: usize) {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (x, cols, p);
+    #[cfg(target_arch = "x86_64")]
+    {
         if let Some(&j) = cols.get(p + PREFETCH_EDGES) {
             let row = j as usize * F;
             if row + F <= x.len() {
@@ -366,7 +379,8 @@ fn gat_rows<const F: usize>(
         let ad = a_dst[i];
         w.clear();
         let mut m = f32::NEG_INFINITY;
-        for &j in &cols[s..e] {
+        for (p, &j) in (s..e).zip(&cols[s..e]) {
+            prefetch_narrow::<1>(a_src, chunk, p - base);
             let z = a_src[j as usize] + ad;
             let z = if z > 0.0 { z } else { 0.2 * z };
             m = m.max(z);

@@ -224,7 +224,7 @@ const PREFETCH_EDGES: usize = 32;
 /// GatAttention 251, 293 / 282, 341; F = 128 sum 133, 153 / 167, 304.
 const PREFETCH_MIN_ROW_BYTES: usize = 256;
 
-/// Source fields the edge loop reads whose rows are at least
+/// Source fields the edge loop reads, when one of them has rows of at least
 /// [`PREFETCH_MIN_ROW_BYTES`]: `(field, elements per row, cache lines per
 /// row)`. Their rows
 /// are gathered in edge order, one likely cache miss each, and the loop's
@@ -243,7 +243,8 @@ fn prefetched_rows(e: &Emitter<'_>, dtype: DType) -> Result<Vec<(usize, usize, u
             }
         }
     });
-    let mut out = Vec::new();
+    let mut wide = Vec::new();
+    let mut narrow = Vec::new();
     for (f, fd) in k.fields.iter().enumerate() {
         if fd.role != Role::Src || !read[f] {
             continue;
@@ -251,10 +252,19 @@ fn prefetched_rows(e: &Emitter<'_>, dtype: DType) -> Result<Vec<(usize, usize, u
         let per = e.per_row(fd.ty)?;
         let bytes = per * dtype.size();
         if bytes >= PREFETCH_MIN_ROW_BYTES {
-            out.push((f, per, bytes.div_ceil(64)));
+            wide.push((f, per, bytes.div_ceil(64)));
+        } else {
+            narrow.push((f, per, bytes.div_ceil(64)));
         }
     }
-    Ok(out)
+    // Once the loop prefetches, the narrow fields' rows come along: each
+    // is a random line too (GatAttention's score reads `a_src[j]` before
+    // the edge's exponential; forward 1.20 -> 1.02-1.07 times the hand
+    // loop, backward 1.6 -> 1.18 s).
+    if !wide.is_empty() {
+        wide.extend(narrow);
+    }
+    Ok(wide)
 }
 
 /// The source of one variant: an `unsafe extern "C" fn NAME(args, begin,
