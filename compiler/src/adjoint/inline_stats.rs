@@ -36,11 +36,16 @@ fn cone(r: &Region, out: ValueId) -> Vec<usize> {
     (0..r.nodes.len()).filter(|&i| live[i]).collect()
 }
 
-/// Whether the cone reads only the row's own fields and constants, and is
-/// short enough to recompute per edge.
+/// Whether the cone reads only the row's own scalar fields and constants,
+/// computes only scalars, and is short enough to recompute per edge.
 fn recomputable(r: &Region, cone: &[usize], fields: &[FieldDecl]) -> bool {
     let mut ops = 0;
     for &i in cone {
+        // Scalars only: a vector read or reduction would be a row of work
+        // per edge (and a lane order of its own).
+        if !matches!(r.nodes[i].ty, Type::Scalar | Type::Bool) {
+            return false;
+        }
         match &r.nodes[i].op {
             Op::Field(f) => {
                 if !fields.get(f.0 as usize).is_some_and(|d| matches!(d.role, Role::Dst | Role::Param)) {

@@ -591,15 +591,24 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
             .collect();
         let mut outs: Vec<ValueId> = Vec::new();
         match k.reducer.kind {
-            ReducerKind::Mean => {
-                // `a · (1 / max(n, 1))`: the reciprocal is the one the
-                // per-edge form reads (`Binding::InvDegree`), so both forms
-                // give the same bits.
+            ReducerKind::Mean if k.node.is_none() => {
+                // No `node`: `a · (1 / max(n, 1))`, the product the per-edge
+                // form computes with `Binding::InvDegree`, so a vector mean's
+                // row-scaled cotangent has that form's bits (up to 2^24
+                // edges in a row in f32, where `n` here is the forward's
+                // rounded degree and `InvDegree` the exact one's reciprocal).
                 let one = b.c(1.0);
                 let n = b.bin(BinOp::Max, s[nm], one);
                 let inv = b.bin(BinOp::Div, one, n);
                 for &a in &abar {
                     outs.push(b.bin(BinOp::Mul, a, inv));
+                }
+            }
+            ReducerKind::Mean => {
+                let one = b.c(1.0);
+                let n = b.bin(BinOp::Max, s[nm], one);
+                for &a in &abar {
+                    outs.push(b.bin(BinOp::Div, a, n));
                 }
             }
             ReducerKind::Monoid => {}

@@ -20,9 +20,10 @@
 use super::{PassError, Remarks};
 use crate::ir::{BinOp, Kernel, Op, Region, Type, ValueId};
 
-/// Whether `v` in `r` is the constant `x`.
+/// Whether `v` in `r` is the constant `x`, bit for bit (a count from `-0`
+/// would end an empty row at `-0`, where the degree gives `+0`).
 fn is_const(r: &Region, v: ValueId, x: f64) -> bool {
-    matches!(r.nodes.get(v.0 as usize).map(|n| &n.op), Some(Op::Const(c)) if *c == x)
+    matches!(r.nodes.get(v.0 as usize).map(|n| &n.op), Some(Op::Const(c)) if c.to_bits() == x.to_bits())
 }
 
 /// Whether step output `c` is `state c + 1` (either operand order).

@@ -126,6 +126,14 @@ mod tests {
                 0x0f, 0x18, 0x8c, 0x19, 0xc0, 0, 0, 0
             ]
         );
+        // movzx eax, byte [rip+0x10] -> prefetcht0 [rip+0x10]
+        let mut d = vec![0x0f, 0xb6, 0x05, 0x10, 0, 0, 0];
+        assert_eq!(rewrite_touches(&mut d, 0, 7), 1);
+        assert_eq!(d, [0x0f, 0x18, 0x0d, 0x10, 0, 0, 0]);
+        // movzx eax, byte [rcx*4+0x20] (SIB without a base: disp32)
+        let mut e = vec![0x0f, 0xb6, 0x04, 0x8d, 0x20, 0, 0, 0];
+        assert_eq!(rewrite_touches(&mut e, 0, 8), 1);
+        assert_eq!(e, [0x0f, 0x18, 0x0c, 0x8d, 0x20, 0, 0, 0]);
         // Not rewritten: a register operand, another opcode, a load
         // followed by something else, a truncated operand.
         for (code, end) in [
