@@ -7,7 +7,7 @@
 use tiga::{Graph, Inputs, Kernel, Tensor};
 
 mod common;
-use common::{random_edges, random_fields, Field, Rng};
+use common::{inputs, random_edges, random_fields, tensor, tensors, Field, Rng};
 
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 const REDUCERS: &str = include_str!("../../examples/kernels/reducers.rs");
@@ -21,27 +21,6 @@ fn random_graph(rng: &mut Rng, ns: usize, nd: usize, ne: usize) -> Graph {
         dst.push(0);
     }
     Graph::from_edges(ns, nd, &src, &dst).expect("valid graph")
-}
-
-fn tensors(fields: &[Field], f32: bool) -> Vec<Tensor> {
-    fields
-        .iter()
-        .map(|(_, _, s, d)| {
-            if f32 {
-                Tensor::from_f32(s.clone(), d.iter().map(|&x| x as f32).collect()).expect("shape")
-            } else {
-                Tensor::from_f64(s.clone(), d.clone()).expect("shape")
-            }
-        })
-        .collect()
-}
-
-fn inputs<'a>(fields: &[Field], ts: &'a [Tensor]) -> Inputs<'a> {
-    let mut i = Inputs::new();
-    for ((role, name, _, _), t) in fields.iter().zip(ts) {
-        i = i.with_role(*role, name, t);
-    }
-    i
 }
 
 /// Σ_o <cot_o, out_o> by the reference interpreter.
@@ -98,11 +77,7 @@ fn check_kernel(k: &Kernel, g: &Graph, gname: &str, rng: &mut Rng) {
     }
     // The JIT in f32 against the f64 adjoint.
     let ts32 = tensors(&fields, true);
-    let cot32: Vec<Tensor> = shapes
-        .iter()
-        .zip(&cots)
-        .map(|((_, s), c)| Tensor::from_f32(s.clone(), c.iter().map(|&x| x as f32).collect()).expect("cot"))
-        .collect();
+    let cot32: Vec<Tensor> = shapes.iter().zip(&cots).map(|((_, s), c)| tensor(s, c, true)).collect();
     let cot32_v: Vec<(&str, tiga::TensorView<'_>)> = shapes.iter().zip(&cot32).map(|((n, _), t)| (n.as_str(), t.view())).collect();
     let g32 = k.vjp(g, &inputs(&fields, &ts32), &cot32_v).expect("vjp f32");
     for (role, name, _, _) in &fields {

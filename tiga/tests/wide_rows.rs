@@ -9,18 +9,10 @@
 //! (on x86-64), so a change in Cranelift's encoding of the touch loads does
 //! not silently turn them back into loads.
 
-use tiga::{Graph, Inputs, Kernel, Tensor};
+use tiga::{Graph, Kernel, Tensor};
 
 mod common;
-use common::{random_edges, random_fields, Field, Rng};
-
-fn inputs<'a>(fields: &[Field], ts: &'a [Tensor]) -> Inputs<'a> {
-    let mut i = Inputs::new();
-    for ((role, name, _, _), t) in fields.iter().zip(ts) {
-        i = i.with_role(*role, name, t);
-    }
-    i
-}
+use common::{inputs, random_edges, random_fields, tensor, tensors, Rng};
 
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 
@@ -38,11 +30,7 @@ fn wide_rows_match_reference_forward_and_backward() {
     for f in [64usize, 128] {
         for k in &kernels {
             let fields = random_fields(k, &g, f, || rng.uniform() - 0.5);
-            let t64: Vec<Tensor> = fields.iter().map(|(_, _, s, d)| Tensor::from_f64(s.clone(), d.clone()).expect("f64")).collect();
-            let t32: Vec<Tensor> = fields
-                .iter()
-                .map(|(_, _, s, d)| Tensor::from_f32(s.clone(), d.iter().map(|&x| x as f32).collect()).expect("f32"))
-                .collect();
+            let (t64, t32) = (tensors(&fields, false), tensors(&fields, true));
             let (i64_, i32_) = (inputs(&fields, &t64), inputs(&fields, &t32));
             let want = k.run_reference(&g, &i64_).expect("reference");
             let got = k.run(&g, &i32_).expect("jit");
@@ -54,12 +42,8 @@ fn wide_rows_match_reference_forward_and_backward() {
             let shapes = k.output_shapes(&g, &i64_).expect("shapes");
             let cots: Vec<Vec<f64>> =
                 shapes.iter().map(|(_, s)| (0..s.iter().product::<usize>()).map(|_| rng.uniform() - 0.5).collect()).collect();
-            let c64: Vec<Tensor> = shapes.iter().zip(&cots).map(|((_, s), c)| Tensor::from_f64(s.clone(), c.clone()).expect("c")).collect();
-            let c32: Vec<Tensor> = shapes
-                .iter()
-                .zip(&cots)
-                .map(|((_, s), c)| Tensor::from_f32(s.clone(), c.iter().map(|&x| x as f32).collect()).expect("c"))
-                .collect();
+            let c64: Vec<Tensor> = shapes.iter().zip(&cots).map(|((_, s), c)| tensor(s, c, false)).collect();
+            let c32: Vec<Tensor> = shapes.iter().zip(&cots).map(|((_, s), c)| tensor(s, c, true)).collect();
             let r64: Vec<(&str, tiga::TensorView<'_>)> = shapes.iter().zip(&c64).map(|((n, _), t)| (n.as_str(), t.view())).collect();
             let r32: Vec<(&str, tiga::TensorView<'_>)> = shapes.iter().zip(&c32).map(|((n, _), t)| (n.as_str(), t.view())).collect();
             let gw = k.vjp_reference(&g, &i64_, &r64).expect("vjp reference");

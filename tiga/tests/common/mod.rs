@@ -71,3 +71,26 @@ pub fn params_only(tensors: &[(Role, String, Tensor)]) -> Inputs<'_> {
     }
     i
 }
+
+/// A tensor of `shape` holding `data`, in f32 (rounded) or f64.
+pub fn tensor(shape: &[usize], data: &[f64], f32: bool) -> Tensor {
+    if f32 {
+        Tensor::from_f32(shape.to_vec(), data.iter().map(|&x| x as f32).collect()).expect("shape")
+    } else {
+        Tensor::from_f64(shape.to_vec(), data.to_vec()).expect("shape")
+    }
+}
+
+/// The fields' values as tensors, in f32 or f64.
+pub fn tensors(fields: &[Field], f32: bool) -> Vec<Tensor> {
+    fields.iter().map(|(_, _, s, d)| tensor(s, d, f32)).collect()
+}
+
+/// The fields bound by role and name to `ts` (one tensor per field).
+pub fn inputs<'a>(fields: &[Field], ts: &'a [Tensor]) -> Inputs<'a> {
+    let mut i = Inputs::new();
+    for ((role, name, _, _), t) in fields.iter().zip(ts) {
+        i = i.with_role(*role, name, t);
+    }
+    i
+}
