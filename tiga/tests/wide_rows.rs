@@ -1,9 +1,9 @@
-//! Wide rows through the JIT: F = 64 and 128 f32 (256 and 512 bytes a row),
-//! where the edge loops prefetch source rows 32 edges ahead (byte loads
+//! Wide rows through the JIT: F = 64 and 128, f32 and f64 (256 to 1024
+//! bytes a row), where the edge loops prefetch source rows 32 edges ahead (byte loads
 //! rewritten into `prefetcht0` in the machine code), feature blocks run
 //! several passes over each row's edges, and the backward's transposed
-//! rows are long. Every gnn kernel, forward and VJP, in f32 against the f64
-//! reference interpreter and its adjoint, on a graph with a hub source (a
+//! rows are long. Every gnn kernel, forward and VJP, in f32 and f64 against
+//! the f64 reference interpreter and its adjoint, on a graph with a hub source (a
 //! transposed row of 3,000 edges) and enough edges per chunk that the
 //! prefetches run ahead; and the variant notes must show the prefetches
 //! (on x86-64), so a change in Cranelift's encoding of the touch loads does
@@ -39,6 +39,13 @@ fn wide_rows_match_reference_forward_and_backward() {
                     assert!((x - y).abs() <= 1e-4 * y.abs().max(1.0), "{} F={f} {name}: {x} vs {y}", k.name());
                 }
             }
+            // f64 variants (rows of 512 and 1024 bytes) too.
+            let got64 = k.run(&g, &i64_).expect("jit f64");
+            for ((name, a), (_, b)) in got64.items.iter().zip(&want.items) {
+                for (x, y) in a.to_f64_vec().iter().zip(b.to_f64_vec()) {
+                    assert!((x - y).abs() <= 1e-9 * y.abs().max(1.0), "{} F={f} f64 {name}: {x} vs {y}", k.name());
+                }
+            }
             let shapes = k.output_shapes(&g, &i64_).expect("shapes");
             let cots: Vec<Vec<f64>> =
                 shapes.iter().map(|(_, s)| (0..s.iter().product::<usize>()).map(|_| rng.uniform() - 0.5).collect()).collect();
@@ -48,6 +55,14 @@ fn wide_rows_match_reference_forward_and_backward() {
             let r32: Vec<(&str, tiga::TensorView<'_>)> = shapes.iter().zip(&c32).map(|((n, _), t)| (n.as_str(), t.view())).collect();
             let gw = k.vjp_reference(&g, &i64_, &r64).expect("vjp reference");
             let gj = k.vjp(&g, &i32_, &r32).expect("vjp jit");
+            let gj64 = k.vjp(&g, &i64_, &r64).expect("vjp jit f64");
+            for ((role, name, _, _), _) in fields.iter().zip(&t64) {
+                let a = gj64.get(*role, name).expect("jit f64 gradient").to_f64_vec();
+                let b = gw.get(*role, name).expect("reference gradient").to_f64_vec();
+                for (x, y) in a.iter().zip(&b) {
+                    assert!((x - y).abs() <= 1e-9 * y.abs().max(1.0), "{} F={f} f64 d/d {}.{name}: {x} vs {y}", k.name(), role.name());
+                }
+            }
             for ((role, name, _, _), _) in fields.iter().zip(&t64) {
                 let a = gj.get(*role, name).expect("jit gradient").to_f64_vec();
                 let b = gw.get(*role, name).expect("reference gradient").to_f64_vec();
