@@ -16,48 +16,20 @@
 //! reason).
 
 use super::kernel::{Binding, GraphUse, Stage};
-use crate::ir::{FieldDecl, FieldId, Op, Region, Role, Type, ValueId};
+use crate::ir::{FieldDecl, FieldId, Op, Region, Role, Type};
 
 /// The most operations (other than field reads and constants) a statistic
 /// may take to be recomputed per edge.
 const MAX_RECOMPUTED_OPS: usize = 4;
 
-/// The nodes `out` depends on, in region order.
-fn cone(r: &Region, out: ValueId) -> Vec<usize> {
-    let mut live = vec![false; r.nodes.len()];
-    live[out.0 as usize] = true;
-    for i in (0..r.nodes.len()).rev() {
-        if live[i] {
-            for a in r.nodes[i].op.operands() {
-                live[a.0 as usize] = true;
-            }
-        }
-    }
-    (0..r.nodes.len()).filter(|&i| live[i]).collect()
-}
-
 /// Whether the cone reads only the row's own scalar fields and constants,
 /// computes only scalars, and is short enough to recompute per edge.
 fn recomputable(r: &Region, cone: &[usize], fields: &[FieldDecl]) -> bool {
-    let mut ops = 0;
-    for &i in cone {
-        // Scalars only: a vector read or reduction would be a row of work
-        // per edge (and a lane order of its own).
-        if !matches!(r.nodes[i].ty, Type::Scalar | Type::Bool) {
-            return false;
-        }
-        match &r.nodes[i].op {
-            Op::Field(f) => {
-                if !fields.get(f.0 as usize).is_some_and(|d| matches!(d.role, Role::Dst | Role::Param)) {
-                    return false;
-                }
-            }
-            Op::Const(_) => {}
-            Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree | Op::Rank | Op::Scan(_) => return false,
-            _ => ops += 1,
-        }
-    }
-    ops <= MAX_RECOMPUTED_OPS
+    // Scalars only: a vector read or reduction would be a row of work per
+    // edge (and a lane order of its own).
+    let scalar = cone.iter().all(|&i| matches!(r.nodes[i].ty, Type::Scalar | Type::Bool));
+    let ops = cone.iter().filter(|&&i| !matches!(r.nodes[i].op, Op::Field(_) | Op::Const(_))).count();
+    scalar && r.reads_only_row(cone, fields) && ops <= MAX_RECOMPUTED_OPS
 }
 
 /// The field of `consumer` that reads what `stats` field `g` reads, added
@@ -77,23 +49,6 @@ fn consumer_field(stats: &Stage, g: usize, consumer: &mut Stage, row_role: Role)
             Some(consumer.kernel.fields.len() - 1)
         }
     }
-}
-
-/// `r` with every read of field `f` replaced by the nodes `emit` appends.
-fn replace_field(r: &Region, f: FieldId, mut emit: impl FnMut(&mut Region) -> ValueId) -> Region {
-    let mut out = Region::new(r.inputs.clone());
-    let mut map: Vec<ValueId> = Vec::with_capacity(r.nodes.len());
-    for n in &r.nodes {
-        let v = if n.op == Op::Field(f) {
-            emit(&mut out)
-        } else {
-            let op = n.op.map_operands(|a| map[a.0 as usize]);
-            out.push(op, n.ty, n.span)
-        };
-        map.push(v);
-    }
-    out.outputs = r.outputs.iter().map(|o| map[o.0 as usize]).collect();
-    out
 }
 
 /// Field ids above `removed` move down by one.
@@ -123,7 +78,7 @@ pub(crate) fn recompute_row_statistics(stages: &mut Vec<Stage>, is_stats: bool) 
     {
         return false;
     }
-    let cones: Vec<Vec<usize>> = node.outputs.iter().map(|&o| cone(node, o)).collect();
+    let cones: Vec<Vec<usize>> = node.outputs.iter().map(|&o| node.cone(o)).collect();
     if !cones.iter().all(|c| recomputable(node, c, &stats.kernel.fields)) {
         return false;
     }
@@ -162,22 +117,20 @@ fn recompute_in(stats: &Stage, cones: &[Vec<usize>], mut st: Stage) -> Option<St
                 fmap[g.0 as usize] = consumer_field(stats, g.0 as usize, &mut st, row_role)?;
             }
         }
-        let emit = |r: &mut Region| -> ValueId {
-            let mut map: Vec<ValueId> = vec![ValueId(0); node.nodes.len()];
-            for &i in &cones[o] {
-                let n = &node.nodes[i];
-                let op = match n.op {
+        // Each read of the statistic's field becomes the expression.
+        let read = Op::Field(FieldId(f as u32));
+        let recompute = |r: &mut Region, n: &crate::ir::Node| {
+            (n.op == read).then(|| {
+                let copies = r.copy_cone(node, &cones[o], |op| match op {
                     Op::Field(g) => Op::Field(FieldId(fmap[g.0 as usize] as u32)),
-                    ref op => op.map_operands(|a| map[a.0 as usize]),
-                };
-                map[i] = r.push(op, n.ty, n.span);
-            }
-            map[node.outputs[o].0 as usize]
+                    op => op.clone(),
+                });
+                copies[node.outputs[o].0 as usize]
+            })
         };
-        let id = FieldId(f as u32);
-        st.kernel.edge = replace_field(&st.kernel.edge, id, emit);
+        st.kernel.edge = st.kernel.edge.rewrite(recompute);
         if let Some(n) = &st.kernel.node {
-            st.kernel.node = Some(replace_field(n, id, emit));
+            st.kernel.node = Some(n.rewrite(recompute));
         }
         // The statistic's field is read no more: drop it.
         st.kernel.fields.remove(f);

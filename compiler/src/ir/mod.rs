@@ -308,6 +308,74 @@ impl Region {
         self.nodes[v.0 as usize].ty
     }
 
+    /// A copy of this region in which each node that `subst` answers (it
+    /// gets the region being built and the node) becomes the value it
+    /// returns; the other nodes are copied with their operands remapped.
+    pub fn rewrite(&self, mut subst: impl FnMut(&mut Region, &Node) -> Option<ValueId>) -> Region {
+        let mut out = Region::new(self.inputs.clone());
+        let mut map: Vec<ValueId> = Vec::with_capacity(self.nodes.len());
+        for n in &self.nodes {
+            let v = match subst(&mut out, n) {
+                Some(v) => v,
+                None => out.push(n.op.map_operands(|a| map[a.0 as usize]), n.ty, n.span),
+            };
+            map.push(v);
+        }
+        out.outputs = self.outputs.iter().map(|o| map[o.0 as usize]).collect();
+        out
+    }
+
+    /// Append copies of `other`'s nodes `cone` (in order, closed under
+    /// operands, as [`Region::cone`] gives), each op passed through `op_map`
+    /// first (a field renumbering, say). Returns the copies' ids, indexed by
+    /// `other`'s (entries outside the cone are meaningless).
+    pub fn copy_cone(&mut self, other: &Region, cone: &[usize], mut op_map: impl FnMut(&Op) -> Op) -> Vec<ValueId> {
+        let mut map = vec![ValueId(0); other.nodes.len()];
+        for &i in cone {
+            let n = &other.nodes[i];
+            let op = op_map(&n.op).map_operands(|a| map[a.0 as usize]);
+            map[i] = self.push(op, n.ty, n.span);
+        }
+        map
+    }
+
+    /// Which nodes `roots` depend on, themselves included (a backward walk:
+    /// operands precede their uses).
+    pub fn live_from(&self, roots: impl IntoIterator<Item = ValueId>) -> Vec<bool> {
+        let mut live = vec![false; self.nodes.len()];
+        for v in roots {
+            if let Some(l) = live.get_mut(v.0 as usize) {
+                *l = true;
+            }
+        }
+        for i in (0..self.nodes.len()).rev() {
+            if live[i] {
+                for a in self.nodes[i].op.operands() {
+                    live[a.0 as usize] = true;
+                }
+            }
+        }
+        live
+    }
+
+    /// The nodes `v` depends on, itself included, in region order.
+    pub fn cone(&self, v: ValueId) -> Vec<usize> {
+        let live = self.live_from([v]);
+        (0..self.nodes.len()).filter(|&i| live[i]).collect()
+    }
+
+    /// Whether the nodes `cone` (of this region, in a kernel with `fields`)
+    /// depend on nothing but the current row: destination and parameter
+    /// fields and constants, no state, input, message, degree, rank or scan.
+    /// Such values the row's finish (or another kernel's row) can compute.
+    pub fn reads_only_row(&self, cone: &[usize], fields: &[FieldDecl]) -> bool {
+        cone.iter().all(|&i| match &self.nodes[i].op {
+            Op::Field(f) => fields.get(f.0 as usize).is_some_and(|d| matches!(d.role, Role::Dst | Role::Param)),
+            Op::State(_) | Op::Input(_) | Op::Message(_) | Op::Degree | Op::Rank | Op::Scan(_) => false,
+            _ => true,
+        })
+    }
+
     pub fn output_types(&self) -> Vec<Type> {
         self.outputs.iter().map(|&v| self.ty(v)).collect()
     }

@@ -7,17 +7,7 @@ use crate::ir::{Kernel, Region, ValueId};
 /// Returns how many nodes were removed.
 pub fn dce_region(reg: &mut Region) -> usize {
     let n = reg.nodes.len();
-    let mut live = vec![false; n];
-    for o in &reg.outputs {
-        live[o.0 as usize] = true;
-    }
-    for i in (0..n).rev() {
-        if live[i] {
-            for a in reg.nodes[i].op.operands() {
-                live[a.0 as usize] = true;
-            }
-        }
-    }
+    let live = reg.live_from(reg.outputs.iter().copied());
     let removed = live.iter().filter(|l| !**l).count();
     if removed == 0 {
         return 0;

@@ -17,23 +17,15 @@ use crate::ir::{Kernel, Op, Region, ValueId};
 
 /// State components that `outputs` of `r` depend on.
 fn states_used(r: &Region, outputs: &[ValueId]) -> BTreeSet<u32> {
-    let mut live = vec![false; r.nodes.len()];
-    for o in outputs {
-        live[o.0 as usize] = true;
-    }
-    let mut used = BTreeSet::new();
-    for i in (0..r.nodes.len()).rev() {
-        if !live[i] {
-            continue;
-        }
-        if let Op::State(k) = r.nodes[i].op {
-            used.insert(k);
-        }
-        for a in r.nodes[i].op.operands() {
-            live[a.0 as usize] = true;
-        }
-    }
-    used
+    let live = r.live_from(outputs.iter().copied());
+    r.nodes
+        .iter()
+        .zip(live)
+        .filter_map(|(n, l)| match n.op {
+            Op::State(k) if l => Some(k),
+            _ => None,
+        })
+        .collect()
 }
 
 pub fn eliminate_dead_state(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), PassError> {

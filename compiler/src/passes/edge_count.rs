@@ -17,14 +17,8 @@
 //! finish { %c = state 0; .. %c .. }
 //! ```
 
-use super::{PassError, Remarks};
-use crate::ir::{BinOp, Kernel, Op, Region, Type, ValueId};
-
-/// Whether `v` in `r` is the constant `x`, bit for bit (a count from `-0`
-/// would end an empty row at `-0`, where the degree gives `+0`).
-fn is_const(r: &Region, v: ValueId, x: f64) -> bool {
-    matches!(r.nodes.get(v.0 as usize).map(|n| &n.op), Some(Op::Const(c)) if c.to_bits() == x.to_bits())
-}
+use super::{beside_state, is_const, state_feeds_only, PassError, Remarks};
+use crate::ir::{BinOp, Kernel, Op, Region, Type};
 
 /// Whether step output `c` is `state c + 1` (either operand order).
 fn adds_one(step: &Region, c: u32) -> bool {
@@ -32,21 +26,7 @@ fn adds_one(step: &Region, c: u32) -> bool {
     let Some(Op::Binary(BinOp::Add, a, b)) = step.nodes.get(out.0 as usize).map(|n| n.op.clone()) else {
         return false;
     };
-    let is_state = |v: ValueId| matches!(step.nodes.get(v.0 as usize).map(|n| &n.op), Some(Op::State(s)) if *s == c);
-    (is_state(a) && is_const(step, b, 1.0)) || (is_state(b) && is_const(step, a, 1.0))
-}
-
-/// Whether `State(c)` in `step` feeds anything but its own `+ 1`.
-fn read_elsewhere(step: &Region, c: u32) -> bool {
-    let own = step.outputs.get(c as usize).copied();
-    let states: Vec<ValueId> = (0..step.nodes.len() as u32)
-        .map(ValueId)
-        .filter(|v| step.nodes[v.0 as usize].op == Op::State(c))
-        .collect();
-    let reads_state = |id: usize| step.nodes[id].op.operands().iter().any(|a| states.contains(a));
-    let by_nodes = (0..step.nodes.len()).any(|id| Some(ValueId(id as u32)) != own && reads_state(id));
-    let by_outputs = step.outputs.iter().enumerate().any(|(o, v)| o != c as usize && states.contains(v));
-    by_nodes || by_outputs
+    beside_state(step, a, b, c).is_some_and(|(one, _)| is_const(step, one, 1.0))
 }
 
 pub fn count_edges_by_degree(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), PassError> {
@@ -59,7 +39,7 @@ pub fn count_edges_by_degree(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), 
             seg.state[c as usize] == Type::Scalar
                 && seg.init.outputs.get(c as usize).is_some_and(|&v| is_const(&seg.init, v, 0.0))
                 && adds_one(&seg.step, c)
-                && !read_elsewhere(&seg.step, c)
+                && state_feeds_only(&seg.step, c, seg.step.outputs[c as usize])
         })
         .collect();
     if counts.is_empty() {

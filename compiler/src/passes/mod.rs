@@ -116,6 +116,39 @@ impl Remarks<'_> {
 
 type PassFn = fn(&mut Kernel, &mut Remarks<'_>) -> Result<(), PassError>;
 
+/// Whether `v` in `r` is the constant `x`, bit for bit (so `-0` is not `0`).
+pub(crate) fn is_const(r: &ir::Region, v: ir::ValueId, x: f64) -> bool {
+    matches!(r.nodes.get(v.0 as usize).map(|n| &n.op), Some(ir::Op::Const(c)) if c.to_bits() == x.to_bits())
+}
+
+/// Whether `v` in the segment step is accumulator `c`'s value.
+pub(crate) fn is_state(step: &ir::Region, v: ir::ValueId, c: u32) -> bool {
+    step.nodes.get(v.0 as usize).is_some_and(|n| n.op == ir::Op::State(c))
+}
+
+/// Of the operands `(a, b)` of a fold `a op b`, the one beside accumulator
+/// `c`'s value and its position (0 for `a`, 1 for `b`); `None` when
+/// neither is that value.
+pub(crate) fn beside_state(step: &ir::Region, a: ir::ValueId, b: ir::ValueId, c: u32) -> Option<(ir::ValueId, usize)> {
+    if is_state(step, a, c) {
+        Some((b, 1))
+    } else if is_state(step, b, c) {
+        Some((a, 0))
+    } else {
+        None
+    }
+}
+
+/// Whether accumulator `c` feeds nothing in the segment step but node
+/// `user` (its own update): no other node reads a `State(c)` and no other
+/// step output is one. The rewrites of a component's fold rely on it.
+pub(crate) fn state_feeds_only(step: &ir::Region, c: u32, user: ir::ValueId) -> bool {
+    let other_reader =
+        step.nodes.iter().enumerate().any(|(i, n)| i != user.0 as usize && n.op.operands().iter().any(|v| is_state(step, *v, c)));
+    let other_output = step.outputs.iter().enumerate().any(|(o, v)| o != c as usize && is_state(step, *v, c));
+    !other_reader && !other_output
+}
+
 /// The pipeline as one readable list.
 pub const PIPELINE: [(&str, PassFn); 13] = [
     ("capture-message-passing-udf", capture_message_passing_udf),

@@ -16,7 +16,7 @@
 //!        %2 = max %s, %1 }                    %2 = select %m, %v, %s }
 //! ```
 
-use super::{PassError, Remarks};
+use super::{beside_state, is_const, state_feeds_only, PassError, Remarks};
 use crate::ir::{BinOp, CmpOp, Kernel, Op, ReducerKind, Type, UnOp};
 
 pub fn fold_relu_into_max(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), PassError> {
@@ -28,17 +28,15 @@ pub fn fold_relu_into_max(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), Pas
     let mut folded = Vec::new();
     for c in 0..seg.state.len() {
         let (Some(&init), Some(&out)) = (seg.init.outputs.get(c), seg.step.outputs.get(c)) else { continue };
-        if !matches!(seg.init.nodes[init.0 as usize].op, Op::Const(x) if x == f64::NEG_INFINITY) {
+        if !is_const(&seg.init, init, f64::NEG_INFINITY) {
             continue;
         }
         let Op::Binary(BinOp::Max, a, b) = seg.step.nodes[out.0 as usize].op else { continue };
-        let is_state = |v: crate::ir::ValueId| seg.step.nodes[v.0 as usize].op == Op::State(c as u32);
-        let (state, relu) = if is_state(a) { (a, b) } else if is_state(b) { (b, a) } else { continue };
+        let Some((relu, slot)) = beside_state(&seg.step, a, b, c as u32) else { continue };
+        let state = if slot == 1 { a } else { b };
         let Op::Unary(UnOp::Relu, v) = seg.step.nodes[relu.0 as usize].op else { continue };
         // The accumulator feeds only this max.
-        let state_reads = seg.step.nodes.iter().filter(|n| n.op.operands().contains(&state)).count();
-        let state_out = seg.step.outputs.iter().enumerate().any(|(o, x)| o != c && *x == state);
-        if state_reads != 1 || state_out {
+        if !state_feeds_only(&seg.step, c as u32, out) {
             continue;
         }
         let (vty, sty) = (seg.step.nodes[v.0 as usize].ty, seg.step.nodes[out.0 as usize].ty);

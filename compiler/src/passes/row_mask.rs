@@ -21,43 +21,18 @@
 //!                 %g = select %m, %a, 0.0; .. %g .. }
 //! ```
 
-use super::{PassError, Remarks};
-use crate::ir::{BinOp, Kernel, Op, Region, Role, ValueId};
+use super::{beside_state, is_const, state_feeds_only, PassError, Remarks};
+use crate::ir::{BinOp, Kernel, Op, Region, ValueId};
 
 fn op_of(r: &Region, v: ValueId) -> Option<&Op> {
     r.nodes.get(v.0 as usize).map(|n| &n.op)
 }
 
-fn is_zero(r: &Region, v: ValueId) -> bool {
-    matches!(op_of(r, v), Some(Op::Const(c)) if *c == 0.0 && c.is_sign_positive())
-}
-
 /// The nodes `v` depends on, in order, when they read only destination and
 /// parameter fields and constants (values the finish can recompute).
 fn row_invariant_cone(r: &Region, v: ValueId, k: &Kernel) -> Option<Vec<usize>> {
-    let mut live = vec![false; r.nodes.len()];
-    *live.get_mut(v.0 as usize)? = true;
-    for i in (0..r.nodes.len()).rev() {
-        if !live[i] {
-            continue;
-        }
-        match &r.nodes[i].op {
-            Op::Field(f) => {
-                let role = k.fields.get(f.0 as usize)?.role;
-                if !matches!(role, Role::Dst | Role::Param) {
-                    return None;
-                }
-            }
-            Op::Const(_) => {}
-            Op::State(_) | Op::Input(_) | Op::Message(_) | Op::Degree | Op::Rank | Op::Scan(_) => return None,
-            op => {
-                for a in op.operands() {
-                    live[a.0 as usize] = true;
-                }
-            }
-        }
-    }
-    Some((0..r.nodes.len()).filter(|&i| live[i]).collect())
+    let cone = r.cone(v);
+    r.reads_only_row(&cone, &k.fields).then_some(cone)
 }
 
 /// For accumulator `c`: the add node, which of its operands is the term,
@@ -74,16 +49,13 @@ struct Masked {
 fn masked_fold(k: &Kernel, step: &Region, c: u32) -> Option<Masked> {
     let out = *step.outputs.get(c as usize)?;
     let Some(Op::Binary(BinOp::Add, a, b)) = op_of(step, out) else { return None };
-    let is_state = |v: ValueId| matches!(op_of(step, v), Some(Op::State(s)) if *s == c);
-    let (state, term, term_slot) = if is_state(*a) { (*a, *b, 1) } else if is_state(*b) { (*b, *a, 0) } else { return None };
+    let (term, term_slot) = beside_state(step, *a, *b, c)?;
     let Some(Op::Select(m, v, z)) = op_of(step, term) else { return None };
-    if !is_zero(step, *z) || step.nodes[v.0 as usize].ty != step.nodes[out.0 as usize].ty {
+    if !is_const(step, *z, 0.0) || step.nodes[v.0 as usize].ty != step.nodes[out.0 as usize].ty {
         return None;
     }
     // The accumulator is read by its own add only.
-    let reads_state = (0..step.nodes.len()).any(|i| i != out.0 as usize && step.nodes[i].op.operands().contains(&state));
-    let in_outputs = step.outputs.iter().enumerate().any(|(o, x)| o != c as usize && *x == state);
-    if reads_state || in_outputs {
+    if !state_feeds_only(step, c, out) {
         return None;
     }
     let cone = row_invariant_cone(step, *m, k)?;
@@ -93,34 +65,18 @@ fn masked_fold(k: &Kernel, step: &Region, c: u32) -> Option<Masked> {
 /// `finish` with every read of `State(c)` replaced by `select(m, state, 0)`,
 /// the mask recomputed from `cone` (nodes of `step`).
 fn mask_in_finish(finish: &Region, step: &Region, c: u32, m: &Masked) -> Region {
-    let mut out = Region::new(finish.inputs.clone());
-    let mut map: Vec<ValueId> = Vec::with_capacity(finish.nodes.len());
     let mut masked: Option<ValueId> = None;
-    for n in &finish.nodes {
-        let v = if n.op == Op::State(c) {
-            match masked {
-                Some(g) => g,
-                None => {
-                    let state = out.push(n.op.clone(), n.ty, n.span);
-                    let mut smap: Vec<ValueId> = vec![ValueId(0); step.nodes.len()];
-                    for &i in &m.cone {
-                        let sn = &step.nodes[i];
-                        let op = sn.op.map_operands(|a| smap[a.0 as usize]);
-                        smap[i] = out.push(op, sn.ty, sn.span);
-                    }
-                    let zero = out.push(Op::Const(0.0), crate::ir::Type::Scalar, n.span);
-                    let g = out.push(Op::Select(smap[m.mask.0 as usize], state, zero), n.ty, n.span);
-                    masked = Some(g);
-                    g
-                }
-            }
-        } else {
-            out.push(n.op.map_operands(|a| map[a.0 as usize]), n.ty, n.span)
-        };
-        map.push(v);
-    }
-    out.outputs = finish.outputs.iter().map(|o| map[o.0 as usize]).collect();
-    out
+    finish.rewrite(|out, n| {
+        if n.op != Op::State(c) {
+            return None;
+        }
+        Some(*masked.get_or_insert_with(|| {
+            let state = out.push(n.op.clone(), n.ty, n.span);
+            let mask = out.copy_cone(step, &m.cone, Op::clone)[m.mask.0 as usize];
+            let zero = out.push(Op::Const(0.0), crate::ir::Type::Scalar, n.span);
+            out.push(Op::Select(mask, state, zero), n.ty, n.span)
+        }))
+    })
 }
 
 pub fn hoist_row_masks(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), PassError> {
@@ -135,7 +91,7 @@ pub fn hoist_row_masks(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), PassEr
     let mut hoisted = Vec::new();
     for c in 0..seg.state.len() as u32 {
         let Some(seg) = k.segment.as_ref() else { break };
-        let zero_init = seg.init.outputs.get(c as usize).is_some_and(|&v| is_zero(&seg.init, v));
+        let zero_init = seg.init.outputs.get(c as usize).is_some_and(|&v| is_const(&seg.init, v, 0.0));
         let Some(m) = masked_fold(k, &seg.step, c).filter(|_| zero_init) else { continue };
         let finish = mask_in_finish(&seg.finish, &seg.step, c, &m);
         let Some(seg) = k.segment.as_mut() else { break };
