@@ -69,6 +69,7 @@ fn kernel(
         num_loop_vars: 2,
         scratch,
         init,
+        pre_body: Vec::new(),
         body,
         finish,
     }

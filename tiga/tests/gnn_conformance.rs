@@ -163,3 +163,63 @@ fn max_of_relus_keeps_its_bits() {
         assert_eq!(bits(&got), bits(&want), "{path}: {got:?} vs {want:?}");
     }
 }
+
+/// GatAttention's softmax takes its row maximum from a first pass over the
+/// row's edges (`precompute-row-max`), so its main pass computes one
+/// exponential per edge, `exp(s - max)`. Scores of a few hundred (where
+/// `exp(s)` overflows f32, and `exp(s - m)` for any `m` short of the row's
+/// maximum would too) must give the closed-form softmax; both back ends
+/// (macro path: rustc at F = 8; kernel file: JIT) run the same loops, so
+/// they agree bit for bit.
+#[test]
+fn softmax_row_maximum_comes_from_a_first_pass() {
+    let mut rng = Rng(0x50f7_3a11);
+    let (ns, nd, f) = (30usize, 20usize, 8usize);
+    let mut src = Vec::new();
+    let mut dst = Vec::new();
+    for _ in 0..150 {
+        src.push(rng.below(ns) as u32);
+        dst.push(rng.below(nd - 1) as u32); // the last row is empty
+    }
+    let g = Graph::from_edges(ns, nd, &src, &dst).expect("graph");
+    let a_src: Vec<f32> = (0..ns).map(|_| (rng.uniform() * 300.0) as f32).collect();
+    let a_dst: Vec<f32> = (0..nd).map(|_| (rng.uniform() * 50.0) as f32).collect();
+    let h: Vec<f32> = (0..ns * f).map(|_| rng.uniform() as f32).collect();
+    // Closed form in f64: out[i] = Σ_e exp(s_e - max_i) h[j] / Σ_e exp(s_e - max_i).
+    let score = |j: usize, i: usize| {
+        let z = f64::from(a_src[j]) + f64::from(a_dst[i]);
+        if z > 0.0 { z } else { 0.2 * z }
+    };
+    let mut want = vec![0.0f64; nd * f];
+    for i in 0..nd {
+        let edges: Vec<usize> = (0..src.len()).filter(|&e| dst[e] as usize == i).collect();
+        let m = edges.iter().map(|&e| score(src[e] as usize, i)).fold(f64::NEG_INFINITY, f64::max);
+        let den: f64 = edges.iter().map(|&e| (score(src[e] as usize, i) - m).exp()).sum();
+        for &e in &edges {
+            let (j, w) = (src[e] as usize, (score(src[e] as usize, i) - m).exp() / den);
+            for l in 0..f {
+                want[i * f + l] += w * f64::from(h[j * f + l]);
+            }
+        }
+    }
+    let (ht, at, dt) = (
+        Tensor::from_f32(vec![ns, f], h).expect("h"),
+        Tensor::from_f32(vec![ns], a_src).expect("a_src"),
+        Tensor::from_f32(vec![nd], a_dst).expect("a_dst"),
+    );
+    let ins = Inputs::new().src("h", &ht).src("a_src", &at).dst("a_dst", &dt);
+    let file = Kernel::from_source(include_str!("../../examples/kernels/gnn.rs"), "GatAttention").expect("kernel");
+    assert!(!file.loop_kernel().pre_body.is_empty(), "the row maximum has its own pass");
+    assert!(file.explain().contains("first pass over the row's edges"));
+    assert!(gnn::GatAttention::kernel().backend_for(tiga::DType::F32, &[f]).starts_with("rust-aot"));
+    assert!(file.backend_for(tiga::DType::F32, &[f]).starts_with("cranelift"));
+    let mut outs = Vec::new();
+    for (path, k) in [("macro", gnn::GatAttention::kernel()), ("kernel file", &file)] {
+        let got = k.run(&g, &ins).expect("run").items[0].1.as_f32().expect("f32").to_vec();
+        for (x, y) in got.iter().zip(&want) {
+            assert!((f64::from(*x) - y).abs() <= 1e-5 * y.abs().max(1.0), "{path}: got {x}, closed form {y}");
+        }
+        outs.push(got.iter().map(|x| x.to_bits()).collect::<Vec<u32>>());
+    }
+    assert_eq!(outs[0], outs[1], "rustc and the JIT run the same loops");
+}

@@ -224,6 +224,9 @@ const PREFETCH_EDGES: usize = 32;
 /// GatAttention 251, 293 / 282, 341; F = 128 sum 133, 153 / 167, 304.
 const PREFETCH_MIN_ROW_BYTES: usize = 256;
 
+/// `(field, elements per row, cache lines per row)` of each prefetched field.
+type Prefetched = Vec<(usize, usize, usize)>;
+
 /// Source fields the edge loop reads, when one of them has rows of at least
 /// [`PREFETCH_MIN_ROW_BYTES`]: `(field, elements per row, cache lines per
 /// row)`. Their rows
@@ -233,20 +236,37 @@ const PREFETCH_MIN_ROW_BYTES: usize = 256;
 /// `PREFETCH_EDGES` edges ahead overlaps them. Narrow rows (a stencil's
 /// scalar field, F = 16) are left to the hardware: there the prefetch's
 /// own instructions cost more than it saves.
-fn prefetched_rows(e: &Emitter<'_>, dtype: DType) -> Result<Vec<(usize, usize, usize)>, RustSourceError> {
+///
+/// With a pre-pass over the edges (`pre_body`), the first list is the
+/// pre-pass's: once the main loop prefetches, the pre-pass prefetches the
+/// source fields it reads, and the main loop leaves out the narrow ones
+/// the pre-pass has just brought in.
+fn prefetched_rows(e: &Emitter<'_>, dtype: DType) -> Result<[Prefetched; 2], RustSourceError> {
     let k = e.k;
-    let mut read = vec![false; k.fields.len()];
-    for_each_stmt(&k.body, &mut |st| {
-        if let Stmt::Set(_, Inst::Load(Addr::Field { field, .. })) = st {
-            if let Some(r) = read.get_mut(field.0 as usize) {
-                *r = true;
+    let reads = |list: &[Stmt]| {
+        let mut read = vec![false; k.fields.len()];
+        for_each_stmt(list, &mut |st| {
+            if let Stmt::Set(_, Inst::Load(Addr::Field { field, .. })) = st {
+                if let Some(r) = read.get_mut(field.0 as usize) {
+                    *r = true;
+                }
             }
-        }
-    });
+        });
+        read
+    };
+    let (pre, read) = (reads(&k.pre_body), reads(&k.body));
     let mut wide = Vec::new();
     let mut narrow = Vec::new();
+    let mut early = Vec::new();
     for (f, fd) in k.fields.iter().enumerate() {
-        if fd.role != Role::Src || !read[f] {
+        if fd.role != Role::Src {
+            continue;
+        }
+        if pre[f] {
+            let per = e.per_row(fd.ty)?;
+            early.push((f, per, (per * dtype.size()).div_ceil(64)));
+        }
+        if !read[f] {
             continue;
         }
         let per = e.per_row(fd.ty)?;
@@ -261,10 +281,12 @@ fn prefetched_rows(e: &Emitter<'_>, dtype: DType) -> Result<Vec<(usize, usize, u
     // is a random line too (GatAttention's score reads `a_src[j]` before
     // the edge's exponential; forward 1.20 -> 1.02-1.07 times the hand
     // loop, backward 1.6 -> 1.18 s).
-    if !wide.is_empty() {
-        wide.extend(narrow);
+    if wide.is_empty() {
+        early.clear();
+    } else {
+        wide.extend(narrow.into_iter().filter(|(f, ..)| !pre[*f]));
     }
-    Ok(wide)
+    Ok([early, wide])
 }
 
 /// The source of one variant: an `unsafe extern "C" fn NAME(args, begin,
@@ -340,7 +362,7 @@ pub fn emit_variant(
     // Software prefetch of the source rows `PREFETCH_EDGES` edges ahead (see
     // `prefetched_rows`): the edge loop's gathers are what it waits on.
     let prefetch = prefetched_rows(&e, dtype)?;
-    if !prefetch.is_empty() {
+    if prefetch.iter().any(|p| !p.is_empty()) {
         let _ = writeln!(e.out, "    let edges_end = *offsets.add(row_end as usize) as usize;");
     }
     let _ = writeln!(e.out, "    for i in row_begin as usize..row_end as usize {{");
@@ -354,33 +376,38 @@ pub fn emit_variant(
         let _ = writeln!(e.out, "        let mut s{b} = [0.0 as {t}; {w}];");
     }
     e.stmts(&k.init, 2)?;
-    let _ = writeln!(e.out, "        for p in first..end {{");
-    let _ = writeln!(e.out, "            let j = *cols.add(p) as usize;");
-    if edge_ids {
-        let _ = writeln!(e.out, "            let e = *edge_ids.add(p) as usize;");
-    } else {
-        // One function serves both realizations: a null `edge_ids` is the
-        // identity (the branch is loop-invariant).
-        let _ = writeln!(e.out, "            let e = if edge_ids.is_null() {{ p }} else {{ *edge_ids.add(p) as usize }};");
-    }
-    let _ = writeln!(e.out, "            let rank = p - first;");
-    if !prefetch.is_empty() {
-        let _ = writeln!(e.out, "            #[cfg(target_arch = \"x86_64\")]");
-        let _ = writeln!(e.out, "            if p + {PREFETCH_EDGES} < edges_end {{");
-        let _ = writeln!(e.out, "                let ahead = *cols.add(p + {PREFETCH_EDGES}) as usize;");
-        for (f, per, lines) in &prefetch {
-            for l in 0..*lines {
-                let _ = writeln!(
-                    e.out,
-                    "                ::core::arch::x86_64::_mm_prefetch::<{{ ::core::arch::x86_64::_MM_HINT_T0 }}>(f{f}.add(ahead * {per} + {}) as *const i8);",
-                    l * 64 / dtype.size()
-                );
-            }
+    for (list, prefetch) in [&k.pre_body, &k.body].into_iter().zip(&prefetch) {
+        if list.is_empty() && std::ptr::eq(list, &k.pre_body) {
+            continue;
         }
-        let _ = writeln!(e.out, "            }}");
+        let _ = writeln!(e.out, "        for p in first..end {{");
+        let _ = writeln!(e.out, "            let j = *cols.add(p) as usize;");
+        if edge_ids {
+            let _ = writeln!(e.out, "            let e = *edge_ids.add(p) as usize;");
+        } else {
+            // One function serves both realizations: a null `edge_ids` is the
+            // identity (the branch is loop-invariant).
+            let _ = writeln!(e.out, "            let e = if edge_ids.is_null() {{ p }} else {{ *edge_ids.add(p) as usize }};");
+        }
+        let _ = writeln!(e.out, "            let rank = p - first;");
+        if !prefetch.is_empty() {
+            let _ = writeln!(e.out, "            #[cfg(target_arch = \"x86_64\")]");
+            let _ = writeln!(e.out, "            if p + {PREFETCH_EDGES} < edges_end {{");
+            let _ = writeln!(e.out, "                let ahead = *cols.add(p + {PREFETCH_EDGES}) as usize;");
+            for (f, per, lines) in prefetch {
+                for l in 0..*lines {
+                    let _ = writeln!(
+                        e.out,
+                        "                ::core::arch::x86_64::_mm_prefetch::<{{ ::core::arch::x86_64::_MM_HINT_T0 }}>(f{f}.add(ahead * {per} + {}) as *const i8);",
+                        l * 64 / dtype.size()
+                    );
+                }
+            }
+            let _ = writeln!(e.out, "            }}");
+        }
+        e.stmts(list, 3)?;
+        let _ = writeln!(e.out, "        }}");
     }
-    e.stmts(&k.body, 3)?;
-    let _ = writeln!(e.out, "        }}");
     e.stmts(&k.finish, 2)?;
     let _ = writeln!(e.out, "    }}");
     let _ = writeln!(e.out, "}} }}");

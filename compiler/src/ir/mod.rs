@@ -496,6 +496,12 @@ pub struct Segment {
     /// Reads `State(k)` and `Degree`; outputs the aggregate (before fusion)
     /// or the kernel outputs (after).
     pub finish: Region,
+    /// A first pass over the row's edges, before `step`'s: reads and
+    /// outputs the state like `step` (no extra outputs). Set by
+    /// `precompute-row-max`, so that the main pass sees a row maximum that
+    /// no longer moves (one exponential per edge, no rescaling).
+    #[serde(default)]
+    pub pre_step: Option<Region>,
     /// Set by `fuse-edge-node-regions`: `edge` lives inside `step` and `node`
     /// inside `finish`, and no message buffer exists.
     pub fused: bool,

@@ -184,6 +184,9 @@ impl Display for Kernel {
             let st: Vec<String> = seg.state.iter().map(|t| TypeIn(self, *t).to_string()).collect();
             let _ = writeln!(s, "  segment state ({}) {}", st.join(", "), if seg.fused { "fused" } else { "unfused" });
             region_text(self, "init", &seg.init, &mut s);
+            if let Some(pre) = &seg.pre_step {
+                region_text(self, "pre_step", pre, &mut s);
+            }
             region_text(self, "step", &seg.step, &mut s);
             region_text(self, "finish", &seg.finish, &mut s);
         }

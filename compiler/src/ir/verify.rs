@@ -241,8 +241,18 @@ pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
             &Ctx { region: "step", allow_state: true, allow_message: !seg.fused, state: &seg.state, messages: step_msgs, ..base },
             &seg.step,
         )?;
-        let st = seg.step.output_types();
         let ns = seg.state.len();
+        if let Some(pre) = &seg.pre_step {
+            if !seg.fused {
+                return Err(top("pre_step", "a pre-pass over the edges needs a fused segment".into()));
+            }
+            check_region(&Ctx { region: "pre_step", allow_state: true, state: &seg.state, messages: &none, ..base }, pre)?;
+            let pt = pre.output_types();
+            if pt.len() != ns || !broadcastable(&pt, &seg.state) {
+                return Err(top("pre_step", "pre_step yields exactly the state's types".into()));
+            }
+        }
+        let st = seg.step.output_types();
         if st.len() < ns || !broadcastable(&st[..ns], &seg.state) {
             return Err(top("step", "step does not yield the state's types".into()));
         }

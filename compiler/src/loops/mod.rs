@@ -7,6 +7,9 @@
 //! for i in rows:                      (a chunk of rows; chunks run in parallel)
 //!     deg = off[i+1] - off[i]
 //!     <init>                          (accumulator state := identity)
+//!     for p in off[i]..off[i+1]:      (only when <pre_body> is not empty)
+//!         j = col[p]; e = edge_id[p]
+//!         <pre_body>                  (a first pass: a row maximum, say)
 //!     for p in off[i]..off[i+1]:
 //!         j = col[p]; e = edge_id[p]  (edge_id is the identity when absent)
 //!         <body>                      (gather from j, combine into the state)
@@ -122,6 +125,10 @@ pub struct LoopKernel {
     /// Per-row scratch arrays, each one width long.
     pub scratch: Vec<WidthId>,
     pub init: Vec<Stmt>,
+    /// A first pass over the row's edges, before `body`'s (empty: none).
+    /// `j`, `e` and the rank are the edge's, as in `body`.
+    #[serde(default)]
+    pub pre_body: Vec<Stmt>,
     pub body: Vec<Stmt>,
     pub finish: Vec<Stmt>,
 }
@@ -140,7 +147,7 @@ impl LoopKernel {
         // An output the kernel reads (an adjoint stage adding into it) must
         // start from what the caller put there.
         let mut read = false;
-        for list in [&self.init, &self.body, &self.finish] {
+        for list in [&self.init, &self.pre_body, &self.body, &self.finish] {
             for_each_stmt(list, &mut |st| {
                 if let Stmt::Set(_, Inst::Load(Addr::Output { out: o, .. })) = st {
                     read |= *o == out;
@@ -175,6 +182,6 @@ impl LoopKernel {
                 _ => false,
             })
         }
-        walk(&self.init, self, role) || walk(&self.body, self, role) || walk(&self.finish, self, role)
+        walk(&self.init, self, role) || walk(&self.pre_body, self, role) || walk(&self.body, self, role) || walk(&self.finish, self, role)
     }
 }

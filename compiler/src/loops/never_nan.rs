@@ -24,7 +24,7 @@ pub fn never_nan(k: &LoopKernel) -> Vec<bool> {
     let mut changed = true;
     while changed {
         changed = false;
-        for part in [&k.init, &k.body, &k.finish] {
+        for part in [&k.init, &k.pre_body, &k.body, &k.finish] {
             for_each_stmt(part, &mut |st| match st {
                 Stmt::Set(x, i) => {
                     let v = |y: &super::Var| vars.get(y.0 as usize).copied().unwrap_or(false);

@@ -87,14 +87,19 @@ impl Display for LoopKernel {
         let _ = writeln!(s, "  for i in rows {{");
         let _ = writeln!(s, "    degree = off[i+1] - off[i]");
         stmts_text(self, &self.init, 1, &mut s);
-        let _ = writeln!(s, "    for p in off[i]..off[i+1] {{");
-        let _ = writeln!(s, "      j = col[p]; e = edge_id[p]");
-        let mut body = String::new();
-        stmts_text(self, &self.body, 0, &mut body);
-        for line in body.lines() {
-            let _ = writeln!(s, "      {line}");
+        for list in [&self.pre_body, &self.body] {
+            if list.is_empty() && std::ptr::eq(list, &self.pre_body) {
+                continue;
+            }
+            let _ = writeln!(s, "    for p in off[i]..off[i+1] {{");
+            let _ = writeln!(s, "      j = col[p]; e = edge_id[p]");
+            let mut body = String::new();
+            stmts_text(self, list, 0, &mut body);
+            for line in body.lines() {
+                let _ = writeln!(s, "      {line}");
+            }
+            let _ = writeln!(s, "    }}");
         }
-        let _ = writeln!(s, "    }}");
         stmts_text(self, &self.finish, 1, &mut s);
         let _ = writeln!(s, "  }}");
         s.push_str("}\n");

@@ -631,6 +631,10 @@ pub fn schedule(k: &Kernel) -> Result<LoopKernel, ScheduleError> {
         })
         .collect();
     let init = schedule_region(&mut b, k, &seg.init, &slots, SinkKind::Init)?;
+    let pre_body = match &seg.pre_step {
+        Some(pre) => schedule_region(&mut b, k, pre, &slots, SinkKind::Step)?,
+        None => Vec::new(),
+    };
     let body = schedule_region(&mut b, k, &seg.step, &slots, SinkKind::Step)?;
     let finish = schedule_region(&mut b, k, &seg.finish, &slots, SinkKind::Finish)?;
     Ok(LoopKernel {
@@ -642,6 +646,7 @@ pub fn schedule(k: &Kernel) -> Result<LoopKernel, ScheduleError> {
         num_loop_vars: b.loops,
         scratch: b.scratch,
         init,
+        pre_body,
         body,
         finish,
     })

@@ -33,6 +33,12 @@ pub fn eliminate_dead_state(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), P
         r.analysis(Some(k.span), "no segment");
         return Ok(());
     };
+    if seg.pre_step.is_some() {
+        // Its own pass over the edges reads and writes the state too; the
+        // pre-pass is introduced after this pass, which does not follow it.
+        r.analysis(Some(k.span), "the segment has a pre-pass over the edges: not analyzed");
+        return Ok(());
+    }
     let n = seg.state.len();
     // Live: read by the finish or by the step's extra outputs, then closed
     // under "the update of a live component reads it".

@@ -72,7 +72,7 @@ fn builtin_segment(k: &Kernel, kind: ReducerKind) -> Segment {
         fin_outs.push(v);
     }
     finish.outputs = fin_outs;
-    Segment { state, init, step, finish, fused: false }
+    Segment { state, init, step, finish, fused: false, pre_step: None }
 }
 
 /// Online softmax: state (running max, denominator, weighted sum).
@@ -113,7 +113,7 @@ fn softmax_segment(k: &Kernel) -> Segment {
     let q = finish.push(Op::Binary(BinOp::Div, acc, safe), vt, sp);
     let out = finish.push(Op::Select(empty, zero, q), vt, sp);
     finish.outputs = vec![out];
-    Segment { state, init, step, finish, fused: false }
+    Segment { state, init, step, finish, fused: false, pre_step: None }
 }
 
 fn monoid_segment(k: &Kernel) -> Result<Segment, PassError> {
@@ -135,7 +135,7 @@ fn monoid_segment(k: &Kernel) -> Result<Segment, PassError> {
         Some(f) => finish.inline(f, &sts),
         None => sts,
     };
-    Ok(Segment { state, init, step, finish, fused: false })
+    Ok(Segment { state, init, step, finish, fused: false, pre_step: None })
 }
 
 pub fn lower_csr_to_gather_segment(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), PassError> {

@@ -29,6 +29,7 @@ mod fuse;
 mod lower_csr;
 mod relu_max;
 mod row_mask;
+mod row_max;
 
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +46,7 @@ pub use fuse::fuse_edge_node_regions;
 pub use lower_csr::lower_csr_to_gather_segment;
 pub use relu_max::fold_relu_into_max;
 pub use row_mask::hoist_row_masks;
+pub use row_max::precompute_row_max;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RemarkKind {
@@ -150,7 +152,7 @@ pub(crate) fn state_feeds_only(step: &ir::Region, c: u32, user: ir::ValueId) -> 
 }
 
 /// The pipeline as one readable list.
-pub const PIPELINE: [(&str, PassFn); 13] = [
+pub const PIPELINE: [(&str, PassFn); 14] = [
     ("capture-message-passing-udf", capture_message_passing_udf),
     ("fold-constants", fold_constants),
     ("eliminate-dead-code", eliminate_dead_code),
@@ -163,6 +165,7 @@ pub const PIPELINE: [(&str, PassFn); 13] = [
     ("hoist-row-masks", hoist_row_masks),
     ("count-edges-by-degree", count_edges_by_degree),
     ("eliminate-dead-state", eliminate_dead_state),
+    ("precompute-row-max", precompute_row_max),
     ("eliminate-dead-code", eliminate_dead_code),
 ];
 
@@ -209,6 +212,9 @@ pub(crate) fn for_each_region(k: &mut Kernel, mut f: impl FnMut(&str, &mut ir::R
     }
     if let Some(seg) = &mut k.segment {
         f("init", &mut seg.init);
+        if let Some(pre) = &mut seg.pre_step {
+            f("pre_step", pre);
+        }
         f("step", &mut seg.step);
         f("finish", &mut seg.finish);
     }

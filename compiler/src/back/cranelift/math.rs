@@ -59,7 +59,7 @@ pub(super) fn declare(
     dtype: DType,
 ) -> Result<MathRefs, ModuleError> {
     let (mut exp, mut ln, mut tanh) = (false, false, false);
-    for list in [&k.init, &k.body, &k.finish] {
+    for list in [&k.init, &k.pre_body, &k.body, &k.finish] {
         visit_unary(list, &mut |u| match u {
             UnOp::Exp | UnOp::Sigmoid => exp = true,
             UnOp::Ln => ln = true,

@@ -275,7 +275,7 @@ impl<'a> Translator<'a> {
         // Base pointers, once per call.
         let offsets = self.b.ins().load(types::I64, flags(), args, ARG_OFFSETS);
         let (mut used_fields, mut used_outputs) = (vec![false; self.k.fields.len()], vec![false; self.k.outputs.len()]);
-        for list in [&self.k.init, &self.k.body, &self.k.finish] {
+        for list in [&self.k.init, &self.k.pre_body, &self.k.body, &self.k.finish] {
             mark_used(list, &mut used_fields, &mut used_outputs)?;
         }
         if used_fields.iter().any(|&u| u) {
@@ -441,7 +441,12 @@ impl<'a> Translator<'a> {
                 self.block_start = start;
                 // The edge loop is skipped when the body is empty (a kernel
                 // whose rows need no edges, like an adjoint's row stage).
-                self.row_pass(i, Some(deg), |t| if k.body.is_empty() { Ok(()) } else { t.csr_edges(first, end, cols, edge_ids) })?;
+                self.row_pass(i, Some(deg), |t| {
+                    if !k.pre_body.is_empty() {
+                        t.csr_edges(first, end, cols, edge_ids, &k.pre_body)?;
+                    }
+                    if k.body.is_empty() { Ok(()) } else { t.csr_edges(first, end, cols, edge_ids, &k.body) }
+                })?;
             }
             self.block_start = None;
             self.close_loop(row, 1);
@@ -803,7 +808,8 @@ impl<'a> Translator<'a> {
     /// Measured (F = 64 / 128 f32 sum, power-law graph): 227 -> 185 ms and
     /// 645 -> 372 ms.
     fn blocking_plan(&self) -> TResult<Option<(WidthId, i64, i64)>> {
-        if self.key.stencil.is_some() {
+        // A pre-pass would be redone per block.
+        if self.key.stencil.is_some() || !self.k.pre_body.is_empty() {
             return Ok(None);
         }
         let (_, vl) = self.vlen();
@@ -815,7 +821,7 @@ impl<'a> Translator<'a> {
             BLOCK_VECTORS
         };
         let mut width: Option<WidthId> = None;
-        for list in [&self.k.init, &self.k.body, &self.k.finish] {
+        for list in [&self.k.init, &self.k.pre_body, &self.k.body, &self.k.finish] {
             for st in list.iter() {
                 match st {
                     Stmt::Loop { lane, width: w, body } => {
@@ -891,7 +897,7 @@ impl<'a> Translator<'a> {
                 }
             }
         }
-        for list in [&self.k.init, &self.k.body, &self.k.finish] {
+        for list in [&self.k.init, &self.k.pre_body, &self.k.body, &self.k.finish] {
             walk(self, list, &mut ok, vl);
         }
         self.promoted = vec![None; n];
@@ -1398,9 +1404,10 @@ impl<'a> Translator<'a> {
     }
 
     /// The CSR edge loop of one row: `for p in first..end`, with `j` and
-    /// `e` loaded for the body.
-    fn csr_edges(&mut self, first: Value, end: Value, cols: Option<Value>, edge_ids: Option<Value>) -> TResult<()> {
-        let k = self.k;
+    /// `e` loaded for `list` (the body, or the pre-pass, which touches
+    /// nothing ahead).
+    fn csr_edges(&mut self, first: Value, end: Value, cols: Option<Value>, edge_ids: Option<Value>, list: &[Stmt]) -> TResult<()> {
+        let main = std::ptr::eq(list, self.k.body.as_slice());
         let edge = self.open_loop(first, Bound::Value(end));
         let p = edge.counter;
         if let Some(cols) = cols {
@@ -1409,8 +1416,9 @@ impl<'a> Translator<'a> {
             let j = self.b.ins().uload32(flags(), a, 0);
             self.cur.src = Some(j);
             match self.touch.clone() {
-                Some((fields, chunk_end)) => self.touch_ahead(p, cols, &fields, chunk_end)?,
-                None => self.touch_later_blocks(j)?,
+                Some((fields, chunk_end)) if main => self.touch_ahead(p, cols, &fields, chunk_end)?,
+                None if main => self.touch_later_blocks(j)?,
+                _ => {}
             }
         }
         self.cur.edge = Some(match edge_ids {
@@ -1422,7 +1430,7 @@ impl<'a> Translator<'a> {
             None => p,
         });
         self.cur.rank = Some((p, first));
-        self.stmts(&k.body)?;
+        self.stmts(list)?;
         self.close_loop(edge, 1);
         Ok(())
     }
@@ -1438,7 +1446,7 @@ impl<'a> Translator<'a> {
                 _ => false,
             })
         }
-        calls(&self.k.body)
+        calls(&self.k.pre_body) || calls(&self.k.body)
     }
 
     /// The source fields whose rows [`Translator::touch_ahead`] touches:
@@ -1557,6 +1565,15 @@ impl<'a> Translator<'a> {
         if k.reads_role(Role::Edge) {
             return Err("a generated stencil has no edge fields: use the CSR realization".into());
         }
+        if !k.pre_body.is_empty() {
+            self.generated_pass(st, i, r, c, &k.pre_body)?;
+        }
+        self.generated_pass(st, i, r, c, &k.body)
+    }
+
+    /// One pass of [`Translator::generated_neighbours`] running `list` per
+    /// neighbour; it leaves the degree (the neighbours visited) set.
+    fn generated_pass(&mut self, st: &crate::back::abi::Stencil2d, i: Value, r: Value, c: Value, list: &[Stmt]) -> TResult<()> {
         let (rows, cols) = (st.rows as i64, st.cols as i64);
         let count = self.b.declare_var(types::I64);
         let zero = self.b.ins().iconst(types::I64, 0);
@@ -1582,7 +1599,7 @@ impl<'a> Translator<'a> {
                 self.cur.src = Some(j);
                 self.cur.edge = None;
                 self.cur.rank = Some((seen, zero));
-                self.stmts(&k.body)?;
+                self.stmts(list)?;
             }
             let all = self.b.ins().iconst(types::I64, st.offsets.len() as i64);
             self.b.def_var(count, all);
@@ -1625,7 +1642,7 @@ impl<'a> Translator<'a> {
             self.cur.src = Some(j);
             self.cur.edge = None;
             self.cur.rank = Some((seen, zero));
-            self.stmts(&k.body)?;
+            self.stmts(list)?;
             let seen = self.b.use_var(count);
             let more = self.b.ins().iadd_imm_s(seen, 1);
             self.b.def_var(count, more);
@@ -1650,6 +1667,10 @@ impl<'a> Translator<'a> {
     /// operations in the scalar row's order: the same bits.
     fn rows_vectorizable(&self) -> bool {
         let k = self.k;
+        // One straight pass of neighbours per row only.
+        if !k.pre_body.is_empty() {
+            return false;
+        }
         let mut defined = vec![false; k.vars.len()];
         let num = |v: &Var| k.vars.get(v.0 as usize) == Some(&VarKind::Num);
         let list = k.init.iter().chain(&k.body).chain(&k.finish);
@@ -1700,7 +1721,7 @@ impl<'a> Translator<'a> {
     /// stage), when its statements vectorize across rows.
     fn row_only_lanes(&mut self) -> Option<i64> {
         let k = self.k;
-        if self.key.stencil.is_some() || !k.body.is_empty() {
+        if self.key.stencil.is_some() || !k.body.is_empty() || !k.pre_body.is_empty() {
             return None;
         }
         let mut counts = false;
