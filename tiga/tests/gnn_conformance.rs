@@ -170,7 +170,10 @@ fn max_of_relus_keeps_its_bits() {
 /// `exp(s)` overflows f32, and `exp(s - m)` for any `m` short of the row's
 /// maximum would too) must give the closed-form softmax; both back ends
 /// (macro path: rustc at F = 8; kernel file: JIT) run the same loops, so
-/// they agree bit for bit.
+/// they agree bit for bit. Row 0 has 200 edges: its weights (with their
+/// `exp` calls) are computed in tiles of 64 edges ahead of the tile's
+/// feature loops (`loops::split_calls`), so it spans four tiles, the last
+/// one partial.
 #[test]
 fn softmax_row_maximum_comes_from_a_first_pass() {
     let mut rng = Rng(0x50f7_3a11);
@@ -180,6 +183,10 @@ fn softmax_row_maximum_comes_from_a_first_pass() {
     for _ in 0..150 {
         src.push(rng.below(ns) as u32);
         dst.push(rng.below(nd - 1) as u32); // the last row is empty
+    }
+    for _ in 0..200 {
+        src.push(rng.below(ns) as u32);
+        dst.push(0);
     }
     let g = Graph::from_edges(ns, nd, &src, &dst).expect("graph");
     let a_src: Vec<f32> = (0..ns).map(|_| (rng.uniform() * 300.0) as f32).collect();
@@ -222,4 +229,6 @@ fn softmax_row_maximum_comes_from_a_first_pass() {
         outs.push(got.iter().map(|x| x.to_bits()).collect::<Vec<u32>>());
     }
     assert_eq!(outs[0], outs[1], "rustc and the JIT run the same loops");
+    let text = file.explain();
+    assert!(text.contains("edge tiles: 64 edges at a time"), "the JIT variant tiles its edges:\n{text}");
 }

@@ -376,37 +376,72 @@ pub fn emit_variant(
         let _ = writeln!(e.out, "        let mut s{b} = [0.0 as {t}; {w}];");
     }
     e.stmts(&k.init, 2)?;
-    for (list, prefetch) in [&k.pre_body, &k.body].into_iter().zip(&prefetch) {
-        if list.is_empty() && std::ptr::eq(list, &k.pre_body) {
-            continue;
-        }
-        let _ = writeln!(e.out, "        for p in first..end {{");
-        let _ = writeln!(e.out, "            let j = *cols.add(p) as usize;");
+    let header = |e: &mut Emitter<'_>, prefetch: &[(usize, usize, usize)], pad: &str| {
+        let _ = writeln!(e.out, "{pad}    let j = *cols.add(p) as usize;");
         if edge_ids {
-            let _ = writeln!(e.out, "            let e = *edge_ids.add(p) as usize;");
+            let _ = writeln!(e.out, "{pad}    let e = *edge_ids.add(p) as usize;");
         } else {
-            // One function serves both realizations: a null `edge_ids` is the
-            // identity (the branch is loop-invariant).
-            let _ = writeln!(e.out, "            let e = if edge_ids.is_null() {{ p }} else {{ *edge_ids.add(p) as usize }};");
+            // One function serves both realizations: a null `edge_ids` is
+            // the identity (the branch is loop-invariant).
+            let _ = writeln!(e.out, "{pad}    let e = if edge_ids.is_null() {{ p }} else {{ *edge_ids.add(p) as usize }};");
         }
-        let _ = writeln!(e.out, "            let rank = p - first;");
+        let _ = writeln!(e.out, "{pad}    let rank = p - first;");
         if !prefetch.is_empty() {
-            let _ = writeln!(e.out, "            #[cfg(target_arch = \"x86_64\")]");
-            let _ = writeln!(e.out, "            if p + {PREFETCH_EDGES} < edges_end {{");
-            let _ = writeln!(e.out, "                let ahead = *cols.add(p + {PREFETCH_EDGES}) as usize;");
+            let _ = writeln!(e.out, "{pad}    #[cfg(target_arch = \"x86_64\")]");
+            let _ = writeln!(e.out, "{pad}    if p + {PREFETCH_EDGES} < edges_end {{");
+            let _ = writeln!(e.out, "{pad}        let ahead = *cols.add(p + {PREFETCH_EDGES}) as usize;");
             for (f, per, lines) in prefetch {
                 for l in 0..*lines {
                     let _ = writeln!(
                         e.out,
-                        "                ::core::arch::x86_64::_mm_prefetch::<{{ ::core::arch::x86_64::_MM_HINT_T0 }}>(f{f}.add(ahead * {per} + {}) as *const i8);",
+                        "{pad}        ::core::arch::x86_64::_mm_prefetch::<{{ ::core::arch::x86_64::_MM_HINT_T0 }}>(f{f}.add(ahead * {per} + {}) as *const i8);",
                         l * 64 / dtype.size()
                     );
                 }
             }
-            let _ = writeln!(e.out, "            }}");
+            let _ = writeln!(e.out, "{pad}    }}");
         }
-        e.stmts(list, 3)?;
+    };
+    if !k.pre_body.is_empty() {
+        let _ = writeln!(e.out, "        for p in first..end {{");
+        header(&mut e, &prefetch[0], "        ");
+        e.stmts(&k.pre_body, 3)?;
         let _ = writeln!(e.out, "        }}");
+    }
+    match crate::loops::split_calls(k) {
+        Some(split) => {
+            // Edges in tiles: the scalar part (with its calls) for a
+            // tile's edges, keeping what the feature loops read, then
+            // the feature loops for the same edges with no call among
+            // them (see `split_calls`).
+            let n = split.carried.len();
+            let _ = writeln!(e.out, "        let mut p0 = first;");
+            let _ = writeln!(e.out, "        while p0 < end {{");
+            let tile = crate::loops::EDGE_TILE;
+            let _ = writeln!(e.out, "            let p1 = if end - p0 > {tile} {{ p0 + {tile} }} else {{ end }};");
+            let _ = writeln!(e.out, "            let mut tile = [[0.0 as {t}; {n}]; {tile}];");
+            let _ = writeln!(e.out, "            for p in p0..p1 {{");
+            header(&mut e, &[], "            ");
+            e.stmts(&split.scalar, 4)?;
+            let keep: Vec<String> = split.carried.iter().map(|v| format!("v{}", v.0)).collect();
+            let _ = writeln!(e.out, "                tile[p - p0] = [{}];", keep.join(", "));
+            let _ = writeln!(e.out, "            }}");
+            let _ = writeln!(e.out, "            for p in p0..p1 {{");
+            header(&mut e, &prefetch[1], "            ");
+            for (c, v) in keep.iter().enumerate() {
+                let _ = writeln!(e.out, "                {v} = tile[p - p0][{c}];");
+            }
+            e.stmts(&split.loops, 4)?;
+            let _ = writeln!(e.out, "            }}");
+            let _ = writeln!(e.out, "            p0 = p1;");
+            let _ = writeln!(e.out, "        }}");
+        }
+        None => {
+            let _ = writeln!(e.out, "        for p in first..end {{");
+            header(&mut e, &prefetch[1], "        ");
+            e.stmts(&k.body, 3)?;
+            let _ = writeln!(e.out, "        }}");
+        }
     }
     e.stmts(&k.finish, 2)?;
     let _ = writeln!(e.out, "    }}");

@@ -26,6 +26,7 @@ pub mod eval;
 mod never_nan;
 mod print;
 mod schedule;
+mod tiles;
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +34,7 @@ use crate::ir::{BinOp, CmpOp, FieldDecl, FieldId, OutputDecl, UnOp, WidthDecl, W
 
 pub use never_nan::never_nan;
 pub use schedule::{schedule, ScheduleError};
+pub use tiles::{split_calls, SplitBody, EDGE_TILE};
 
 /// Calls `f` on every statement of `list` that is not a loop, the bodies
 /// of nested loops included, in program order.

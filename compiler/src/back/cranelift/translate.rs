@@ -206,6 +206,13 @@ pub(super) struct Translator<'a> {
     /// Rows per vector in a generated stencil's interior, when vectorized
     /// across rows.
     row_vectors: Option<i64>,
+    /// The edge body cut into a scalar part with calls and feature loops
+    /// without ([`crate::loops::split_calls`]), run in edge tiles; its
+    /// tile buffer (a stack slot).
+    split: Option<(crate::loops::SplitBody, Option<ir::StackSlot>)>,
+    /// Whether the kernel has such a split body (`split` is taken while
+    /// its parts are emitted).
+    tiled: bool,
     /// Feature loops emitted as SIMD and as scalar loops (for the notes).
     simd_loops: usize,
     scalar_loops: usize,
@@ -253,6 +260,8 @@ impl<'a> Translator<'a> {
             not_nan: crate::loops::never_nan(k),
             row_vectors: None,
             touch: None,
+            split: crate::loops::split_calls(k).map(|s| (s, None)),
+            tiled: crate::loops::split_calls(k).is_some(),
             simd_loops: 0,
             scalar_loops: 0,
             cur: Cursor::default(),
@@ -434,8 +443,9 @@ impl<'a> Translator<'a> {
             // One pass over the row's edges per feature block (one pass in
             // all without blocking).
             let blocks: Vec<Option<i64>> = match self.blocking {
-                Some((_, w, bl)) => (0..w / bl).map(|b| Some(b * bl)).collect(),
-                None => vec![None],
+                // A split body's blocks are passes over each tile instead.
+                Some((_, w, bl)) if !self.tiled => (0..w / bl).map(|b| Some(b * bl)).collect(),
+                _ => vec![None],
             };
             for start in blocks {
                 self.block_start = start;
@@ -533,9 +543,17 @@ impl<'a> Translator<'a> {
                 notes.push(format!("accumulator scratch{b}: in {} vector registers (not the stack)", vars.len()));
             }
         }
+        if self.tiled {
+            let n = self.split.as_ref().map(|(s, _)| s.carried.len()).unwrap_or(0);
+            notes.push(format!(
+                "edge tiles: {} edges at a time, the scalar part (with its math calls) first, then the feature loops with none ({n} value(s) kept per edge)",
+                crate::loops::EDGE_TILE
+            ));
+        }
         if let Some((_, n, bl)) = self.blocking {
             let touch = if self.touch.is_some() { "" } else { " (the first touches the source lines the later ones read)" };
-            notes.push(format!("feature blocks: {bl} of {n} lanes, {} passes over each row's edges{touch}", n / bl));
+            let over = if self.tiled { "each tile's edges" } else { "each row's edges" };
+            notes.push(format!("feature blocks: {bl} of {n} lanes, {} passes over {over}{touch}", n / bl));
         }
         notes
     }
@@ -762,7 +780,7 @@ impl<'a> Translator<'a> {
     /// Lanes of `width` handled per pass over a row's edges.
     fn lanes_per_pass(&self, width: WidthId) -> TResult<i64> {
         match self.blocking {
-            Some((w, _, bl)) if w == width => Ok(bl),
+            Some((w, _, bl)) if w == width && !self.tiled => Ok(bl),
             _ => self.width(width),
         }
     }
@@ -789,6 +807,11 @@ impl<'a> Translator<'a> {
                     | Stmt::Store(Addr::Scratch { .. }, _)
             ) || (weighted && matches!(b, Stmt::Set(_, Inst::Binary(BinOp::Mul, ..))))
         };
+        // A split body's blocks run its loops alone (the carried weights
+        // are loaded like a scalar field).
+        if let Some((split, _)) = &self.split {
+            return weighted && split.loops.iter().all(|st| matches!(st, Stmt::Loop { body, .. } if body.iter().all(lane_op)));
+        }
         self.k.body.iter().all(|st| match st {
             Stmt::Loop { body, .. } => body.iter().all(lane_op),
             Stmt::Set(_, Inst::Load(Addr::Field { lanes, .. })) => weighted && lanes.is_empty(),
@@ -808,8 +831,9 @@ impl<'a> Translator<'a> {
     /// Measured (F = 64 / 128 f32 sum, power-law graph): 227 -> 185 ms and
     /// 645 -> 372 ms.
     fn blocking_plan(&self) -> TResult<Option<(WidthId, i64, i64)>> {
-        // A pre-pass would be redone per block.
-        if self.key.stencil.is_some() || !self.k.pre_body.is_empty() {
+        // A pre-pass would be redone per block (unless the blocks are
+        // those of a split body's tiles, which run its loops alone).
+        if self.key.stencil.is_some() || (!self.k.pre_body.is_empty() && self.split.is_none()) {
             return Ok(None);
         }
         let (_, vl) = self.vlen();
@@ -843,7 +867,7 @@ impl<'a> Translator<'a> {
                     // Per-edge scalar work that is dear (an attention score's
                     // exp) would be redone in every block.
                     Stmt::Set(_, Inst::Unary(UnOp::Exp | UnOp::Ln | UnOp::Tanh | UnOp::Sigmoid | UnOp::Sqrt, _) | Inst::Powi(..))
-                        if std::ptr::eq(list, &self.k.body) =>
+                        if std::ptr::eq(list, &self.k.body) && self.split.is_none() =>
                     {
                         return Ok(None);
                     }
@@ -961,7 +985,12 @@ impl<'a> Translator<'a> {
         let little = MemFlagsData::new().with_endianness(ir::Endianness::Little);
         // Fully unrolled (constant lanes) when an accumulator lives in
         // registers; otherwise a counted loop.
-        let chunks: Vec<Option<usize>> = if touches_promoted { (0..(n / vl) as usize).map(Some).collect() } else { vec![None] };
+        // Promoted registers cover a pass's lanes: a block's under row
+        // blocking (reused by every block), all of them under a split
+        // body's tile blocks (a block uses its own).
+        let base = if self.tiled { (start / vl) as usize } else { 0 };
+        let chunks: Vec<Option<usize>> =
+            if touches_promoted { (base..base + (n / vl) as usize).map(Some).collect() } else { vec![None] };
         let mut loop_blocks = None;
         if !touches_promoted {
             let first = self.b.ins().iconst(types::I64, start);
@@ -970,7 +999,7 @@ impl<'a> Translator<'a> {
         let prev = self.lanes[l];
         for chunk in chunks {
             let k = match (chunk, &loop_blocks) {
-                (Some(c), _) => self.b.ins().iconst(types::I64, start + c as i64 * vl),
+                (Some(c), _) => self.b.ins().iconst(types::I64, start + (c - base) as i64 * vl),
                 (None, Some(lp)) => lp.counter,
                 (None, None) => return Err("internal: no loop counter".into()),
             };
@@ -1408,8 +1437,92 @@ impl<'a> Translator<'a> {
     /// nothing ahead).
     fn csr_edges(&mut self, first: Value, end: Value, cols: Option<Value>, edge_ids: Option<Value>, list: &[Stmt]) -> TResult<()> {
         let main = std::ptr::eq(list, self.k.body.as_slice());
+        if main && self.split.is_some() {
+            return self.tiled_edges(first, end, cols, edge_ids);
+        }
         let edge = self.open_loop(first, Bound::Value(end));
-        let p = edge.counter;
+        self.edge_cursor(edge.counter, first, cols, edge_ids, main)?;
+        self.stmts(list)?;
+        self.close_loop(edge, 1);
+        Ok(())
+    }
+
+    /// The main edge loop of a split body ([`crate::loops::split_calls`]):
+    /// per tile of [`crate::loops::EDGE_TILE`] edges, the scalar part for
+    /// each edge (its carried values stored in a stack buffer), then the
+    /// feature loops for each edge with no call among them, so promoted
+    /// accumulators stay in registers (GatAttention's weights: one `exp`
+    /// call per edge, which clobbers every vector register).
+    fn tiled_edges(&mut self, first: Value, end: Value, cols: Option<Value>, edge_ids: Option<Value>) -> TResult<()> {
+        let Some((split, slot)) = self.split.take() else { return Err("internal: no split body".into()) };
+        let tile = crate::loops::EDGE_TILE as i64;
+        let size = 1i64 << self.shift;
+        let n = split.carried.len() as i64;
+        let slot = match slot {
+            Some(s) => s,
+            None => {
+                let bytes = u32::try_from((tile * n * size).max(size)).map_err(|_| "tile buffer too large")?;
+                self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 4))
+            }
+        };
+        let outer = self.open_loop(first, Bound::Value(end));
+        let p0 = outer.counter;
+        let p0t = self.b.ins().iadd_imm_s(p0, tile);
+        let p1 = self.b.ins().umin(p0t, end);
+        let base = self.b.ins().stack_addr(types::I64, slot, 0);
+        let at = |t: &mut Self, p: Value| {
+            let k = t.b.ins().isub(p, p0);
+            let k = t.b.ins().imul_imm_s(k, n * size);
+            t.b.ins().iadd(base, k)
+        };
+        // The scalar part, keeping the carried values.
+        let l1 = self.open_loop(p0, Bound::Value(p1));
+        self.edge_cursor(l1.counter, first, cols, edge_ids, false)?;
+        let run = self.stmts(&split.scalar).and_then(|_| {
+            let a = at(self, l1.counter);
+            for (c, v) in split.carried.iter().enumerate() {
+                let x = self.use_var(*v)?;
+                self.b.ins().store(flags(), x, a, c as i32 * size as i32);
+            }
+            Ok(())
+        });
+        self.close_loop(l1, 1);
+        // The loops, reading them back: once per feature block (each pass
+        // over the tile's edges updates its block's registers), or once.
+        let blocks: Vec<Option<i64>> = match self.blocking {
+            Some((_, w, bl)) => (0..w / bl).map(|b| Some(b * bl)).collect(),
+            None => vec![None],
+        };
+        let mut run = run;
+        self.split = Some((split, Some(slot)));
+        for start in blocks {
+            self.block_start = start;
+            let l2 = self.open_loop(p0, Bound::Value(p1));
+            run = run.and_then(|_| self.edge_cursor(l2.counter, first, cols, edge_ids, true)).and_then(|_| {
+                let a = at(self, l2.counter);
+                let Some((split, _)) = self.split.take() else { return Err("internal: no split body".into()) };
+                let mut body = || -> TResult<()> {
+                    for (c, v) in split.carried.iter().enumerate() {
+                        let x = self.b.ins().load(self.num, flags(), a, c as i32 * size as i32);
+                        let var = self.var(*v)?;
+                        self.b.try_def_var(var, x).map_err(|e| format!("v{}: {e}", v.0))?;
+                    }
+                    self.stmts(&split.loops)
+                };
+                let r = body();
+                self.split = Some((split, Some(slot)));
+                r
+            });
+            self.close_loop(l2, 1);
+        }
+        self.block_start = None;
+        self.close_loop_at(outer, p1);
+        run
+    }
+
+    /// Inside an edge loop at position `p` of a row starting at `first`:
+    /// load `j` and `e`, set the cursor, and (`touch`) touch rows ahead.
+    fn edge_cursor(&mut self, p: Value, first: Value, cols: Option<Value>, edge_ids: Option<Value>, main: bool) -> TResult<()> {
         if let Some(cols) = cols {
             let a = self.b.ins().ishl_imm_u(p, 2);
             let a = self.b.ins().iadd(cols, a);
@@ -1430,8 +1543,6 @@ impl<'a> Translator<'a> {
             None => p,
         });
         self.cur.rank = Some((p, first));
-        self.stmts(list)?;
-        self.close_loop(edge, 1);
         Ok(())
     }
 
@@ -1446,7 +1557,11 @@ impl<'a> Translator<'a> {
                 _ => false,
             })
         }
-        calls(&self.k.pre_body) || calls(&self.k.body)
+        match &self.split {
+            // The tiles' loops (where the rows are read) call nothing.
+            Some((split, _)) => calls(&split.loops),
+            None => calls(&self.k.pre_body) || calls(&self.k.body),
+        }
     }
 
     /// The source fields whose rows [`Translator::touch_ahead`] touches:
