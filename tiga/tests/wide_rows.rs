@@ -78,5 +78,10 @@ fn wide_rows_match_reference_forward_and_backward() {
         assert!(text.contains("widths [64]") && text.contains("emitted as prefetcht0"), "no prefetch notes:\n{text}");
         assert!(!text.contains("touches: 0 emitted"), "touch loads were not rewritten:\n{text}");
         assert!(text.contains("0 run(s) of another shape left as loads"), "a touch run was left as loads:\n{text}");
+        // GatAttention: edge tiles, and its pre-pass touches `a_src` ahead
+        // (a scalar field's touch is rewritten like a row's).
+        let text = kernels.iter().find(|k| k.name() == "GatAttention").expect("GatAttention").explain();
+        assert!(text.contains("edge tiles: 64 edges") && text.contains("pre-pass over the edges: touches 1"), "{text}");
+        assert!(text.contains("0 run(s) of another shape left as loads"), "a touch run was left as loads:\n{text}");
     }
 }

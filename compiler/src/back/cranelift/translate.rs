@@ -168,6 +168,17 @@ struct Cursor {
     rank: Option<(Value, Value)>,
 }
 
+/// What an edge loop touches ahead ([`Translator::edge_cursor`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Touch {
+    /// The body's source rows (or, under blocking without touch-ahead, the
+    /// later blocks' lines).
+    Main,
+    /// The source fields the pre-pass reads.
+    Pre,
+    Nothing,
+}
+
 pub(super) struct Translator<'a> {
     b: FunctionBuilder<'a>,
     k: &'a LoopKernel,
@@ -537,6 +548,12 @@ impl<'a> Translator<'a> {
                 "edge loop: touches the source rows {TOUCH_AHEAD_EDGES} edges ahead ({} field(s); one prefetch per 64-byte line)",
                 fields.len()
             ));
+            if !self.k.pre_body.is_empty() {
+                notes.push(format!(
+                    "pre-pass over the edges: touches {} source field(s) it reads {TOUCH_AHEAD_EDGES} edges ahead",
+                    self.pre_touched_fields().len()
+                ));
+            }
         }
         for (b, p) in self.promoted.iter().enumerate() {
             if let Some(vars) = p {
@@ -1434,14 +1451,15 @@ impl<'a> Translator<'a> {
 
     /// The CSR edge loop of one row: `for p in first..end`, with `j` and
     /// `e` loaded for `list` (the body, or the pre-pass, which touches
-    /// nothing ahead).
+    /// ahead the source fields it reads when the body touches its rows:
+    /// it is the first to gather them).
     fn csr_edges(&mut self, first: Value, end: Value, cols: Option<Value>, edge_ids: Option<Value>, list: &[Stmt]) -> TResult<()> {
         let main = std::ptr::eq(list, self.k.body.as_slice());
         if main && self.split.is_some() {
             return self.tiled_edges(first, end, cols, edge_ids);
         }
         let edge = self.open_loop(first, Bound::Value(end));
-        self.edge_cursor(edge.counter, first, cols, edge_ids, main)?;
+        self.edge_cursor(edge.counter, first, cols, edge_ids, if main { Touch::Main } else { Touch::Pre })?;
         self.stmts(list)?;
         self.close_loop(edge, 1);
         Ok(())
@@ -1477,7 +1495,7 @@ impl<'a> Translator<'a> {
         };
         // The scalar part, keeping the carried values.
         let l1 = self.open_loop(p0, Bound::Value(p1));
-        self.edge_cursor(l1.counter, first, cols, edge_ids, false)?;
+        self.edge_cursor(l1.counter, first, cols, edge_ids, Touch::Nothing)?;
         let run = self.stmts(&split.scalar).and_then(|_| {
             let a = at(self, l1.counter);
             for (c, v) in split.carried.iter().enumerate() {
@@ -1498,7 +1516,7 @@ impl<'a> Translator<'a> {
         for start in blocks {
             self.block_start = start;
             let l2 = self.open_loop(p0, Bound::Value(p1));
-            run = run.and_then(|_| self.edge_cursor(l2.counter, first, cols, edge_ids, true)).and_then(|_| {
+            run = run.and_then(|_| self.edge_cursor(l2.counter, first, cols, edge_ids, Touch::Main)).and_then(|_| {
                 let a = at(self, l2.counter);
                 let Some((split, _)) = self.split.take() else { return Err("internal: no split body".into()) };
                 let mut body = || -> TResult<()> {
@@ -1522,15 +1540,19 @@ impl<'a> Translator<'a> {
 
     /// Inside an edge loop at position `p` of a row starting at `first`:
     /// load `j` and `e`, set the cursor, and (`touch`) touch rows ahead.
-    fn edge_cursor(&mut self, p: Value, first: Value, cols: Option<Value>, edge_ids: Option<Value>, main: bool) -> TResult<()> {
+    fn edge_cursor(&mut self, p: Value, first: Value, cols: Option<Value>, edge_ids: Option<Value>, touch: Touch) -> TResult<()> {
         if let Some(cols) = cols {
             let a = self.b.ins().ishl_imm_u(p, 2);
             let a = self.b.ins().iadd(cols, a);
             let j = self.b.ins().uload32(flags(), a, 0);
             self.cur.src = Some(j);
-            match self.touch.clone() {
-                Some((fields, chunk_end)) if main => self.touch_ahead(p, cols, &fields, chunk_end)?,
-                None if main => self.touch_later_blocks(j)?,
+            match (self.touch.clone(), touch) {
+                (Some((fields, chunk_end)), Touch::Main) => self.touch_ahead(p, cols, &fields, chunk_end)?,
+                (None, Touch::Main) => self.touch_later_blocks(j)?,
+                (Some((_, chunk_end)), Touch::Pre) => {
+                    let fields = self.pre_touched_fields();
+                    self.touch_ahead(p, cols, &fields, chunk_end)?
+                }
                 _ => {}
             }
         }
@@ -1587,6 +1609,28 @@ impl<'a> Translator<'a> {
             .collect()
     }
 
+    /// The source fields the pre-pass reads (with their row width), which
+    /// it touches ahead when the body touches its rows: a softmax's score
+    /// reads `a_src[j]` first in the pre-pass.
+    fn pre_touched_fields(&self) -> Vec<(usize, i64)> {
+        let mut read = vec![false; self.k.fields.len()];
+        crate::loops::for_each_stmt(&self.k.pre_body, &mut |st| {
+            if let Stmt::Set(_, Inst::Load(Addr::Field { field, .. })) = st {
+                if let Some(r) = read.get_mut(field.0 as usize) {
+                    *r = true;
+                }
+            }
+        });
+        (0..self.k.fields.len())
+            .filter(|&f| read[f] && self.k.fields[f].role == Role::Src && self.fields[f].is_some())
+            .filter_map(|f| match self.k.fields[f].ty {
+                Type::Scalar => Some((f, 1)),
+                Type::Vector(w) => self.width(w).ok().map(|n| (f, n)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// At edge `p`, touch the source rows of the edge [`TOUCH_AHEAD_EDGES`]
     /// further on in the chunk (past this row's end too; the chunk's last
     /// edge at most): one byte load per 64-byte line, which becomes a
@@ -1604,7 +1648,13 @@ impl<'a> Translator<'a> {
         // the first pass for a later one are gone by the time it comes.
         let mut spans = Vec::new();
         for &(f, n) in fields {
-            let Type::Vector(w) = self.k.fields[f].ty else { continue };
+            let Type::Vector(w) = self.k.fields[f].ty else {
+                // A scalar field's element, once per edge.
+                if self.block_start.unwrap_or(0) == 0 {
+                    spans.push((f, n, 0, size));
+                }
+                continue;
+            };
             let (start, lanes) = self.lane_range(w, n);
             let blocked = lanes < n;
             if blocked || self.block_start.unwrap_or(0) == 0 {
