@@ -55,6 +55,18 @@ fn compiled_artifact_runs_without_the_source() {
     let expected: Vec<f64> = expected.iter().map(|v| 0.25 * v).collect();
     close(&y.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(), &expected, 1e-6);
 
+    // Version 2 (segments may hold a pre-pass); a version-1 artifact (no
+    // pre-pass) still runs, a newer one is refused by name and version.
+    let text = std::fs::read_to_string(d.join("gnn.tiga")).expect("read artifact");
+    assert!(text.contains("\"version\":2"), "{}", &text[..text.len().min(80)]);
+    std::fs::write(d.join("v1.tiga"), text.replacen("\"version\":2", "\"version\":1", 1)).expect("write");
+    let o = tigac(d, &["run", "v1.tiga", "--kernel", "Smoothing", "--graph", "g.txt", "--num-nodes", "6", "--src", "x=x.npy", "--out", "y1.npy"]);
+    ok(&o);
+    assert_eq!(read_f32(&d.join("y1.npy")).1, y, "a version-1 artifact gives the same bits");
+    std::fs::write(d.join("v3.tiga"), text.replacen("\"version\":2", "\"version\":3", 1)).expect("write");
+    let o = tigac(d, &["run", "v3.tiga", "--kernel", "Smoothing", "--graph", "g.txt", "--num-nodes", "6", "--src", "x=x.npy", "--out", "y3.npy"]);
+    fails_with(&o, &["v3.tiga", "artifact version 3", "versions 1 to 2"]);
+
     // Without --kernel every kernel goes in; explain reads the artifact by content.
     std::fs::copy(gnn_path(), d.join("gnn.rs")).expect("copy");
     ok(&tigac(d, &["compile", "gnn.rs", "-o", "all.bin"]));

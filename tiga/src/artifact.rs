@@ -1,9 +1,12 @@
 //! `tigac compile` artifacts: the checked, lowered IR of one or more kernels,
 //! so the runtime can load and run them without the source.
 //!
-//! Format: JSON, `{"format": "tiga-artifact", "version": 1, "kernels": [..]}`
+//! Format: JSON, `{"format": "tiga-artifact", "version": 2, "kernels": [..]}`
 //! where each kernel is the pipeline result (captured IR, lowered IR, pass
-//! records). Loading re-verifies every kernel, so a damaged or hand-edited
+//! records). Version 2 lowered IR may hold a segment's `pre_step` (a first
+//! pass over the edges, `precompute-row-max`), which a version-1 reader
+//! would drop without a word and then run wrongly: it refuses version 2.
+//! Version-1 artifacts (no pre-pass: the online form) still load. Loading re-verifies every kernel, so a damaged or hand-edited
 //! artifact is refused with an error instead of reaching a back end.
 
 use std::io::Write as _;
@@ -15,7 +18,9 @@ use tiga_compiler::passes::Compiled;
 use crate::{Error, Kernel, Result};
 
 pub const FORMAT: &str = "tiga-artifact";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// The oldest version this tiga still reads.
+pub const OLDEST_VERSION: u32 = 1;
 
 #[derive(Serialize, Deserialize)]
 struct ArtifactFile {
@@ -68,8 +73,8 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<Kernel>> {
         return Err(err(path, format!("not a tiga artifact (format `{format}`)")));
     }
     let version = v.get("version").and_then(|f| f.as_u64()).unwrap_or(0);
-    if version != u64::from(VERSION) {
-        return Err(err(path, format!("artifact version {version}; this tiga reads version {VERSION}")));
+    if !(u64::from(OLDEST_VERSION)..=u64::from(VERSION)).contains(&version) {
+        return Err(err(path, format!("artifact version {version}; this tiga reads versions {OLDEST_VERSION} to {VERSION}")));
     }
     let file: ArtifactFile = serde_json::from_value(v).map_err(|e| err(path, format!("malformed artifact: {e}")))?;
     file.kernels
