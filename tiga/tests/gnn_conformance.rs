@@ -232,3 +232,53 @@ fn softmax_row_maximum_comes_from_a_first_pass() {
     let text = file.explain();
     assert!(text.contains("edge tiles: 64 edges at a time"), "the JIT variant tiles its edges:\n{text}");
 }
+
+/// `precompute-row-max` rewrites only the online-softmax shape. Two user
+/// monoids with the same step, one whose denominator starts at 0 (an
+/// online softmax's: the pass applies) and one whose starts at 1 (the 1 is
+/// scaled away by the first edge's exp(-inf - m) = 0 in the online fold,
+/// but would survive with the final maximum: the pass must leave it), each
+/// against the f64 reference interpreter.
+#[test]
+fn row_max_precomputation_keeps_to_the_online_softmax_shape() {
+    // The same online-softmax monoid, its denominator starting at `start`.
+    let soft = |name: &str, start: &str| {
+        format!(
+            "#[message_passing(reduce = monoid(associative, commutative))]
+pub mod {name} {{
+    use tiga::lang::*;
+    pub struct Src {{ pub x: f32 }}
+    pub fn edge(src: &Src) -> (f32, f32) {{ (src.x, 1.0) }}
+    pub fn identity() -> (f32, f32) {{ (f32::NEG_INFINITY, {start}) }}
+    pub fn combine(a: (f32, f32), b: (f32, f32)) -> (f32, f32) {{
+        (max(a.0, b.0), a.1 * exp(a.0 - max(a.0, b.0)) + b.1 * exp(b.0 - max(a.0, b.0)))
+    }}
+    pub fn finalize(s: (f32, f32)) -> f32 {{ s.1 }}
+}}
+"
+        )
+    };
+    let kernels = soft("SoftFromZero", "0.0") + &soft("SoftFromOne", "1.0");
+    let mut rng = Rng(0x0b1e_55ed);
+    let (n, m) = (40usize, 200usize);
+    let mut src = Vec::new();
+    let mut dst = Vec::new();
+    for _ in 0..m {
+        src.push(rng.below(n) as u32);
+        dst.push(rng.below(n - 3) as u32); // the last rows are empty
+    }
+    let g = Graph::from_edges(n, n, &src, &dst).expect("graph");
+    let x = Tensor::from_f32(vec![n], (0..n).map(|_| (rng.uniform() * 20.0) as f32).collect()).expect("x");
+    let ins = Inputs::new().src("x", &x);
+    for (name, precomputed) in [("SoftFromZero", true), ("SoftFromOne", false)] {
+        let k = Kernel::from_source(&kernels, name).expect("kernel");
+        assert_eq!(!k.loop_kernel().pre_body.is_empty(), precomputed, "{name}: pre-pass\n{}", k.loop_kernel());
+        let got = k.run(&g, &ins).expect("run").items[0].1.to_f64_vec();
+        let want = k.run_reference(&g, &ins).expect("reference").items[0].1.to_f64_vec();
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{name} row {i}: got {a}, reference {b}");
+        }
+        // An empty row ends at the identity's denominator.
+        assert_eq!(got[n - 1], if precomputed { 0.0 } else { 1.0 }, "{name}");
+    }
+}

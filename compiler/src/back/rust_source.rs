@@ -365,6 +365,11 @@ pub fn emit_variant(
     if prefetch.iter().any(|p| !p.is_empty()) {
         let _ = writeln!(e.out, "    let edges_end = *offsets.add(row_end as usize) as usize;");
     }
+    // The edge tiles' buffer (see `loops::split_calls`), once per call.
+    let split = crate::loops::split_calls(k);
+    if let Some(s) = &split {
+        let _ = writeln!(e.out, "    let mut tile = [[0.0 as {t}; {}]; {}];", s.carried.len(), crate::loops::EDGE_TILE);
+    }
     let _ = writeln!(e.out, "    for i in row_begin as usize..row_end as usize {{");
     let _ = writeln!(e.out, "        let first = *offsets.add(i) as usize;");
     let _ = writeln!(e.out, "        let end = *offsets.add(i + 1) as usize;");
@@ -408,18 +413,16 @@ pub fn emit_variant(
         e.stmts(&k.pre_body, 3)?;
         let _ = writeln!(e.out, "        }}");
     }
-    match crate::loops::split_calls(k) {
+    match split {
         Some(split) => {
             // Edges in tiles: the scalar part (with its calls) for a
             // tile's edges, keeping what the feature loops read, then
             // the feature loops for the same edges with no call among
             // them (see `split_calls`).
-            let n = split.carried.len();
+            let tile = crate::loops::EDGE_TILE;
             let _ = writeln!(e.out, "        let mut p0 = first;");
             let _ = writeln!(e.out, "        while p0 < end {{");
-            let tile = crate::loops::EDGE_TILE;
             let _ = writeln!(e.out, "            let p1 = if end - p0 > {tile} {{ p0 + {tile} }} else {{ end }};");
-            let _ = writeln!(e.out, "            let mut tile = [[0.0 as {t}; {n}]; {tile}];");
             let _ = writeln!(e.out, "            for p in p0..p1 {{");
             header(&mut e, &[], "            ");
             e.stmts(&split.scalar, 4)?;

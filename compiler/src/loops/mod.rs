@@ -1,7 +1,7 @@
 //! The loop IR: what the back ends compile.
 //!
 //! A [`LoopKernel`] is one destination-major loop nest over CSR rows, written
-//! as three statement lists that the back end wraps in a fixed skeleton:
+//! as four statement lists that the back end wraps in a fixed skeleton:
 //!
 //! ```text
 //! for i in rows:                      (a chunk of rows; chunks run in parallel)

@@ -2,7 +2,7 @@
 //! from its feature loops so that a back end can run the scalar part for a
 //! tile of edges, then the loops for the same edges (both back ends do).
 
-use super::{for_each_stmt, Inst, LoopKernel, Stmt, Var, VarKind};
+use super::{for_each_stmt, Addr, Inst, LoopKernel, Stmt, Var, VarKind};
 use crate::ir::UnOp;
 
 /// Edges per tile of a split edge loop (`split_calls`).
@@ -23,11 +23,10 @@ pub struct SplitBody {
 /// clobbers every vector register, so with the call among them a back end
 /// saves and restores the loops' accumulators around it on every edge;
 /// with the calls in a loop of their own the accumulators stay in
-/// registers. Legal
-/// when the top level is only `Set`s and loops, every variable a loop
-/// sets is its own (read nowhere outside loops), and no `Set` after a loop
-/// assigns what that loop reads (so moving the `Set`s first changes no
-/// value a loop sees).
+/// registers. Legal when the top level is only `Set`s and loops, the
+/// scalar part reads no variable a loop sets and no output or scratch
+/// memory, and no `Set` after a loop assigns what that loop reads (so
+/// moving the `Set`s first changes no value a loop sees).
 pub fn split_calls(k: &LoopKernel) -> Option<SplitBody> {
     let calls = |i: &Inst| matches!(i, Inst::Unary(UnOp::Exp | UnOp::Ln | UnOp::Tanh | UnOp::Sigmoid, _) | Inst::Powi(..));
     let mut scalar = Vec::new();
@@ -38,7 +37,10 @@ pub fn split_calls(k: &LoopKernel) -> Option<SplitBody> {
     for st in &k.body {
         match st {
             Stmt::Set(x, i) => {
-                if loop_reads.contains(x) {
+                // Memory the loops may write (an output an adjoint stage
+                // adds into, an accumulator) would be read ahead of the
+                // earlier edges' loops.
+                if loop_reads.contains(x) || matches!(i, Inst::Load(Addr::Output { .. } | Addr::OutputMatrix { .. } | Addr::Scratch { .. })) {
                     return None;
                 }
                 scalar_calls |= calls(i);

@@ -30,7 +30,7 @@
 
 use super::dce::dce_region;
 use super::{beside_state, is_const, is_state, PassError, Remarks};
-use crate::ir::{BinOp, Kernel, Node, Op, Region, Type, UnOp, ValueId};
+use crate::ir::{BinOp, Kernel, Node, Op, Region, Segment, Type, UnOp, ValueId};
 
 /// The most operations (besides field reads and constants) a score may
 /// take to be computed in both passes.
@@ -97,6 +97,117 @@ fn precomputable(step: &Region, score: ValueId) -> bool {
     scalar && stateless && ops <= MAX_SCORE_OPS
 }
 
+/// Whether the rest of the step uses the running maximum exactly as an
+/// online softmax does, so that the final maximum gives the same sums:
+/// `state c` is read only by its `max` and by `state c - max` feeding
+/// `exp` (a rescale R); the new maximum only by those and by `x - max`
+/// (x stateless) feeding `exp` (a weight W); each R only by `state k · R`
+/// for components k that start at +0, read nowhere else, whose update is
+/// `state k · R + t` with t = W or W · v (v stateless); and W only in
+/// such terms. Then every component fed by a weight is rescaled along with
+/// it, and both forms give Σ exp(s - M)·v over the row. Anything else (a
+/// sum of running maxima, a component from 1, a prefix maximum read by
+/// another accumulator) is left alone.
+fn online_softmax_shape(seg: &Segment, c: u32, out: ValueId) -> bool {
+    let r = &seg.step;
+    let n = r.nodes.len();
+    // Live nodes only: CSE leaves dead copies behind until the last DCE.
+    let live = r.live_from(r.outputs.iter().copied());
+    let mut users: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, node) in r.nodes.iter().enumerate().filter(|(i, _)| live[*i]) {
+        for a in node.op.operands() {
+            users[a.0 as usize].push(i);
+        }
+    }
+    let output_of = |v: usize| r.outputs.iter().position(|o| o.0 as usize == v);
+    let stateless = |v: ValueId| r.cone(v).iter().all(|&i| !matches!(r.nodes[i].op, Op::State(_)));
+    let is_out = |v: ValueId| v == out;
+    let op = |v: usize| &r.nodes[v].op;
+    let exps_of = |d: usize| -> Option<Vec<usize>> {
+        (output_of(d).is_none() && users[d].iter().all(|&u| matches!(op(u), Op::Unary(UnOp::Exp, _)))).then(|| users[d].clone())
+    };
+    let (mut rescales, mut weights) = (Vec::new(), Vec::new());
+    for (i, node) in r.nodes.iter().enumerate().filter(|(i, _)| live[*i]) {
+        match node.op {
+            Op::State(s) if s == c => {
+                if output_of(i).is_some() {
+                    return false;
+                }
+                for &u in &users[i] {
+                    let ok = u == out.0 as usize
+                        || matches!(op(u), Op::Binary(BinOp::Sub, x, y) if x.0 as usize == i && is_out(*y));
+                    if !ok {
+                        return false;
+                    }
+                }
+            }
+            _ if i == out.0 as usize => {
+                if r.outputs.iter().enumerate().any(|(o, v)| v.0 as usize == i && o != c as usize) {
+                    return false;
+                }
+                for &u in &users[i] {
+                    match *op(u) {
+                        Op::Binary(BinOp::Sub, x, y) if is_out(y) && is_state(r, x, c) => match exps_of(u) {
+                            Some(e) => rescales.extend(e),
+                            None => return false,
+                        },
+                        Op::Binary(BinOp::Sub, x, y) if is_out(y) && stateless(x) => match exps_of(u) {
+                            Some(e) => weights.extend(e),
+                            None => return false,
+                        },
+                        _ => return false,
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    // Each rescale multiplies a component from +0 that nothing else reads,
+    // and that product plus a weighted term is the component's update.
+    let mut updates: Vec<(usize, usize)> = Vec::new(); // (add, term)
+    for &rs in &rescales {
+        if output_of(rs).is_some() {
+            return false;
+        }
+        for &m in &users[rs] {
+            let Op::Binary(BinOp::Mul, x, y) = *op(m) else { return false };
+            let st = if x.0 as usize == rs { y } else { x };
+            let Op::State(k) = *op(st.0 as usize) else { return false };
+            // +0, or +0 broadcast to a vector.
+            let starts_at_zero = seg.init.outputs.get(k as usize).is_some_and(|&v| match seg.init.nodes.get(v.0 as usize).map(|n| &n.op) {
+                Some(Op::Broadcast(z, _)) => is_const(&seg.init, *z, 0.0),
+                _ => is_const(&seg.init, v, 0.0),
+            });
+            if k == c || !starts_at_zero || users[st.0 as usize] != [m] || output_of(st.0 as usize).is_some() {
+                return false;
+            }
+            let [add] = users[m][..] else { return false };
+            let Op::Binary(BinOp::Add, a, b) = *op(add) else { return false };
+            if output_of(m).is_some() || output_of(add) != Some(k as usize) || !users[add].is_empty() {
+                return false;
+            }
+            updates.push((add, if a.0 as usize == m { b.0 as usize } else { a.0 as usize }));
+        }
+    }
+    // Each term is a weight, or a weight times a stateless value read by
+    // that update alone; each weight feeds such terms only.
+    for &(add, t) in &updates {
+        let ok = weights.contains(&t)
+            || match *op(t) {
+                Op::Binary(BinOp::Mul, x, y) => {
+                    users[t] == [add]
+                        && ((weights.contains(&(x.0 as usize)) && stateless(y)) || (weights.contains(&(y.0 as usize)) && stateless(x)))
+                }
+                _ => false,
+            };
+        if !ok {
+            return false;
+        }
+    }
+    let in_term = |w: usize, u: usize| updates.iter().any(|&(add, t)| (t == w && u == add) || (t == u && t != w));
+    !rescales.is_empty() && weights.iter().all(|&w| output_of(w).is_none() && users[w].iter().all(|&u| in_term(w, u)))
+}
+
 pub fn precompute_row_max(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), PassError> {
     let span = k.span;
     let Some(seg) = k.segment.as_mut().filter(|s| s.fused && s.pre_step.is_none()) else {
@@ -116,7 +227,7 @@ pub fn precompute_row_max(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), Pas
         }
         let Op::Binary(BinOp::Max, a, b) = seg.step.nodes[out.0 as usize].op else { continue };
         let Some((score, _)) = beside_state(&seg.step, a, b, c as u32) else { continue };
-        if !precomputable(&seg.step, score) {
+        if !precomputable(&seg.step, score) || !online_softmax_shape(seg, c as u32, out) {
             continue;
         }
         let main = main_step(&seg.step, c as u32, out);

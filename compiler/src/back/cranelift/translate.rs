@@ -271,8 +271,9 @@ impl<'a> Translator<'a> {
             not_nan: crate::loops::never_nan(k),
             row_vectors: None,
             touch: None,
-            split: crate::loops::split_calls(k).map(|s| (s, None)),
-            tiled: crate::loops::split_calls(k).is_some(),
+            // A generated stencil's neighbours are not tiled.
+            split: crate::loops::split_calls(k).filter(|_| key.stencil.is_none()).map(|s| (s, None)),
+            tiled: key.stencil.is_none() && crate::loops::split_calls(k).is_some(),
             simd_loops: 0,
             scalar_loops: 0,
             cur: Cursor::default(),
@@ -1613,6 +1614,14 @@ impl<'a> Translator<'a> {
     /// it touches ahead when the body touches its rows: a softmax's score
     /// reads `a_src[j]` first in the pre-pass.
     fn pre_touched_fields(&self) -> Vec<(usize, i64)> {
+        // Not across math calls (the touch state would be spilled).
+        let mut calls = false;
+        crate::loops::for_each_stmt(&self.k.pre_body, &mut |st| {
+            calls |= matches!(st, Stmt::Set(_, Inst::Unary(UnOp::Exp | UnOp::Ln | UnOp::Tanh | UnOp::Sigmoid, _)));
+        });
+        if calls {
+            return Vec::new();
+        }
         let mut read = vec![false; self.k.fields.len()];
         crate::loops::for_each_stmt(&self.k.pre_body, &mut |st| {
             if let Stmt::Set(_, Inst::Load(Addr::Field { field, .. })) = st {
