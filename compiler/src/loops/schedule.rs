@@ -637,7 +637,7 @@ pub fn schedule(k: &Kernel) -> Result<LoopKernel, ScheduleError> {
     };
     let body = schedule_region(&mut b, k, &seg.step, &slots, SinkKind::Step)?;
     let finish = schedule_region(&mut b, k, &seg.finish, &slots, SinkKind::Finish)?;
-    Ok(LoopKernel {
+    let mut lk = LoopKernel {
         name: k.name.clone(),
         fields: k.fields.clone(),
         widths: k.widths.clone(),
@@ -649,5 +649,42 @@ pub fn schedule(k: &Kernel) -> Result<LoopKernel, ScheduleError> {
         pre_body,
         body,
         finish,
-    })
+    };
+    hoist_row_loads(&mut lk);
+    Ok(lk)
+}
+
+/// Scalar loads of the row's own destination fields and of parameters in
+/// the edge loops (GatAttention's `a_dst[i]`, read by every edge's score in
+/// both passes) move to the end of `init`: their value is the row's, and a
+/// back end cannot hoist a load past the loop's stores itself. Only a
+/// variable assigned by that load alone moves; every reader of it is in
+/// the edge loops or the finish, after `init`.
+fn hoist_row_loads(k: &mut LoopKernel) {
+    let mut sets = vec![0usize; k.vars.len()];
+    for list in [&k.init, &k.pre_body, &k.body, &k.finish] {
+        super::for_each_stmt(list, &mut |st| {
+            if let Stmt::Set(v, _) = st {
+                if let Some(n) = sets.get_mut(v.0 as usize) {
+                    *n += 1;
+                }
+            }
+        });
+    }
+    let fields = &k.fields;
+    let movable = |st: &Stmt| match st {
+        Stmt::Set(v, Inst::Load(Addr::Field { field, lanes })) => {
+            lanes.is_empty()
+                && sets.get(v.0 as usize) == Some(&1)
+                && fields.get(field.0 as usize).is_some_and(|f| matches!(f.role, Role::Dst | Role::Param))
+        }
+        _ => false,
+    };
+    let mut hoisted = Vec::new();
+    for list in [&mut k.pre_body, &mut k.body] {
+        let (moved, kept): (Vec<Stmt>, Vec<Stmt>) = std::mem::take(list).into_iter().partition(|st| movable(st));
+        hoisted.extend(moved);
+        *list = kept;
+    }
+    k.init.extend(hoisted);
 }
