@@ -27,9 +27,7 @@ const MAX_RECOMPUTED_OPS: usize = 4;
 fn recomputable(r: &Region, cone: &[usize], fields: &[FieldDecl]) -> bool {
     // Scalars only: a vector read or reduction would be a row of work per
     // edge (and a lane order of its own).
-    let scalar = cone.iter().all(|&i| matches!(r.nodes[i].ty, Type::Scalar | Type::Bool));
-    let ops = cone.iter().filter(|&&i| !matches!(r.nodes[i].op, Op::Field(_) | Op::Const(_))).count();
-    scalar && r.reads_only_row(cone, fields) && ops <= MAX_RECOMPUTED_OPS
+    r.scalar_cone_ops(cone).is_some_and(|ops| ops <= MAX_RECOMPUTED_OPS) && r.reads_only_row(cone, fields)
 }
 
 /// The field of `consumer` that reads what `stats` field `g` reads, added

@@ -16,7 +16,7 @@
 use std::fmt::Write as _;
 
 use crate::ir::{BinOp, CmpOp, DType, Role, Type, UnOp};
-use crate::loops::{for_each_stmt, Addr, Inst, LoopKernel, LoopVar, Stmt, Var, VarKind};
+use crate::loops::{fields_read, Addr, Inst, LoopKernel, LoopVar, Stmt, Var, VarKind};
 
 /// Widths the macro compiles ahead of time, for kernels with one width
 /// symbol (other widths, and kernels with several symbols, use the JIT).
@@ -243,18 +243,7 @@ type Prefetched = Vec<(usize, usize, usize)>;
 /// the pre-pass has just brought in.
 fn prefetched_rows(e: &Emitter<'_>, dtype: DType) -> Result<[Prefetched; 2], RustSourceError> {
     let k = e.k;
-    let reads = |list: &[Stmt]| {
-        let mut read = vec![false; k.fields.len()];
-        for_each_stmt(list, &mut |st| {
-            if let Stmt::Set(_, Inst::Load(Addr::Field { field, .. })) = st {
-                if let Some(r) = read.get_mut(field.0 as usize) {
-                    *r = true;
-                }
-            }
-        });
-        read
-    };
-    let (pre, read) = (reads(&k.pre_body), reads(&k.body));
+    let (pre, read) = (fields_read(&k.pre_body, k.fields.len()), fields_read(&k.body, k.fields.len()));
     let mut wide = Vec::new();
     let mut narrow = Vec::new();
     let mut early = Vec::new();

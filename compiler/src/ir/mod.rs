@@ -364,6 +364,15 @@ impl Region {
         (0..self.nodes.len()).filter(|&i| live[i]).collect()
     }
 
+    /// The operations of `cone` other than field reads and constants (what
+    /// computing it again costs), when all of its values are scalars or
+    /// booleans; `None` when one is a vector or matrix (a row of work).
+    pub fn scalar_cone_ops(&self, cone: &[usize]) -> Option<usize> {
+        cone.iter()
+            .all(|&i| matches!(self.nodes[i].ty, Type::Scalar | Type::Bool))
+            .then(|| cone.iter().filter(|&&i| !matches!(self.nodes[i].op, Op::Field(_) | Op::Const(_))).count())
+    }
+
     /// Whether the nodes `cone` (of this region, in a kernel with `fields`)
     /// depend on nothing but the current row: destination and parameter
     /// fields and constants, no state, input, message, degree, rank or scan.

@@ -168,8 +168,7 @@ pub fn eval_loop_kernel(
         let (s, t) = (offsets[i] as usize, offsets[i + 1] as usize);
         m.degree = t - s;
         m.run(&k.init);
-        let passes = if k.pre_body.is_empty() { vec![&k.body] } else { vec![&k.pre_body, &k.body] };
-        for pass in passes {
+        for pass in k.edge_passes() {
             for p in s..t {
                 m.j = cols[p] as usize;
                 m.e = edge_ids.map(|ids| ids[p] as usize).unwrap_or(p);

@@ -47,6 +47,28 @@ pub fn for_each_stmt(list: &[Stmt], f: &mut impl FnMut(&Stmt)) {
     }
 }
 
+/// Whether any statement of `list` (nested loops included) calls a math
+/// library function ([`Inst::calls_math`]).
+pub fn calls_math(list: &[Stmt]) -> bool {
+    let mut calls = false;
+    for_each_stmt(list, &mut |st| calls |= matches!(st, Stmt::Set(_, i) if i.calls_math()));
+    calls
+}
+
+/// Which of the kernel's `num_fields` fields `list` loads (nested loops
+/// included).
+pub fn fields_read(list: &[Stmt], num_fields: usize) -> Vec<bool> {
+    let mut read = vec![false; num_fields];
+    for_each_stmt(list, &mut |st| {
+        if let Stmt::Set(_, Inst::Load(Addr::Field { field, .. })) = st {
+            if let Some(r) = read.get_mut(field.0 as usize) {
+                *r = true;
+            }
+        }
+    });
+    read
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Var(pub u32);
 
@@ -96,6 +118,13 @@ pub enum Inst {
 }
 
 impl Inst {
+    /// Whether a back end calls a math library function for it (`exp`,
+    /// `ln`, `tanh`, `sigmoid`'s `exp`): a call clobbers every vector
+    /// register.
+    pub fn calls_math(&self) -> bool {
+        matches!(self, Inst::Unary(UnOp::Exp | UnOp::Ln | UnOp::Tanh | UnOp::Sigmoid, _))
+    }
+
     /// The variables this instruction reads.
     pub fn operands(&self) -> Vec<Var> {
         match self {
@@ -136,6 +165,12 @@ pub struct LoopKernel {
 }
 
 impl LoopKernel {
+    /// The statement lists run once per edge, in order: the pre-pass when
+    /// there is one, then the body.
+    pub fn edge_passes(&self) -> impl Iterator<Item = &Vec<Stmt>> {
+        std::iter::once(&self.pre_body).filter(|l| !l.is_empty()).chain(std::iter::once(&self.body))
+    }
+
     /// Whether every row stores every element of destination output `out`
     /// (a scalar stored outside feature loops, or a vector stored lane by
     /// lane in a feature loop over its width, in `init` or `finish`, which

@@ -87,10 +87,7 @@ impl Display for LoopKernel {
         let _ = writeln!(s, "  for i in rows {{");
         let _ = writeln!(s, "    degree = off[i+1] - off[i]");
         stmts_text(self, &self.init, 1, &mut s);
-        for list in [&self.pre_body, &self.body] {
-            if list.is_empty() && std::ptr::eq(list, &self.pre_body) {
-                continue;
-            }
+        for list in self.edge_passes() {
             let _ = writeln!(s, "    for p in off[i]..off[i+1] {{");
             let _ = writeln!(s, "      j = col[p]; e = edge_id[p]");
             let mut body = String::new();

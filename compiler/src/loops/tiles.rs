@@ -3,12 +3,12 @@
 //! tile of edges, then the loops for the same edges (both back ends do).
 
 use super::{for_each_stmt, Addr, Inst, LoopKernel, Stmt, Var, VarKind};
-use crate::ir::UnOp;
 
 /// Edges per tile of a split edge loop (`split_calls`).
 pub const EDGE_TILE: usize = 64;
 
 /// An edge body cut in two: its scalar statements and its feature loops.
+#[derive(Clone, Debug)]
 pub struct SplitBody {
     pub scalar: Vec<Stmt>,
     pub loops: Vec<Stmt>,
@@ -28,7 +28,7 @@ pub struct SplitBody {
 /// memory, and no `Set` after a loop assigns what that loop reads (so
 /// moving the `Set`s first changes no value a loop sees).
 pub fn split_calls(k: &LoopKernel) -> Option<SplitBody> {
-    let calls = |i: &Inst| matches!(i, Inst::Unary(UnOp::Exp | UnOp::Ln | UnOp::Tanh | UnOp::Sigmoid, _) | Inst::Powi(..));
+    let calls = |i: &Inst| i.calls_math() || matches!(i, Inst::Powi(..));
     let mut scalar = Vec::new();
     let mut loops = Vec::new();
     let mut loop_reads: Vec<Var> = Vec::new();

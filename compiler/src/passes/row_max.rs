@@ -91,10 +91,8 @@ fn pre_step(step: &Region, state: &[Type], c: usize, out: ValueId) -> Region {
 /// computation, cheap to compute in both passes.
 fn precomputable(step: &Region, score: ValueId) -> bool {
     let cone = step.cone(score);
-    let scalar = cone.iter().all(|&i| matches!(step.nodes[i].ty, Type::Scalar | Type::Bool));
     let stateless = cone.iter().all(|&i| !matches!(step.nodes[i].op, Op::State(_)));
-    let ops = cone.iter().filter(|&&i| !matches!(step.nodes[i].op, Op::Field(_) | Op::Const(_))).count();
-    scalar && stateless && ops <= MAX_SCORE_OPS
+    stateless && step.scalar_cone_ops(&cone).is_some_and(|ops| ops <= MAX_SCORE_OPS)
 }
 
 /// Whether the rest of the step uses the running maximum exactly as an

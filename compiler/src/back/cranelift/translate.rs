@@ -218,12 +218,10 @@ pub(super) struct Translator<'a> {
     /// across rows.
     row_vectors: Option<i64>,
     /// The edge body cut into a scalar part with calls and feature loops
-    /// without ([`crate::loops::split_calls`]), run in edge tiles; its
-    /// tile buffer (a stack slot).
-    split: Option<(crate::loops::SplitBody, Option<ir::StackSlot>)>,
-    /// Whether the kernel has such a split body (`split` is taken while
-    /// its parts are emitted).
-    tiled: bool,
+    /// without ([`crate::loops::split_calls`]), run in edge tiles.
+    split: Option<crate::loops::SplitBody>,
+    /// The tiles' buffer of carried values, made on first use.
+    tile_slot: Option<ir::StackSlot>,
     /// Feature loops emitted as SIMD and as scalar loops (for the notes).
     simd_loops: usize,
     scalar_loops: usize,
@@ -272,8 +270,8 @@ impl<'a> Translator<'a> {
             row_vectors: None,
             touch: None,
             // A generated stencil's neighbours are not tiled.
-            split: crate::loops::split_calls(k).filter(|_| key.stencil.is_none()).map(|s| (s, None)),
-            tiled: key.stencil.is_none() && crate::loops::split_calls(k).is_some(),
+            split: crate::loops::split_calls(k).filter(|_| key.stencil.is_none()),
+            tile_slot: None,
             simd_loops: 0,
             scalar_loops: 0,
             cur: Cursor::default(),
@@ -456,7 +454,7 @@ impl<'a> Translator<'a> {
             // all without blocking).
             let blocks: Vec<Option<i64>> = match self.blocking {
                 // A split body's blocks are passes over each tile instead.
-                Some((_, w, bl)) if !self.tiled => (0..w / bl).map(|b| Some(b * bl)).collect(),
+                Some((_, w, bl)) if self.split.is_none() => (0..w / bl).map(|b| Some(b * bl)).collect(),
                 _ => vec![None],
             };
             for start in blocks {
@@ -561,8 +559,8 @@ impl<'a> Translator<'a> {
                 notes.push(format!("accumulator scratch{b}: in {} vector registers (not the stack)", vars.len()));
             }
         }
-        if self.tiled {
-            let n = self.split.as_ref().map(|(s, _)| s.carried.len()).unwrap_or(0);
+        if self.split.is_some() {
+            let n = self.split.as_ref().map(|s| s.carried.len()).unwrap_or(0);
             notes.push(format!(
                 "edge tiles: {} edges at a time, the scalar part (with its math calls) first, then the feature loops with none ({n} value(s) kept per edge)",
                 crate::loops::EDGE_TILE
@@ -570,7 +568,7 @@ impl<'a> Translator<'a> {
         }
         if let Some((_, n, bl)) = self.blocking {
             let touch = if self.touch.is_some() { "" } else { " (the first touches the source lines the later ones read)" };
-            let over = if self.tiled { "each tile's edges" } else { "each row's edges" };
+            let over = if self.split.is_some() { "each tile's edges" } else { "each row's edges" };
             notes.push(format!("feature blocks: {bl} of {n} lanes, {} passes over {over}{touch}", n / bl));
         }
         notes
@@ -798,7 +796,7 @@ impl<'a> Translator<'a> {
     /// Lanes of `width` handled per pass over a row's edges.
     fn lanes_per_pass(&self, width: WidthId) -> TResult<i64> {
         match self.blocking {
-            Some((w, _, bl)) if w == width && !self.tiled => Ok(bl),
+            Some((w, _, bl)) if w == width && self.split.is_none() => Ok(bl),
             _ => self.width(width),
         }
     }
@@ -827,7 +825,7 @@ impl<'a> Translator<'a> {
         };
         // A split body's blocks run its loops alone (the carried weights
         // are loaded like a scalar field).
-        if let Some((split, _)) = &self.split {
+        if let Some(split) = &self.split {
             return weighted && split.loops.iter().all(|st| matches!(st, Stmt::Loop { body, .. } if body.iter().all(lane_op)));
         }
         self.k.body.iter().all(|st| match st {
@@ -1006,7 +1004,7 @@ impl<'a> Translator<'a> {
         // Promoted registers cover a pass's lanes: a block's under row
         // blocking (reused by every block), all of them under a split
         // body's tile blocks (a block uses its own).
-        let base = if self.tiled { (start / vl) as usize } else { 0 };
+        let base = if self.split.is_some() { (start / vl) as usize } else { 0 };
         let chunks: Vec<Option<usize>> =
             if touches_promoted { (base..base + (n / vl) as usize).map(Some).collect() } else { vec![None] };
         let mut loop_blocks = None;
@@ -1473,15 +1471,17 @@ impl<'a> Translator<'a> {
     /// accumulators stay in registers (GatAttention's weights: one `exp`
     /// call per edge, which clobbers every vector register).
     fn tiled_edges(&mut self, first: Value, end: Value, cols: Option<Value>, edge_ids: Option<Value>) -> TResult<()> {
-        let Some((split, slot)) = self.split.take() else { return Err("internal: no split body".into()) };
+        let split = self.split.clone().ok_or("internal: no split body")?;
         let tile = crate::loops::EDGE_TILE as i64;
         let size = 1i64 << self.shift;
         let n = split.carried.len() as i64;
-        let slot = match slot {
+        let slot = match self.tile_slot {
             Some(s) => s,
             None => {
                 let bytes = u32::try_from((tile * n * size).max(size)).map_err(|_| "tile buffer too large")?;
-                self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 4))
+                let s = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 4));
+                self.tile_slot = Some(s);
+                s
             }
         };
         let outer = self.open_loop(first, Bound::Value(end));
@@ -1513,24 +1513,17 @@ impl<'a> Translator<'a> {
             None => vec![None],
         };
         let mut run = run;
-        self.split = Some((split, Some(slot)));
         for start in blocks {
             self.block_start = start;
             let l2 = self.open_loop(p0, Bound::Value(p1));
             run = run.and_then(|_| self.edge_cursor(l2.counter, first, cols, edge_ids, Touch::Main)).and_then(|_| {
                 let a = at(self, l2.counter);
-                let Some((split, _)) = self.split.take() else { return Err("internal: no split body".into()) };
-                let mut body = || -> TResult<()> {
-                    for (c, v) in split.carried.iter().enumerate() {
-                        let x = self.b.ins().load(self.num, flags(), a, c as i32 * size as i32);
-                        let var = self.var(*v)?;
-                        self.b.try_def_var(var, x).map_err(|e| format!("v{}: {e}", v.0))?;
-                    }
-                    self.stmts(&split.loops)
-                };
-                let r = body();
-                self.split = Some((split, Some(slot)));
-                r
+                for (c, v) in split.carried.iter().enumerate() {
+                    let x = self.b.ins().load(self.num, flags(), a, c as i32 * size as i32);
+                    let var = self.var(*v)?;
+                    self.b.try_def_var(var, x).map_err(|e| format!("v{}: {e}", v.0))?;
+                }
+                self.stmts(&split.loops)
             });
             self.close_loop(l2, 1);
         }
@@ -1573,17 +1566,11 @@ impl<'a> Translator<'a> {
     /// `tanh`): a call clobbers every vector register, so whatever the edge
     /// loop keeps live across it is spilled and reloaded per edge.
     fn edges_call_math(&self) -> bool {
-        fn calls(list: &[Stmt]) -> bool {
-            list.iter().any(|st| match st {
-                Stmt::Loop { body, .. } => calls(body),
-                Stmt::Set(_, Inst::Unary(UnOp::Exp | UnOp::Ln | UnOp::Tanh | UnOp::Sigmoid, _)) => true,
-                _ => false,
-            })
-        }
+        use crate::loops::calls_math;
         match &self.split {
             // The tiles' loops (where the rows are read) call nothing.
-            Some((split, _)) => calls(&split.loops),
-            None => calls(&self.k.pre_body) || calls(&self.k.body),
+            Some(split) => calls_math(&split.loops),
+            None => calls_math(&self.k.pre_body) || calls_math(&self.k.body),
         }
     }
 
@@ -1615,21 +1602,10 @@ impl<'a> Translator<'a> {
     /// reads `a_src[j]` first in the pre-pass.
     fn pre_touched_fields(&self) -> Vec<(usize, i64)> {
         // Not across math calls (the touch state would be spilled).
-        let mut calls = false;
-        crate::loops::for_each_stmt(&self.k.pre_body, &mut |st| {
-            calls |= matches!(st, Stmt::Set(_, Inst::Unary(UnOp::Exp | UnOp::Ln | UnOp::Tanh | UnOp::Sigmoid, _)));
-        });
-        if calls {
+        if crate::loops::calls_math(&self.k.pre_body) {
             return Vec::new();
         }
-        let mut read = vec![false; self.k.fields.len()];
-        crate::loops::for_each_stmt(&self.k.pre_body, &mut |st| {
-            if let Stmt::Set(_, Inst::Load(Addr::Field { field, .. })) = st {
-                if let Some(r) = read.get_mut(field.0 as usize) {
-                    *r = true;
-                }
-            }
-        });
+        let read = crate::loops::fields_read(&self.k.pre_body, self.k.fields.len());
         (0..self.k.fields.len())
             .filter(|&f| read[f] && self.k.fields[f].role == Role::Src && self.fields[f].is_some())
             .filter_map(|f| match self.k.fields[f].ty {
@@ -1739,10 +1715,10 @@ impl<'a> Translator<'a> {
         if k.reads_role(Role::Edge) {
             return Err("a generated stencil has no edge fields: use the CSR realization".into());
         }
-        if !k.pre_body.is_empty() {
-            self.generated_pass(st, i, r, c, &k.pre_body)?;
+        for list in k.edge_passes() {
+            self.generated_pass(st, i, r, c, list)?;
         }
-        self.generated_pass(st, i, r, c, &k.body)
+        Ok(())
     }
 
     /// One pass of [`Translator::generated_neighbours`] running `list` per
