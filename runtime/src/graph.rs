@@ -151,6 +151,21 @@ impl Graph {
         Ok(Graph { num_src, num_dst, offsets, cols, edge_ids: None, derived: Derived::default() })
     }
 
+    /// `n` nodes, each row holding the single edge from its node to itself:
+    /// a node-wise computation run as a message-passing kernel (the
+    /// backward's per-source stage of a max or min).
+    pub fn self_loops(n: usize) -> Result<Graph, GraphError> {
+        check_node_count("source", n)?;
+        Ok(Graph {
+            num_src: n,
+            num_dst: n,
+            offsets: (0..=n as u64).collect(),
+            cols: (0..n).map(|j| j as u32).collect(),
+            edge_ids: None,
+            derived: Derived::default(),
+        })
+    }
+
     /// Takes CSR arrays together with the CSR-position-to-user-edge-index
     /// map (`None`: CSR order is the user's order), checking every
     /// invariant; an identity map is stored as `None`. This is how a graph

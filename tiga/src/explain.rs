@@ -108,6 +108,7 @@ fn graph_words(g: GraphUse) -> &'static str {
         GraphUse::Forward => "forward graph",
         GraphUse::Transposed => "transposed graph (sources and destinations swapped, edge ids kept)",
         GraphUse::RowReversed => "row-reversed graph (each row's edges in reverse order, edge ids kept)",
+        GraphUse::SelfLoops => "one row per source node (its single edge from itself): node-wise",
     }
 }
 
@@ -116,12 +117,18 @@ fn graph_short(g: GraphUse) -> &'static str {
         GraphUse::Forward => "forward graph",
         GraphUse::Transposed => "transposed graph",
         GraphUse::RowReversed => "row-reversed graph",
+        GraphUse::SelfLoops => "per source node",
     }
 }
 
 /// A stage field's binding, in short form: `stage field <- where it comes from`.
 fn binding_short(plan: &AdjointPlan, field: &FieldDecl, b: &Binding) -> String {
-    let from = match b {
+    format!("{}.{} <- {}", field.role.name(), field.name, binding_source(plan, b))
+}
+
+/// Where a binding's values come from, in words.
+fn binding_source(plan: &AdjointPlan, b: &Binding) -> String {
+    match b {
         Binding::Forward(role, name) => format!("forward {}.{name}", role.name()),
         Binding::Cotangent(name) => format!("cotangent of `{name}`"),
         Binding::Stage { stage, output } => {
@@ -130,8 +137,12 @@ fn binding_short(plan: &AdjointPlan, field: &FieldDecl, b: &Binding) -> String {
         }
         Binding::EdgeRank => "edge rank within its forward row".to_string(),
         Binding::InvDegree => "1 / max(degree, 1) of each forward row".to_string(),
-    };
-    format!("{}.{} <- {from}", field.role.name(), field.name)
+        Binding::WinnerScatter { winner, value } => format!(
+            "per source, the sum of {} over the rows whose winning edge ({}) comes from it",
+            binding_source(plan, value),
+            binding_source(plan, winner)
+        ),
+    }
 }
 
 /// The adjoint section: the VJP's stages (each a kernel with its own passes),
@@ -179,6 +190,9 @@ fn adjoint(s: &mut String, k: &Kernel) {
             Role::Src if graphs == [GraphUse::Transposed] => {
                 "transposed graph, no atomics (a sum over each source's out-edges is a row of the transposed graph)".to_string()
             }
+            Role::Src if graphs == [GraphUse::SelfLoops] => "each row's winning cotangents scattered to their sources \
+                 (rows in order, lanes split between threads: no atomics), then the edge function's adjoint per source"
+                .to_string(),
             Role::Edge => format!("{}, one value per edge, in the graph file's edge order", graphs_text(&graphs)),
             Role::Dst => format!("{}, summed over each destination's row", graphs_text(&graphs)),
             Role::Param => format!("{}, summed over every row and edge", graphs_text(&graphs)),

@@ -32,6 +32,7 @@ mod explain;
 pub mod lang;
 mod vjp;
 mod paged;
+mod scatter;
 pub mod offload;
 pub mod memory;
 

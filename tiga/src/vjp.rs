@@ -81,15 +81,28 @@ impl Target<'_> {
         Ok(match self {
             Target::Memory(g) => (g.offsets(), g.edge_ids()),
             Target::Paged(f, _) => (f.offsets().map_err(e)?, f.edge_ids().map_err(e)?),
-            Target::Stencil(_) => {
-                return Err(Error::Call(
-                    "this kernel's backward reads each row's degree or edge ranks, which a generated stencil does not \
-                     build: run it on the CSR realization (Graph::stencil)"
-                        .into(),
-                ))
-            }
+            Target::Stencil(_) => return Err(no_csr()),
         })
     }
+
+    /// The forward CSR's row offsets and column indices (mapped for a
+    /// file).
+    fn adjacency(&self) -> Result<(&[u64], &[u32])> {
+        let e = |x: tiga_runtime::storage::GfgError| Error::Call(x.to_string());
+        Ok(match self {
+            Target::Memory(g) => (g.offsets(), g.cols()),
+            Target::Paged(f, _) => (f.offsets().map_err(e)?, f.cols().map_err(e)?),
+            Target::Stencil(_) => return Err(no_csr()),
+        })
+    }
+}
+
+fn no_csr() -> Error {
+    Error::Call(
+        "this kernel's backward reads each row's degree, edge ranks or winning edges, which a generated stencil does not \
+         build: run it on the CSR realization (Graph::stencil)"
+            .into(),
+    )
 }
 
 /// Each edge's position within its forward destination row, indexed by the
@@ -332,6 +345,11 @@ impl Kernel {
         for (si, stage) in plan.adjoint.stages.iter().enumerate() {
             let g: Arc<Graph>;
             let g_ref: Option<&Graph> = match (target, stage.graph) {
+                // Node-wise: the same small graph whatever the target.
+                (Target::Memory(_) | Target::Paged(..), GraphUse::SelfLoops) => {
+                    g = Arc::new(Graph::self_loops(extents.num_src).map_err(|e| Error::Call(e.to_string()))?);
+                    Some(&g)
+                }
                 (Target::Paged(..) | Target::Stencil(_), _) => None,
                 (Target::Memory(graph), GraphUse::Forward) => Some(graph),
                 (Target::Memory(graph), GraphUse::Transposed) => {
@@ -343,15 +361,41 @@ impl Kernel {
                     Some(&g)
                 }
             };
+            let simple_view = |bnd: &Binding| -> Option<TensorView<'_>> {
+                match bnd {
+                    Binding::Forward(role, name) => forward_view(*role, name),
+                    Binding::Cotangent(name) => cot_view(name),
+                    Binding::Stage { stage: s, output } => stage_outs.get(*s).and_then(|o| o.get(output)).map(|t| t.view()),
+                    Binding::EdgeRank => Some(ranks.view()),
+                    Binding::InvDegree => Some(inv_deg.view()),
+                    Binding::WinnerScatter { .. } => None,
+                }
+            };
+            // Scattered sums first: the views below borrow them.
+            let mut scattered: Vec<Tensor> = Vec::new();
+            for (fd, bnd) in stage.kernel.fields.iter().zip(&stage.bindings) {
+                if let Binding::WinnerScatter { winner, value } = bnd {
+                    let (Some(w), Some(v)) = (simple_view(winner), simple_view(value)) else {
+                        return Err(Error::Call(format!(
+                            "internal: adjoint stage `{}` has no winners or cotangents to scatter for field `{}`",
+                            stage.kernel.name, fd.name
+                        )));
+                    };
+                    let (offsets, cols) = target.adjacency()?;
+                    scattered.push(crate::scatter::winner_scatter(offsets, cols, extents.num_src, &w, &v)?);
+                    if let Target::Paged(f, _) = target {
+                        // The mapped adjacency was read once, in order.
+                        f.release_adjacency();
+                    }
+                }
+            }
             let outs = {
                 let mut ins = Inputs::new();
+                let mut next_scattered = scattered.iter();
                 for (fd, bnd) in stage.kernel.fields.iter().zip(&stage.bindings) {
                     let view = match bnd {
-                        Binding::Forward(role, name) => forward_view(*role, name),
-                        Binding::Cotangent(name) => cot_view(name),
-                        Binding::Stage { stage: s, output } => stage_outs.get(*s).and_then(|o| o.get(output)).map(|t| t.view()),
-                        Binding::EdgeRank => Some(ranks.view()),
-                        Binding::InvDegree => Some(inv_deg.view()),
+                        Binding::WinnerScatter { .. } => next_scattered.next().map(|t| t.view()),
+                        other => simple_view(other),
                     };
                     let view = view.ok_or_else(|| {
                         Error::Call(format!("internal: adjoint stage `{}` has no value for field `{}`", stage.kernel.name, fd.name))
@@ -359,15 +403,20 @@ impl Kernel {
                     ins = ins.with_role(fd.role, &fd.name, view);
                 }
                 match (target, g_ref) {
-                    (Target::Paged(file, opts), _) => {
+                    (_, Some(g)) if reference => plan.stages[si].run_reference(g, &ins)?,
+                    (_, Some(g)) => plan.stages[si].run(g, &ins)?,
+                    (Target::Paged(file, opts), None) => {
                         let side = match stage.graph {
                             GraphUse::Forward => Side::Forward,
                             GraphUse::Transposed => Side::Transposed,
                             GraphUse::RowReversed => Side::RowReversed,
+                            GraphUse::SelfLoops => {
+                                return Err(Error::Call("internal: a node-wise adjoint stage has no pages".into()))
+                            }
                         };
                         plan.stages[si].run_paged_side(file, side, &ins, opts)?
                     }
-                    (Target::Stencil(st), _) => {
+                    (Target::Stencil(st), None) => {
                         let st = match stage.graph {
                             GraphUse::Forward => st.clone(),
                             GraphUse::Transposed => st.transposed().ok_or_else(|| {
@@ -378,12 +427,11 @@ impl Kernel {
                                 )
                             })?,
                             GraphUse::RowReversed => st.row_reversed(),
+                            GraphUse::SelfLoops => return Err(no_csr()),
                         };
                         plan.stages[si].run_stencil(&st, &ins)?
                     }
-                    (_, Some(g)) if reference => plan.stages[si].run_reference(g, &ins)?,
-                    (_, Some(g)) => plan.stages[si].run(g, &ins)?,
-                    (_, None) => return Err(Error::Call("internal: no graph for an adjoint stage".into())),
+                    (Target::Memory(_), None) => return Err(Error::Call("internal: no graph for an adjoint stage".into())),
                 }
             };
             stage_outs.push(outs);

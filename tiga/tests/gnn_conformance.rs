@@ -164,6 +164,57 @@ fn max_of_relus_keeps_its_bits() {
     }
 }
 
+/// MaxPool's source gradient comes from a scatter of each row's winning
+/// cotangents to their sources, then relu' once per source
+/// (`adjoint/scatter.rs`). Against the closed form: per row and lane, the
+/// first edge in the row's order attaining the maximum of relu(h) gets the
+/// lane's cotangent, times relu'(h) (0 at h <= 0); a source collects it from
+/// every row it wins. Covered: exact ties (the first edge wins, including a
+/// duplicate edge from the same source), a source winning several rows, an
+/// empty row, a row of non-positive values only, and lanes split between
+/// threads (F = 8 over 2 threads: each thread owns 4 lanes of every row).
+/// Both back ends and the f64 reference give the same bits: each source's
+/// sum adds its terms in row order.
+#[test]
+fn max_gradient_scatters_winners_to_sources() {
+    let f = 8;
+    // Sources 0..5; rows 0..5 (row 3 empty).
+    let (src, dst) = (vec![0u32, 1, 0, 1, 2, 2, 2, 4, 3, 0], vec![0u32, 0, 0, 1, 1, 2, 2, 4, 4, 1]);
+    let base: [f32; 5] = [1.5, 1.5, 0.25, -1.0, -0.0];
+    let hv: Vec<f32> = (0..5).flat_map(|s| (0..f).map(move |l| base[s] + if l % 3 == 0 { 0.0 } else { 0.125 * ((s * 7 + l) % 5) as f32 })).collect();
+    let g = Graph::from_edges(5, 5, &src, &dst).expect("graph");
+    let cot: Vec<f32> = (0..5 * f).map(|x| 0.5 + (x % 7) as f32 * 0.25).collect();
+    // Closed form, edges in each row's (user) order.
+    let mut want = vec![0.0f64; 5 * f];
+    for d in 0..5u32 {
+        let row: Vec<u32> = src.iter().zip(&dst).filter(|(_, &t)| t == d).map(|(&s, _)| s).collect();
+        for l in 0..f {
+            let relu = |s: u32| f64::from(hv[s as usize * f + l]).max(0.0);
+            let Some(best) = row.iter().map(|&s| relu(s)).reduce(f64::max) else { continue };
+            let Some(&win) = row.iter().find(|&&s| relu(s) == best) else { continue };
+            if hv[win as usize * f + l] > 0.0 {
+                want[win as usize * f + l] += f64::from(cot[d as usize * f + l]);
+            }
+        }
+    }
+    assert!(want.iter().filter(|&&x| x != 0.0).count() > f, "the case must send cotangents to several sources");
+    let file = Kernel::from_source(include_str!("../../examples/kernels/gnn.rs"), "MaxPool").expect("kernel");
+    assert!(file.explain().contains("[SelfLoops]"), "MaxPool's source side should be the scatter:\n{}", file.explain());
+    let t = Tensor::from_f32(vec![5, f], hv.clone()).expect("h");
+    let c = Tensor::from_f32(vec![5, f], cot.clone()).expect("cot");
+    let ins = Inputs::new().src("h", &t);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+    for (path, k) in [("macro", gnn::MaxPool::kernel()), ("kernel file", &file)] {
+        let grads = pool.install(|| k.vjp(&g, &ins, &[("out", c.view())])).expect("vjp");
+        let got = grads.src("h").expect("grad").to_f64_vec();
+        assert_eq!(got, want, "{path}: got {got:?}, closed form {want:?}");
+    }
+    let h64 = Tensor::from_f64(vec![5, f], hv.iter().map(|&x| f64::from(x)).collect()).expect("h");
+    let c64 = Tensor::from_f64(vec![5, f], cot.iter().map(|&x| f64::from(x)).collect()).expect("cot");
+    let grads = file.vjp_reference(&g, &Inputs::new().src("h", &h64), &[("out", c64.view())]).expect("reference");
+    assert_eq!(grads.src("h").expect("grad").to_f64_vec(), want, "reference");
+}
+
 /// GatAttention's softmax takes its row maximum from a first pass over the
 /// row's edges (`precompute-row-max`), so its main pass computes one
 /// exponential per edge, `exp(s - max)`. Scores of a few hundred (where

@@ -45,6 +45,10 @@ pub enum GraphUse {
     Transposed,
     /// The same rows, each row's edges in reverse order; edge ids kept.
     RowReversed,
+    /// One row per forward source node, holding the single edge from that
+    /// node to itself: a node-wise stage over the sources (see
+    /// `adjoint/scatter.rs`).
+    SelfLoops,
 }
 
 /// Where a stage's field comes from when the VJP runs.
@@ -61,7 +65,14 @@ pub enum Binding {
     EdgeRank,
     /// `1 / max(degree, 1)` of each forward destination row.
     InvDegree,
+    /// Per forward source node and lane, the sum of `value[i]` over the
+    /// destination rows `i` whose winning edge in that lane (`winner[i]`, a
+    /// rank within row `i`) comes from the node: `out[col(i, winner[i][f])][f]
+    /// += value[i][f]`, rows in increasing order. A rank that names no edge
+    /// of its row (an empty row) adds nothing.
+    WinnerScatter { winner: Box<Binding>, value: Box<Binding> },
 }
+
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Stage {
@@ -88,9 +99,9 @@ pub struct Adjoint {
 }
 
 /// A small builder with the verifier's typing rules.
-struct B<'r> {
-    r: &'r mut Region,
-    sp: Span,
+pub(super) struct B<'r> {
+    pub(super) r: &'r mut Region,
+    pub(super) sp: Span,
 }
 
 fn ew(a: Type, b: Type) -> Type {
@@ -102,7 +113,7 @@ fn ew(a: Type, b: Type) -> Type {
 }
 
 impl B<'_> {
-    fn c(&mut self, v: f64) -> ValueId {
+    pub(super) fn c(&mut self, v: f64) -> ValueId {
         self.r.push(Op::Const(v), Type::Scalar, self.sp)
     }
     fn ty(&self, v: ValueId) -> Type {
@@ -141,7 +152,7 @@ impl B<'_> {
             _ => c,
         }
     }
-    fn field(&mut self, f: usize, t: Type) -> ValueId {
+    pub(super) fn field(&mut self, f: usize, t: Type) -> ValueId {
         self.r.push(Op::Field(FieldId(f as u32)), t, self.sp)
     }
     fn dot_or_mul(&mut self, a: ValueId, b: ValueId) -> ValueId {
@@ -153,13 +164,13 @@ impl B<'_> {
 }
 
 /// Fields of a stage kernel under construction, with their bindings.
-struct FieldSet {
-    fields: Vec<FieldDecl>,
-    bindings: Vec<Binding>,
+pub(super) struct FieldSet {
+    pub(super) fields: Vec<FieldDecl>,
+    pub(super) bindings: Vec<Binding>,
 }
 
 impl FieldSet {
-    fn add(&mut self, name: &str, role: Role, ty: Type, declared: DType, b: Binding) -> usize {
+    pub(super) fn add(&mut self, name: &str, role: Role, ty: Type, declared: DType, b: Binding) -> usize {
         self.fields.push(FieldDecl { name: name.to_string(), role, ty, declared, span: Span::default() });
         self.bindings.push(b);
         self.fields.len() - 1
@@ -182,7 +193,7 @@ struct RowStat {
     ty: Type,
 }
 
-fn empty_kernel(k: &Kernel, name: String, fs: FieldSet, reducer: Reducer, outputs: Vec<OutputDecl>) -> (Kernel, Vec<Binding>) {
+pub(super) fn empty_kernel(k: &Kernel, name: String, fs: FieldSet, reducer: Reducer, outputs: Vec<OutputDecl>) -> (Kernel, Vec<Binding>) {
     let kernel = Kernel {
         name,
         span: k.span,
@@ -197,7 +208,7 @@ fn empty_kernel(k: &Kernel, name: String, fs: FieldSet, reducer: Reducer, output
     (kernel, fs.bindings)
 }
 
-fn builtin(kind: ReducerKind, span: Span) -> Reducer {
+pub(super) fn builtin(kind: ReducerKind, span: Span) -> Reducer {
     Reducer { kind, span, declared: Properties::default(), proved: None, class: None, identity: None, combine: None, finalize: None }
 }
 
@@ -436,11 +447,11 @@ fn aggregate_from_state(k: &Kernel, b: &mut B<'_>, s: &[ValueId]) -> Result<Vec<
     })
 }
 
-fn zero_of(b: &mut B<'_>, t: Type) -> ValueId {
+pub(super) fn zero_of(b: &mut B<'_>, t: Type) -> ValueId {
     b.fill(0.0, t)
 }
 
-fn grad_name(role: Role, name: &str) -> String {
+pub(super) fn grad_name(role: Role, name: &str) -> String {
     format!("grad.{}.{}", role.name(), name)
 }
 
@@ -467,6 +478,7 @@ fn read_cotangent_for_abar(k: &Kernel, stages: &mut [Stage]) {
                 }
             }
         }
+        // (Scattered bindings are built after this runs: see `scatter`.)
     }
 }
 
@@ -966,6 +978,13 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
     let is_stats = stages.first().is_some_and(|s| s.kernel.name == format!("{}.vjp.stats", k.name));
     if super::inline_stats::recompute_row_statistics(&mut stages, is_stats) {
         notes.push("the row statistics are short scalar expressions of each row's fields: the source stage recomputes them per edge (same operations, same bits) instead of a stats pass writing them".into());
+    }
+
+    // ---- max/min whose messages depend on the source alone: the source
+    // side scatters each lane's winning cotangent to its source node and
+    // differentiates the edge function once per node.
+    if let Some(note) = super::scatter::scatter_winning_cotangents(k, &mut stages)? {
+        notes.push(note);
     }
 
     // ---- gradients ------------------------------------------------------

@@ -12,3 +12,4 @@ pub mod vjp;
 pub use vjp::{vjp_region, AdjointError, RegionVjp};
 pub mod kernel;
 mod inline_stats;
+mod scatter;

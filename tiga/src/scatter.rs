@@ -1,0 +1,173 @@
+//! The winner scatter of a max/min backward (`Binding::WinnerScatter`; the
+//! plan is `tiga_compiler::adjoint::scatter`'s).
+//!
+//! Per destination row `i` and lane `f`, the lane's cotangent goes to the
+//! source of the row's winning edge: `out[col(i, winner[i][f])][f] +=
+//! value[i][f]`. Rows are read in order, so each source's sum adds its
+//! terms in increasing row order, whatever the thread count. Threads split
+//! the lanes, not the rows: each owns a contiguous lane range of every
+//! output row, so no two threads write one element and no atomics are
+//! needed (and no two threads write one cache line at the widths where
+//! each range covers whole lines).
+
+use crate::{Error, Result};
+use tiga_runtime::tensor::{Data, DataMut, Tensor, TensorView};
+
+/// The output pointer shared by the lane tasks.
+struct Lanes<T>(*mut T);
+impl<T> Clone for Lanes<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Lanes<T> {}
+// SAFETY: every task writes only the elements of its own lane range (see
+// `scatter_lanes`), so the tasks never touch one element concurrently.
+unsafe impl<T: Send> Send for Lanes<T> {}
+unsafe impl<T: Send> Sync for Lanes<T> {}
+
+/// `out[col(i, winner[i][f])][f] += value[i][f]` over `num_src` rows of
+/// the width of `winner` (a vector per row, or a scalar).
+pub(crate) fn winner_scatter(
+    offsets: &[u64],
+    cols: &[u32],
+    num_src: usize,
+    winner: &TensorView<'_>,
+    value: &TensorView<'_>,
+) -> Result<Tensor> {
+    let num_dst = offsets.len().saturating_sub(1);
+    let shape = winner.shape();
+    if shape != value.shape() || shape.first() != Some(&num_dst) || shape.len() > 2 {
+        return Err(Error::Call(format!(
+            "internal: winner scatter over {num_dst} rows got winners of shape {:?} and cotangents of shape {:?}",
+            shape,
+            value.shape()
+        )));
+    }
+    let width = shape.get(1).copied().unwrap_or(1);
+    let mut out_shape = shape.to_vec();
+    out_shape[0] = num_src;
+    let mut out = Tensor::zeros(value.dtype(), out_shape).map_err(|e| Error::Call(e.to_string()))?;
+    let g = Rows { offsets, cols, width };
+    match (winner.data(), value.data(), out.data_mut()) {
+        (Data::F32(w), Data::F32(v), DataMut::F32(o)) => {
+            if offsets.windows(2).any(|r| r[1].saturating_sub(r[0]) > 1 << 24) {
+                return Err(Error::Call(
+                    "a row has more than 2^24 edges: the f32 backward of max/min cannot name its winning edge exactly; run in f64"
+                        .into(),
+                ));
+            }
+            g.scatter(w, v, o)
+        }
+        (Data::F64(w), Data::F64(v), DataMut::F64(o)) => g.scatter(w, v, o),
+        _ => {
+            return Err(Error::Call(format!(
+                "internal: winner scatter of {} winners and {} cotangents",
+                winner.dtype(),
+                value.dtype()
+            )))
+        }
+    }
+    Ok(out)
+}
+
+/// The forward CSR and the row width.
+struct Rows<'g> {
+    offsets: &'g [u64],
+    cols: &'g [u32],
+    width: usize,
+}
+
+/// An element type of the scatter: a rank compares exactly (ranks below
+/// 2^24 in f32, which `winner_scatter` checks).
+trait Lane: Copy + Send + Sync + PartialEq + std::ops::Add<Output = Self> {
+    const ZERO: Self;
+    fn rank(k: usize) -> Self;
+}
+impl Lane for f32 {
+    const ZERO: f32 = 0.0;
+    fn rank(k: usize) -> f32 {
+        k as f32
+    }
+}
+impl Lane for f64 {
+    const ZERO: f64 = 0.0;
+    fn rank(k: usize) -> f64 {
+        k as f64
+    }
+}
+
+/// Edges ahead whose output rows are touched before they are added to.
+const TOUCH_AHEAD: usize = 16;
+
+impl Rows<'_> {
+    fn scatter<T: Lane>(&self, winner: &[T], value: &[T], out: &mut [T]) {
+        let tasks = rayon::current_num_threads().clamp(1, self.width.max(1));
+        let ptr = Lanes(out.as_mut_ptr());
+        let len = out.len();
+        rayon::scope(|s| {
+            for t in 0..tasks {
+                let lanes = t * self.width / tasks..(t + 1) * self.width / tasks;
+                s.spawn(move |_| self.scatter_lanes(lanes, winner, value, ptr, len));
+            }
+        });
+    }
+
+    /// One task's lanes of every row, rows in increasing order. Per edge,
+    /// the lanes the edge won add their cotangents into its source's row;
+    /// the others add +0, which changes no sum (a sum from +0 is never -0),
+    /// so each edge is one contiguous read-modify-write of the source's
+    /// lanes, touched `TOUCH_AHEAD` edges ahead. A rank no edge has (an
+    /// empty row's, or NaN) adds nothing anywhere.
+    fn scatter_lanes<T: Lane>(&self, lanes: std::ops::Range<usize>, winner: &[T], value: &[T], out: Lanes<T>, len: usize) {
+        let w = self.width;
+        let n = lanes.len();
+        if n == 0 || w == 0 {
+            return;
+        }
+        let num_src = len / w;
+        for (i, row) in self.offsets.windows(2).enumerate() {
+            let (start, end) = (row[0] as usize, row[1] as usize);
+            let at = i * w + lanes.start..i * w + lanes.end;
+            let (Some(wrow), Some(vrow)) = (winner.get(at.clone()), value.get(at)) else { continue };
+            for p in start..end {
+                if let Some(&ahead) = self.cols.get(p + TOUCH_AHEAD) {
+                    touch(out, ahead as usize * w + lanes.start, n, len);
+                }
+                let Some(&j) = self.cols.get(p) else { continue };
+                let j = j as usize;
+                if j >= num_src {
+                    continue;
+                }
+                // SAFETY: `out` points at `len` = num_src * w elements that
+                // outlive the tasks; `j < num_src`, so lanes `lanes` of row
+                // `j` are in bounds, and no other task's lane range overlaps
+                // them, so this is the only reference to those elements.
+                let orow = unsafe { std::slice::from_raw_parts_mut(out.0.add(j * w + lanes.start), n) };
+                let r = T::rank(p - start);
+                for ((o, &win), &v) in orow.iter_mut().zip(wrow).zip(vrow) {
+                    *o = *o + if win == r { v } else { T::ZERO };
+                }
+            }
+        }
+    }
+}
+
+/// Ask for the cache lines of `n` elements at `at` (a hint; nothing is read).
+fn touch<T>(out: Lanes<T>, at: usize, n: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let line = 64 / std::mem::size_of::<T>().max(1);
+        let mut k = 0;
+        while k < n && at + k < len {
+            // SAFETY: a prefetch of an in-bounds address reads nothing and
+            // cannot fault.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(out.0.add(at + k) as *const i8);
+            }
+            k += line;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (out, at, n, len);
+}
