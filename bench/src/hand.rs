@@ -26,6 +26,14 @@
 //!
 //! Each baseline is checked against tiga's output by the caller, so a number
 //! here is known to be the same computation.
+//!
+//! The max backward is the one baseline that is not a pull: one fused pass
+//! per row (winners, then the scatter into their gradient rows) with the
+//! lanes split between threads. Measured beside tiga's two stages (winner
+//! ranks, then a scatter of them) it was no faster (1.09 s against 0.98 s at
+//! F = 64 on the power-law graph): both are bound by the random
+//! read-modify-write of a gradient row per edge, so it is a yardstick of
+//! the design, not a proof of the machine's limit.
 
 use std::ops::Range;
 use std::time::Instant;
@@ -350,6 +358,132 @@ pub fn csr_max_relu(g: &Graph, x: &[f32], f: usize) -> Result<Vec<f32>, String> 
     Ok(out)
 }
 
+
+/// The gradient buffer shared by the lane tasks of [`csr_max_relu_backward`].
+#[derive(Clone, Copy)]
+struct LanePtr(*mut f32);
+// SAFETY: each task writes only its own lane range of every row (see
+// `max_backward_lanes`), so no two tasks touch one element.
+unsafe impl Send for LanePtr {}
+unsafe impl Sync for LanePtr {}
+
+/// Prefetch `lanes` of row `j` of a `F`-wide buffer (a hint).
+#[inline(always)]
+fn prefetch_lanes<const F: usize>(base: *const f32, len: usize, j: usize, lanes: &Range<usize>) {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (base, len, j, lanes);
+    #[cfg(target_arch = "x86_64")]
+    for l in lanes.clone().step_by(16) {
+        if j * F + l < len {
+            // SAFETY: in bounds (checked); a prefetch reads nothing.
+            unsafe {
+                ::core::arch::x86_64::_mm_prefetch::<{ ::core::arch::x86_64::_MM_HINT_T0 }>(base.add(j * F + l) as *const i8)
+            };
+        }
+    }
+}
+
+/// One task's `L` lanes from `lo` of every row: a first pass over the
+/// row's edges finds, per lane, the first edge with the largest positive h
+/// (the maximum of relu from 0, strictly greater to replace, so ties go to
+/// the earlier edge), touching the gradient rows it will add to; a second
+/// pass adds the row's cotangent lanes into the winners' gradient rows.
+/// Lanes no edge won (an empty row, or no positive h: relu' = 0) add
+/// nothing.
+#[inline(always)]
+fn max_backward_lanes<const F: usize, const L: usize>(offsets: &[u64], cols: &[u32], x: &[f32], gout: &[f32], lo: usize, out: LanePtr, len: usize) {
+    let lanes = lo..lo + L;
+    for (i, w) in offsets.windows(2).enumerate() {
+        let (s, e) = (w[0] as usize, w[1] as usize);
+        if s == e {
+            continue;
+        }
+        let mut m = [0.0f32; L];
+        let mut r = [u32::MAX; L];
+        for (k, p) in (s..e).enumerate() {
+            if let Some(&ja) = cols.get(p + PREFETCH_EDGES) {
+                prefetch_lanes::<F>(x.as_ptr(), x.len(), ja as usize, &lanes);
+            }
+            let j = cols[p] as usize;
+            prefetch_lanes::<F>(out.0, len, j, &lanes);
+            let xj: &[f32; L] = x[j * F + lo..j * F + lo + L].try_into().expect("L lanes");
+            for f in 0..L {
+                let better = xj[f] > m[f];
+                m[f] = if better { xj[f] } else { m[f] };
+                r[f] = if better { k as u32 } else { r[f] };
+            }
+        }
+        let g: &[f32; L] = gout[i * F + lo..i * F + lo + L].try_into().expect("L lanes");
+        for (k, p) in (s..e).enumerate() {
+            let j = cols[p] as usize;
+            if j * F + F > len {
+                continue;
+            }
+            // SAFETY: row `j` is in bounds (checked above), and these lanes
+            // are this task's, which no other task's range holds.
+            let o = unsafe { &mut *(out.0.add(j * F + lo) as *mut [f32; L]) };
+            // Every lane, the others adding +0 (a sum from +0 is never -0):
+            // it vectorizes, where a branch per lane does not.
+            for f in 0..L {
+                o[f] += if r[f] == k as u32 { g[f] } else { 0.0 };
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn max_backward_lanes_avx2<const F: usize, const L: usize>(offsets: &[u64], cols: &[u32], x: &[f32], gout: &[f32], lo: usize, out: LanePtr, len: usize) {
+    max_backward_lanes::<F, L>(offsets, cols, x, gout, lo, out, len)
+}
+
+fn max_backward_best<const F: usize, const L: usize>(offsets: &[u64], cols: &[u32], x: &[f32], gout: &[f32], lo: usize, out: LanePtr, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2_fma() {
+            // SAFETY: the CPU supports avx2 and fma (checked just above).
+            unsafe { max_backward_lanes_avx2::<F, L>(offsets, cols, x, gout, lo, out, len) };
+            return;
+        }
+    }
+    max_backward_lanes::<F, L>(offsets, cols, x, gout, lo, out, len)
+}
+
+/// `L` lanes per task, `F / L` tasks (one per thread when the width splits
+/// evenly; `L = F` is one task).
+fn max_backward_split<const F: usize, const L: usize>(g: &Graph, x: &[f32], gout: &[f32], out: &mut [f32]) {
+    let (offsets, cols) = (g.offsets(), g.cols());
+    let (ptr, len) = (LanePtr(out.as_mut_ptr()), out.len());
+    rayon::scope(|sc| {
+        for t in 0..F / L {
+            sc.spawn(move |_| max_backward_best::<F, L>(offsets, cols, x, gout, t * L, ptr, len));
+        }
+    });
+}
+
+fn max_backward_graph<const F: usize>(g: &Graph, x: &[f32], gout: &[f32], out: &mut [f32]) {
+    let two = rayon::current_num_threads() >= 2;
+    match F {
+        16 if two => max_backward_split::<16, 8>(g, x, gout, out),
+        64 if two => max_backward_split::<64, 32>(g, x, gout, out),
+        128 if two => max_backward_split::<128, 64>(g, x, gout, out),
+        _ => max_backward_split::<F, F>(g, x, gout, out),
+    }
+}
+
+/// `MaxPool`'s source gradient in one pass over the forward CSR: per row,
+/// each lane's cotangent goes to the first edge attaining the row's maximum
+/// of relu(h) when that maximum is positive. Threads split the lanes (each
+/// reads its part of every gathered row and owns its part of every gradient
+/// row), so the scatter needs no atomics, and each gradient element adds
+/// its terms in row order, as tiga's does.
+pub fn csr_max_relu_backward(g: &Graph, x: &[f32], gout: &[f32], f: usize) -> Result<Vec<f32>, String> {
+    let mut out = output(g.num_src() * f);
+    out.fill(0.0);
+    by_width!(f, max_backward_graph, (g, x, gout, &mut out));
+    Ok(out)
+}
+
 // ---------------------------------------------------------------------- gat
 
 /// `GatAttention`: s_e = leaky_relu(a_src[j] + a_dst[i], 0.2), out[i] =
@@ -548,6 +682,9 @@ mod tests {
         // mean: Σ over out-edges of 1/deg(dst).
         let gm = csr_sum_backward(&g, &gt, &[1.0; 3], 1, Post::Mean).expect("ok");
         assert_eq!(gm, vec![1.0 / 3.0 + 0.5, 1.0 / 3.0, 1.0 / 3.0 + 0.5]);
+        // max of relus: each row's cotangent goes to its first largest
+        // positive source (x[2] = 4 wins both rows; row 2 is empty).
+        assert_eq!(csr_max_relu_backward(&g, &x, &[1.0, 2.0, 5.0], 1).expect("ok"), vec![0.0, 0.0, 3.0]);
         assert!(csr_sum(&g, &x, 3, Post::None).is_err());
     }
 

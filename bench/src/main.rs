@@ -707,7 +707,8 @@ impl PlInputs<'_> {
         match which {
             Pl::Sum => Some(hand::csr_sum_backward(self.g, &gt, self.gout, self.f, Post::None)),
             Pl::Mean => Some(hand::csr_sum_backward(self.g, &gt, self.gout, self.f, Post::Mean)),
-            Pl::Max | Pl::Gat => None,
+            Pl::Max => Some(hand::csr_max_relu_backward(self.g, self.x, self.gout, self.f)),
+            Pl::Gat => None,
         }
     }
 }
@@ -719,7 +720,7 @@ fn powerlaw_case(run: &mut Run, p: &PlInputs<'_>, which: Pl) -> Result<(), Strin
     let ins = p.inputs(which)?;
     let hand_fwd = || p.hand_fwd(which);
     let hand_bwd = || p.hand_bwd(which).unwrap_or_else(|| Err("no backward".into()));
-    let has_hand_bwd = matches!(which, Pl::Sum | Pl::Mean);
+    let has_hand_bwd = matches!(which, Pl::Sum | Pl::Mean | Pl::Max);
     eprintln!("[bench] {} F={f}: tiga (cranelift{}) and hand-written, side by side", which.name(), if mk.is_some() { ", rust-aot" } else { "" });
     let kernels: Vec<&Kernel> = std::iter::once(&k).chain(mk).collect();
     let sbs = side_by_side(
@@ -744,8 +745,8 @@ fn powerlaw_case(run: &mut Run, p: &PlInputs<'_>, which: Pl) -> Result<(), Strin
         check_bwd = run.checked(&format!("{} F={f} backward", which.name()), &hgrad, &t.grad);
     } else {
         hand_bwd_absent = Some(
-            "not hand-written: only the sum and mean backward (a pull over the transposed CSR) are; \
-             max needs each row's winning edge per feature and gat the softmax's adjoint"
+            "not hand-written: only the sum and mean backward (a pull over the transposed CSR) and max's \
+             (a lane-split scatter of each row's winners) are; gat needs the softmax's adjoint"
                 .to_string(),
         );
     }
