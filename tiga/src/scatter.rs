@@ -26,55 +26,83 @@ impl<T> Copy for Lanes<T> {}
 unsafe impl<T: Send> Send for Lanes<T> {}
 unsafe impl<T: Send> Sync for Lanes<T> {}
 
-/// `out[col(i, winner[i][f])][f] += value[i][f]` over `num_src` rows of
-/// the width of `winner` (a vector per row, or a scalar).
-pub(crate) fn winner_scatter(
-    offsets: &[u64],
-    cols: &[u32],
-    num_src: usize,
-    winner: &TensorView<'_>,
-    value: &TensorView<'_>,
-) -> Result<Tensor> {
-    let num_dst = offsets.len().saturating_sub(1);
-    let shape = winner.shape();
-    if shape != value.shape() || shape.first() != Some(&num_dst) || shape.len() > 2 {
-        return Err(Error::Call(format!(
-            "internal: winner scatter over {num_dst} rows got winners of shape {:?} and cotangents of shape {:?}",
-            shape,
-            value.shape()
-        )));
-    }
-    let width = shape.get(1).copied().unwrap_or(1);
-    let mut out_shape = shape.to_vec();
-    out_shape[0] = num_src;
-    let mut out = Tensor::zeros(value.dtype(), out_shape).map_err(|e| Error::Call(e.to_string()))?;
-    let g = Rows { offsets, cols, width };
-    match (winner.data(), value.data(), out.data_mut()) {
-        (Data::F32(w), Data::F32(v), DataMut::F32(o)) => {
-            if offsets.windows(2).any(|r| r[1].saturating_sub(r[0]) > 1 << 24) {
-                return Err(Error::Call(
-                    "a row has more than 2^24 edges: the f32 backward of max/min cannot name its winning edge exactly; run in f64"
-                        .into(),
-                ));
-            }
-            g.scatter(w, v, o)
-        }
-        (Data::F64(w), Data::F64(v), DataMut::F64(o)) => g.scatter(w, v, o),
-        _ => {
-            return Err(Error::Call(format!(
-                "internal: winner scatter of {} winners and {} cotangents",
-                winner.dtype(),
-                value.dtype()
-            )))
-        }
-    }
-    Ok(out)
+/// `out[col(i, winner[i][f])][f] += value[i][f]` into `num_src` rows of
+/// the width of the winners (a vector per row, or a scalar), the forward
+/// CSR's rows given in order, all at once or a block (a page) at a time.
+pub(crate) struct WinnerScatter<'v> {
+    winner: TensorView<'v>,
+    value: TensorView<'v>,
+    width: usize,
+    out: Tensor,
+    /// The next row expected.
+    next_row: usize,
 }
 
-/// The forward CSR and the row width.
+impl<'v> WinnerScatter<'v> {
+    pub(crate) fn new(num_src: usize, num_dst: usize, winner: TensorView<'v>, value: TensorView<'v>) -> Result<Self> {
+        let shape = winner.shape();
+        if shape != value.shape() || shape.first() != Some(&num_dst) || shape.len() > 2 || winner.dtype() != value.dtype() {
+            return Err(Error::Call(format!(
+                "internal: winner scatter over {num_dst} rows got {} winners of shape {:?} and {} cotangents of shape {:?}",
+                winner.dtype(),
+                shape,
+                value.dtype(),
+                value.shape()
+            )));
+        }
+        let width = shape.get(1).copied().unwrap_or(1);
+        let mut out_shape = shape.to_vec();
+        out_shape[0] = num_src;
+        let out = Tensor::zeros(value.dtype(), out_shape).map_err(|e| Error::Call(e.to_string()))?;
+        Ok(WinnerScatter { winner, value, width, out, next_row: 0 })
+    }
+
+    /// The rows from `first_row` on whose absolute CSR positions are
+    /// `offsets` (one more than the rows), `cols` the columns of positions
+    /// `offsets[0]..offsets[last]`. Rows come in order, each once.
+    pub(crate) fn add_rows(&mut self, first_row: usize, offsets: &[u64], cols: &[u32]) -> Result<()> {
+        let base = offsets.first().copied().unwrap_or(0) as usize;
+        let end = offsets.last().copied().unwrap_or(0) as usize;
+        if first_row != self.next_row || end.saturating_sub(base) != cols.len() {
+            return Err(Error::Call(format!(
+                "internal: winner scatter expected row {} with its columns, got row {first_row} with {} columns for {} edges",
+                self.next_row,
+                cols.len(),
+                end.saturating_sub(base)
+            )));
+        }
+        self.next_row += offsets.len().saturating_sub(1);
+        let g = Rows { offsets, cols, base, first_row, width: self.width };
+        match (self.winner.data(), self.value.data(), self.out.data_mut()) {
+            (Data::F32(w), Data::F32(v), DataMut::F32(o)) => {
+                if offsets.windows(2).any(|r| r[1].saturating_sub(r[0]) > 1 << 24) {
+                    return Err(Error::Call(
+                        "a row has more than 2^24 edges: the f32 backward of max/min cannot name its winning edge exactly; run in f64"
+                            .into(),
+                    ));
+                }
+                g.scatter(w, v, o);
+            }
+            (Data::F64(w), Data::F64(v), DataMut::F64(o)) => g.scatter(w, v, o),
+            _ => return Err(Error::Call("internal: winner scatter of mixed element types".into())),
+        }
+        Ok(())
+    }
+
+    pub(crate) fn finish(self) -> Tensor {
+        self.out
+    }
+}
+
+/// A block of the forward CSR's rows and the row width.
 struct Rows<'g> {
+    /// Absolute positions, one more than the rows.
     offsets: &'g [u64],
+    /// The columns of positions `base..`.
     cols: &'g [u32],
+    base: usize,
+    /// The row of `offsets[0]`.
+    first_row: usize,
     width: usize,
 }
 
@@ -126,8 +154,9 @@ impl Rows<'_> {
             return;
         }
         let num_src = len / w;
-        for (i, row) in self.offsets.windows(2).enumerate() {
-            let (start, end) = (row[0] as usize, row[1] as usize);
+        for (k, row) in self.offsets.windows(2).enumerate() {
+            let i = self.first_row + k;
+            let (start, end) = ((row[0] as usize).saturating_sub(self.base), (row[1] as usize).saturating_sub(self.base));
             let at = i * w + lanes.start..i * w + lanes.end;
             let (Some(wrow), Some(vrow)) = (winner.get(at.clone()), value.get(at)) else { continue };
             for p in start..end {

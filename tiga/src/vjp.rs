@@ -84,17 +84,6 @@ impl Target<'_> {
             Target::Stencil(_) => return Err(no_csr()),
         })
     }
-
-    /// The forward CSR's row offsets and column indices (mapped for a
-    /// file).
-    fn adjacency(&self) -> Result<(&[u64], &[u32])> {
-        let e = |x: tiga_runtime::storage::GfgError| Error::Call(x.to_string());
-        Ok(match self {
-            Target::Memory(g) => (g.offsets(), g.cols()),
-            Target::Paged(f, _) => (f.offsets().map_err(e)?, f.cols().map_err(e)?),
-            Target::Stencil(_) => return Err(no_csr()),
-        })
-    }
 }
 
 fn no_csr() -> Error {
@@ -381,12 +370,24 @@ impl Kernel {
                             stage.kernel.name, fd.name
                         )));
                     };
-                    let (offsets, cols) = target.adjacency()?;
-                    scattered.push(crate::scatter::winner_scatter(offsets, cols, extents.num_src, &w, &v)?);
-                    if let Target::Paged(f, _) = target {
-                        // The mapped adjacency was read once, in order.
-                        f.release_adjacency();
+                    let mut sc = crate::scatter::WinnerScatter::new(extents.num_src, extents.num_dst, w, v)?;
+                    match target {
+                        Target::Memory(g) => sc.add_rows(0, g.offsets(), g.cols())?,
+                        // A page at a time, each dropped from the resident
+                        // set after (as a paged stage's pages are).
+                        Target::Paged(f, opts) => {
+                            let e = |x: tiga_runtime::storage::GfgError| Error::Call(x.to_string());
+                            for rows in opts.plan(f.offsets().map_err(e)?, 4) {
+                                let page = f.page_without_ids(rows.clone(), false).map_err(e)?;
+                                let added = sc.add_rows(rows.start, page.offsets, page.cols);
+                                f.release_page(&page);
+                                added?;
+                            }
+                            f.release_adjacency();
+                        }
+                        Target::Stencil(_) => return Err(no_csr()),
                     }
+                    scattered.push(sc.finish());
                 }
             }
             let outs = {

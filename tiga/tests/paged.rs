@@ -124,6 +124,48 @@ fn paged_vjp_equals_in_memory() {
     }
 }
 
+/// A max whose messages depend on the source alone (MaxPool) takes its
+/// source gradient from a scatter of each row's winners over the forward
+/// pages and a per-source stage, so its paged backward runs on a file saved
+/// without a transpose, with the in-memory gradient's bits; a kernel whose
+/// source side is a transposed-graph stage (VecSum) still asks for the
+/// stored transpose by name.
+#[test]
+fn paged_max_backward_needs_no_transpose() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let n = 23usize;
+    let mut rng = Rng(11);
+    let (src, dst) = random_edges(&mut rng, n, n - 3, 90);
+    let g = Graph::from_edges(n, n, &src, &dst).expect("graph");
+    let k = Kernel::from_source(GNN, "MaxPool").expect("kernel");
+    let f = 6;
+    let h = Tensor::from_f64(vec![n, f], (0..n * f).map(|_| rng.f() - 0.5).collect()).expect("h");
+    let cot = Tensor::from_f64(vec![n, f], (0..n * f).map(|i| ((i * 5 % 13) as f64) / 4.0 - 1.0).collect()).expect("cot");
+    let ins = Inputs::new().src("h", &h);
+    let want = k.vjp(&g, &ins, &[("out", cot.view())]).expect("in-memory vjp");
+    let nonzero = want.src("h").expect("grad").to_f64_vec().iter().filter(|x| **x != 0.0).count();
+    assert!(nonzero > n, "too few winners to test the scatter: {nonzero}");
+    let path = dir.path().join("no_transpose.gfg");
+    save_gfg(&path, &g, false, &[]).expect("save without transpose");
+    let file = GfgFile::open(&path).expect("open");
+    assert!(!file.has_transpose());
+    for rows in [1usize, 5, n] {
+        for prefetch in [0usize, 2] {
+            let opts = PageOptions { page_rows: Some(rows), page_bytes: None, prefetch: Some(prefetch) };
+            let got = k.vjp_paged(&file, &ins, &[("out", cot.view())], &opts).expect("paged max vjp without a transpose");
+            assert_eq!(
+                got.src("h").expect("grad").to_f64_vec(),
+                want.src("h").expect("grad").to_f64_vec(),
+                "pages of {rows} rows, prefetch {prefetch}"
+            );
+        }
+    }
+    let sum = Kernel::from_source(GNN, "VecSum").expect("kernel");
+    let opts = PageOptions { page_rows: Some(4), page_bytes: None, prefetch: Some(1) };
+    let err = sum.vjp_paged(&file, &ins, &[("out", cot.view())], &opts).expect_err("VecSum's source side reads the transpose");
+    assert!(err.to_string().contains("transpose"), "{err}");
+}
+
 /// The `EdgeGate` kernel (a parameter, an edge field, a source field) on a
 /// random graph, with its in-memory VJP and the graph saved with its
 /// transpose.
