@@ -21,7 +21,9 @@
 //! same role and name; edge fields are in the order of the edge list the
 //! file was built from (its stored edge ids). `--grads` on a `.gfg` runs
 //! the backward paged too (`Kernel::vjp_paged`): the file needs its
-//! transpose (`tigac convert --transpose`), and fields must be given on the
+//! transpose (`tigac convert --transpose`) unless the kernel is a max/min
+//! whose messages read only source fields (its source gradient is a
+//! scatter over the forward pages), and fields must be given on the
 //! command line.
 
 use std::io::Write as _;
@@ -371,7 +373,8 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
             let g = match &graph {
                 GraphSource::Memory(g) => kernel.vjp(g, &inputs, &views),
                 // Every adjoint stage paged; the source stage reads the file's
-                // stored transpose (`tigac convert --transpose`).
+                // stored transpose (`tigac convert --transpose`), except a
+                // max/min's scatter, which reads the forward pages.
                 GraphSource::Paged(f) => kernel.vjp_paged(f, &inputs, &views, &page_opts),
             }
             .map_err(|e| Failure::new(format!("gradients of kernel `{}`: {e}", kernel.name())))?;

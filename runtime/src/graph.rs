@@ -151,19 +151,24 @@ impl Graph {
         Ok(Graph { num_src, num_dst, offsets, cols, edge_ids: None, derived: Derived::default() })
     }
 
-    /// `n` nodes, each row holding the single edge from its node to itself:
-    /// a node-wise computation run as a message-passing kernel (the
-    /// backward's per-source stage of a max or min).
-    pub fn self_loops(n: usize) -> Result<Graph, GraphError> {
+    /// One node per entry of `has_loop`, the row of each node with `true`
+    /// holding the single edge from it to itself and the others empty: a
+    /// node-wise computation run as a message-passing kernel (the
+    /// backward's per-source stage of a max or min, over the sources with
+    /// out-edges).
+    pub fn self_loops(has_loop: &[bool]) -> Result<Graph, GraphError> {
+        let n = has_loop.len();
         check_node_count("source", n)?;
-        Ok(Graph {
-            num_src: n,
-            num_dst: n,
-            offsets: (0..=n as u64).collect(),
-            cols: (0..n).map(|j| j as u32).collect(),
-            edge_ids: None,
-            derived: Derived::default(),
-        })
+        let mut offsets = Vec::with_capacity(n + 1);
+        let mut cols = Vec::with_capacity(n);
+        offsets.push(0u64);
+        for (j, &l) in has_loop.iter().enumerate() {
+            if l {
+                cols.push(j as u32);
+            }
+            offsets.push(cols.len() as u64);
+        }
+        Ok(Graph { num_src: n, num_dst: n, offsets, cols, edge_ids: None, derived: Derived::default() })
     }
 
     /// Takes CSR arrays together with the CSR-position-to-user-edge-index

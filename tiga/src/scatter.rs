@@ -34,6 +34,10 @@ pub(crate) struct WinnerScatter<'v> {
     value: TensorView<'v>,
     width: usize,
     out: Tensor,
+    /// Which sources have an out-edge (the rows the per-source stage runs:
+    /// a source with none gets no gradient from the edge function at all,
+    /// as over the transposed graph, where its row is empty).
+    has_edges: Vec<bool>,
     /// The next row expected.
     next_row: usize,
 }
@@ -54,7 +58,7 @@ impl<'v> WinnerScatter<'v> {
         let mut out_shape = shape.to_vec();
         out_shape[0] = num_src;
         let out = Tensor::zeros(value.dtype(), out_shape).map_err(|e| Error::Call(e.to_string()))?;
-        Ok(WinnerScatter { winner, value, width, out, next_row: 0 })
+        Ok(WinnerScatter { winner, value, width, out, has_edges: vec![false; num_src], next_row: 0 })
     }
 
     /// The rows from `first_row` on whose absolute CSR positions are
@@ -73,6 +77,7 @@ impl<'v> WinnerScatter<'v> {
         }
         self.next_row += offsets.len().saturating_sub(1);
         let g = Rows { offsets, cols, base, first_row, width: self.width };
+        let seen = &mut self.has_edges;
         match (self.winner.data(), self.value.data(), self.out.data_mut()) {
             (Data::F32(w), Data::F32(v), DataMut::F32(o)) => {
                 if offsets.windows(2).any(|r| r[1].saturating_sub(r[0]) > 1 << 24) {
@@ -81,16 +86,17 @@ impl<'v> WinnerScatter<'v> {
                             .into(),
                     ));
                 }
-                g.scatter(w, v, o);
+                g.scatter(w, v, o, seen);
             }
-            (Data::F64(w), Data::F64(v), DataMut::F64(o)) => g.scatter(w, v, o),
+            (Data::F64(w), Data::F64(v), DataMut::F64(o)) => g.scatter(w, v, o, seen),
             _ => return Err(Error::Call("internal: winner scatter of mixed element types".into())),
         }
         Ok(())
     }
 
-    pub(crate) fn finish(self) -> Tensor {
-        self.out
+    /// The sums, and which sources have an out-edge.
+    pub(crate) fn finish(self) -> (Tensor, Vec<bool>) {
+        (self.out, self.has_edges)
     }
 }
 
@@ -129,11 +135,19 @@ impl Lane for f64 {
 const TOUCH_AHEAD: usize = 16;
 
 impl Rows<'_> {
-    fn scatter<T: Lane>(&self, winner: &[T], value: &[T], out: &mut [T]) {
+    fn scatter<T: Lane>(&self, winner: &[T], value: &[T], out: &mut [T], seen: &mut [bool]) {
         let tasks = rayon::current_num_threads().clamp(1, self.width.max(1));
         let ptr = Lanes(out.as_mut_ptr());
         let len = out.len();
         rayon::scope(|s| {
+            // The sources with edges, beside the lane tasks.
+            s.spawn(|_| {
+                for &j in self.cols {
+                    if let Some(x) = seen.get_mut(j as usize) {
+                        *x = true;
+                    }
+                }
+            });
             for t in 0..tasks {
                 let lanes = t * self.width / tasks..(t + 1) * self.width / tasks;
                 s.spawn(move |_| self.scatter_lanes(lanes, winner, value, ptr, len));

@@ -217,6 +217,11 @@ impl Kernel {
     /// `TIGA_GRAPH_RAM_BUDGET`): those, such as a large source gradient, are
     /// file-backed tensors ([`Tensor::is_file_backed`]) whose pages leave
     /// the resident set as the rows are done.
+    ///
+    /// One exception: a max/min whose messages depend on the source alone
+    /// takes its source gradient from a scatter over the forward pages and a
+    /// per-source stage in memory (no stored transpose needed); its scattered
+    /// sums and source gradient stay in RAM whatever the budget.
     pub fn vjp_paged(
         &self,
         file: &GfgFile,
@@ -332,24 +337,6 @@ impl Kernel {
         } else { Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))? };
         let mut stage_outs: Vec<Outputs> = Vec::with_capacity(plan.stages.len());
         for (si, stage) in plan.adjoint.stages.iter().enumerate() {
-            let g: Arc<Graph>;
-            let g_ref: Option<&Graph> = match (target, stage.graph) {
-                // Node-wise: the same small graph whatever the target.
-                (Target::Memory(_) | Target::Paged(..), GraphUse::SelfLoops) => {
-                    g = Arc::new(Graph::self_loops(extents.num_src).map_err(|e| Error::Call(e.to_string()))?);
-                    Some(&g)
-                }
-                (Target::Paged(..) | Target::Stencil(_), _) => None,
-                (Target::Memory(graph), GraphUse::Forward) => Some(graph),
-                (Target::Memory(graph), GraphUse::Transposed) => {
-                    g = graph.transposed();
-                    Some(&g)
-                }
-                (Target::Memory(graph), GraphUse::RowReversed) => {
-                    g = graph.row_reversed();
-                    Some(&g)
-                }
-            };
             let simple_view = |bnd: &Binding| -> Option<TensorView<'_>> {
                 match bnd {
                     Binding::Forward(role, name) => forward_view(*role, name),
@@ -362,6 +349,7 @@ impl Kernel {
             };
             // Scattered sums first: the views below borrow them.
             let mut scattered: Vec<Tensor> = Vec::new();
+            let mut sources_with_edges: Option<Vec<bool>> = None;
             for (fd, bnd) in stage.kernel.fields.iter().zip(&stage.bindings) {
                 if let Binding::WinnerScatter { winner, value } = bnd {
                     let (Some(w), Some(v)) = (simple_view(winner), simple_view(value)) else {
@@ -387,9 +375,31 @@ impl Kernel {
                         }
                         Target::Stencil(_) => return Err(no_csr()),
                     }
-                    scattered.push(sc.finish());
+                    let (sums, has_edges) = sc.finish();
+                    scattered.push(sums);
+                    sources_with_edges.get_or_insert(has_edges);
                 }
             }
+            let g: Arc<Graph>;
+            let g_ref: Option<&Graph> = match (target, stage.graph) {
+                // Node-wise, in memory whatever the target: one row per
+                // source, a self-loop for each source with out-edges.
+                (Target::Memory(_) | Target::Paged(..), GraphUse::SelfLoops) => {
+                    let with_edges = sources_with_edges.take().unwrap_or_else(|| vec![true; extents.num_src]);
+                    g = Arc::new(Graph::self_loops(&with_edges).map_err(|e| Error::Call(e.to_string()))?);
+                    Some(&g)
+                }
+                (Target::Paged(..) | Target::Stencil(_), _) => None,
+                (Target::Memory(graph), GraphUse::Forward) => Some(graph),
+                (Target::Memory(graph), GraphUse::Transposed) => {
+                    g = graph.transposed();
+                    Some(&g)
+                }
+                (Target::Memory(graph), GraphUse::RowReversed) => {
+                    g = graph.row_reversed();
+                    Some(&g)
+                }
+            };
             let outs = {
                 let mut ins = Inputs::new();
                 let mut next_scattered = scattered.iter();

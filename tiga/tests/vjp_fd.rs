@@ -194,3 +194,53 @@ pub mod Square {
     }
     check_kernels_on_test_graphs(&kernels, Rng(0x5747_5000_0001));
 }
+
+/// A max whose destination fields are named like the stats stage's
+/// outputs (`abar0`, `winner0`): the source side's scatter must take the
+/// stats stage's values, not the user's fields of the same names. A max of
+/// `ln`: a source with no out-edge gets gradient 0 (no row in the
+/// per-source stage), not the adjoint of `ln` at its value with a zero
+/// cotangent (0 / 0 at x = 0). The first against finite differences, the
+/// second against the closed form.
+#[test]
+fn max_scatter_reads_the_stats_stage_and_skips_isolated_sources() {
+    const SRC: &str = r#"
+#[message_passing(reduce = max)]
+pub mod MaxNamedLikeStats {
+    use tiga::lang::*;
+    pub struct Src { pub x: f32 }
+    pub struct Dst { pub abar0: f32, pub winner0: f32 }
+    pub fn edge(src: &Src) -> f32 { src.x * src.x }
+    pub fn node(dst: &Dst, agg: f32) -> f32 { agg * dst.abar0 + dst.winner0 }
+}
+#[message_passing(reduce = max)]
+pub mod MaxLn {
+    use tiga::lang::*;
+    pub struct Src { pub x: f32 }
+    pub fn edge(src: &Src) -> f32 { ln(src.x) }
+}
+"#;
+    let kernels = Kernel::all_from_source(SRC).expect("kernels compile");
+    for k in &kernels {
+        assert!(k.explain().contains("[SelfLoops]"), "{}: expected the scatter:\n{}", k.name(), k.explain());
+    }
+    // (ln near 0 has no finite difference: the closed form below instead.)
+    let named: Vec<Kernel> = Kernel::all_from_source(SRC)
+        .expect("kernels compile")
+        .into_iter()
+        .filter(|k| k.name() == "MaxNamedLikeStats")
+        .collect();
+    check_kernels_on_test_graphs(&named, Rng(0x5ca7_7e40_0001));
+    // Source 2 has no out-edge and x = 0.
+    let k = kernels.iter().find(|k| k.name() == "MaxLn").expect("kernel");
+    let g = Graph::from_edges(3, 2, &[0, 1, 1], &[0, 0, 1]).expect("graph");
+    let x = Tensor::from_f64(vec![3], vec![2.0, 4.0, 0.0]).expect("x");
+    let cot = Tensor::from_f64(vec![2], vec![1.0, 3.0]).expect("cot");
+    for grads in [
+        k.vjp(&g, &Inputs::new().src("x", &x), &[("out", cot.view())]).expect("vjp"),
+        k.vjp_reference(&g, &Inputs::new().src("x", &x), &[("out", cot.view())]).expect("reference"),
+    ] {
+        // Both rows are won by source 1 (ln 4 > ln 2): (1 + 3) / 4.
+        assert_eq!(grads.src("x").expect("grad").to_f64_vec(), vec![0.0, 1.0, 0.0]);
+    }
+}

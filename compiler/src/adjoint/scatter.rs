@@ -18,9 +18,15 @@
 //! write one place (`Binding::WinnerScatter`). What remains is a node-wise
 //! stage over the sources (`GraphUse::SelfLoops`), an ordinary kernel.
 //!
-//! Each source's sum adds the same terms in the same order as the
+//! Each source's sum adds the same cotangents in the same order as the
 //! transposed stage did (rows in increasing order; the transposed stage
-//! added zeros between them), so the gradients keep their values.
+//! added zeros between them). Where the edge function's adjoint selects or
+//! passes its cotangent through (relu, identity, a select), the gradients
+//! keep their bits; where it scales it (`x * p`), `J(Σ mbar)` rounds
+//! differently from `Σ J(mbar)`, within the sum's rounding. A source with
+//! no out-edge gets no row in the per-source stage (the runtime builds the
+//! self-loop graph from the sources it saw), so its gradient is 0 as
+//! before, not the edge adjoint of a zero cotangent (NaN for `ln` at 0).
 
 use super::kernel::{builtin, empty_kernel, grad_name, zero_of, Binding, FieldSet, GraphUse, Stage, B};
 use super::vjp::{vjp_region, AdjointError};
@@ -67,8 +73,15 @@ pub(crate) fn scatter_winning_cotangents(k: &Kernel, stages: &mut [Stage]) -> Re
     // What the transposed stage gathered per edge: each message
     // component's cotangent (`abar{c}`) and winner rank (`winner{c}`).
     let old = &stages[at];
+    // (Not the forward fields copied first, which a user may have named so
+    // too: a destination field `abar0` becomes a source field there.)
     let bound = |name: &str| {
-        old.kernel.fields.iter().position(|f| f.role == Role::Src && f.name == name).and_then(|i| old.bindings.get(i).cloned())
+        old.kernel
+            .fields
+            .iter()
+            .zip(&old.bindings)
+            .find(|(f, b)| f.role == Role::Src && f.name == name && !matches!(b, Binding::Forward(..)))
+            .map(|(_, b)| b.clone())
     };
     let msg_types = k.message_types();
     let mut mbar_f = Vec::with_capacity(msg_types.len());
@@ -76,10 +89,9 @@ pub(crate) fn scatter_winning_cotangents(k: &Kernel, stages: &mut [Stage]) -> Re
         let (Some(winner), Some(value)) = (bound(&format!("winner{c}")), bound(&format!("abar{c}"))) else {
             return Ok(None);
         };
+        // The new stage's source fields are these alone (forward source
+        // fields become its destination fields), so the name is free.
         let name = format!("mbar{c}");
-        if fs.fields.iter().any(|f| f.role == Role::Src && f.name == name) {
-            return Ok(None);
-        }
         let scatter = Binding::WinnerScatter { winner: Box::new(winner), value: Box::new(value) };
         mbar_f.push(fs.add(&name, Role::Src, *t, crate::ir::DType::F32, scatter));
     }
