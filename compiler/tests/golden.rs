@@ -61,9 +61,15 @@ fn adjoint_ir_after_each_pass_and_loop_ir() {
         let adj = generate_adjoint(&k).unwrap_or_else(|e| panic!("generate-adjoint of {name}: {e}"));
         let mut text = String::new();
         writeln!(text, ";; adjoint of {name}: {} stage(s)", adj.stages.len()).expect("write");
+        if let Some(sides) = adj.source_sides {
+            writeln!(text, ";; source sides: stage {} (scatter) or stage {} (transposed), one per call", sides.scatter, sides.transposed)
+                .expect("write");
+        }
         for g in &adj.gradients {
             let parts: Vec<String> = g.parts.iter().map(|(s, o)| format!("stage {s} `{o}`")).collect();
-            let parts = if parts.is_empty() { "zero".to_string() } else { parts.join(" + ") };
+            // A part from each source side: one of them runs.
+            let alternatives = adj.source_sides.is_some() && g.parts.len() > 1;
+            let parts = if parts.is_empty() { "zero".to_string() } else { parts.join(if alternatives { " or " } else { " + " }) };
             writeln!(text, ";; gradient {}.{} = {parts}", g.role.name(), g.name).expect("write");
         }
         for n in &adj.notes {

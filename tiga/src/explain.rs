@@ -159,6 +159,18 @@ fn adjoint(s: &mut String, k: &Kernel) {
     };
     let stages = &plan.adjoint.stages;
     let _ = writeln!(s, "  {} stage(s), run in order; each is an ordinary kernel (same passes, scheduler, back end)", stages.len());
+    if let Some(sides) = plan.adjoint.source_sides {
+        let _ = writeln!(
+            s,
+            "  stages {} and {} are two ways to the source gradients, and a call runs one: stage {} (a scatter, no transposed \
+             graph), except a paged call whose source gradient is over the RAM budget on a file with a stored transpose, \
+             which runs stage {} (its gradient goes to a file as its rows are done)",
+            sides.transposed + 1,
+            sides.scatter + 1,
+            sides.scatter + 1,
+            sides.transposed + 1
+        );
+    }
 
     // Which gradients come from which graph, by forward role.
     let _ = writeln!(s, "  gradients:");
@@ -190,8 +202,9 @@ fn adjoint(s: &mut String, k: &Kernel) {
             Role::Src if graphs == [GraphUse::Transposed] => {
                 "transposed graph, no atomics (a sum over each source's out-edges is a row of the transposed graph)".to_string()
             }
-            Role::Src if graphs == [GraphUse::SelfLoops] => "each row's winning cotangents scattered to their sources \
-                 (rows in order, lanes split between threads: no atomics), then the edge function's adjoint per source"
+            Role::Src if plan.adjoint.source_sides.is_some() => "each row's winning cotangents scattered to their sources \
+                 (rows in order, lanes split between threads: no atomics), then the edge function's adjoint per source; \
+                 or, paged over the RAM budget, the transposed graph"
                 .to_string(),
             Role::Edge => format!("{}, one value per edge, in the graph file's edge order", graphs_text(&graphs)),
             Role::Dst => format!("{}, summed over each destination's row", graphs_text(&graphs)),
@@ -203,7 +216,11 @@ fn adjoint(s: &mut String, k: &Kernel) {
             "    {} gradients ({}): {how}; from {}",
             role.name(),
             names.join(", "),
-            if stage_names.is_empty() { "no stage (zero)".to_string() } else { stage_names.join(" + ") }
+            match (stage_names.is_empty(), plan.adjoint.source_sides.is_some() && role == Role::Src) {
+                (true, _) => "no stage (zero)".to_string(),
+                (false, true) => stage_names.join(" or "),
+                (false, false) => stage_names.join(" + "),
+            }
         );
     }
 

@@ -220,8 +220,9 @@ impl Kernel {
     ///
     /// One exception: a max/min whose messages depend on the source alone
     /// takes its source gradient from a scatter over the forward pages and a
-    /// per-source stage in memory (no stored transpose needed); its scattered
-    /// sums and source gradient stay in RAM whatever the budget.
+    /// per-source stage in memory (no stored transpose needed), unless that
+    /// gradient is over the RAM budget and the file has its transpose: then
+    /// from the transposed stage, into a file as above.
     pub fn vjp_paged(
         &self,
         file: &GfgFile,
@@ -318,8 +319,29 @@ impl Kernel {
                 cotangents.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone())
             }
         };
-        let needs_ranks = plan.adjoint.stages.iter().any(|s| s.bindings.contains(&Binding::EdgeRank));
-        let needs_inv_deg = plan.adjoint.stages.iter().any(|s| s.bindings.contains(&Binding::InvDegree));
+        // Of a max/min's two source sides, the one this call does not run.
+        let skipped = plan.adjoint.source_sides.map(|sides| {
+            let src_grad_bytes: u64 = k
+                .fields
+                .iter()
+                .zip(&b.views)
+                .filter(|(f, _)| f.role == Role::Src)
+                .map(|(_, v)| (v.len() * dtype.size()) as u64)
+                .sum();
+            let to_file = match target {
+                Target::Paged(f, _) => f.has_transpose() && crate::offload::output_spill_dir(src_grad_bytes).is_some(),
+                Target::Memory(_) | Target::Stencil(_) => false,
+            };
+            if to_file {
+                sides.scatter
+            } else {
+                sides.transposed
+            }
+        });
+        let runs = |si: usize| Some(si) != skipped;
+        let needs_ranks = plan.adjoint.stages.iter().enumerate().any(|(si, s)| runs(si) && s.bindings.contains(&Binding::EdgeRank));
+        let needs_inv_deg =
+            plan.adjoint.stages.iter().enumerate().any(|(si, s)| runs(si) && s.bindings.contains(&Binding::InvDegree));
         let inv_deg = if needs_inv_deg {
             let (offs, _) = target.csr()?;
             let inv = offs.windows(2).map(|w| 1.0 / ((w[1] - w[0]).max(1) as f64));
@@ -337,6 +359,10 @@ impl Kernel {
         } else { Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))? };
         let mut stage_outs: Vec<Outputs> = Vec::with_capacity(plan.stages.len());
         for (si, stage) in plan.adjoint.stages.iter().enumerate() {
+            if !runs(si) {
+                stage_outs.push(Outputs { items: Vec::new() });
+                continue;
+            }
             let simple_view = |bnd: &Binding| -> Option<TensorView<'_>> {
                 match bnd {
                     Binding::Forward(role, name) => forward_view(*role, name),

@@ -166,6 +166,39 @@ fn paged_max_backward_needs_no_transpose() {
     assert!(err.to_string().contains("transpose"), "{err}");
 }
 
+/// MaxPool's paged source gradient over the RAM budget, on a file with its
+/// transpose, comes from the transposed stage and lives in a file, as a
+/// sum's does; under the budget, or without a stored transpose, from the
+/// scatter, in RAM. Every way gives the in-memory gradient's bits (relu'
+/// selects its cotangent, so the sums are the same).
+#[test]
+fn paged_max_source_gradient_over_the_budget_lives_in_a_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (n, f) = (300usize, 8usize);
+    let mut rng = Rng(5);
+    let (src, dst) = random_edges(&mut rng, n, n - 3, 2500);
+    let g = Graph::from_edges(n, n, &src, &dst).expect("graph");
+    let k = Kernel::from_source(GNN, "MaxPool").expect("kernel");
+    let h = Tensor::from_f32(vec![n, f], (0..n * f).map(|_| rng.f() as f32 - 0.5).collect()).expect("h");
+    let cot = Tensor::from_f32(vec![n, f], (0..n * f).map(|i| ((i * 3 % 7) as f32) / 2.0 - 1.0).collect()).expect("cot");
+    let ins = Inputs::new().src("h", &h);
+    let want = k.vjp(&g, &ins, &[("out", cot.view())]).expect("in-memory vjp");
+    let want = want.src("h").expect("grad").to_f64_vec();
+    let (with_t, without_t) = (dir.path().join("t.gfg"), dir.path().join("no_t.gfg"));
+    save_gfg(&with_t, &g, true, &[]).expect("save");
+    save_gfg(&without_t, &g, false, &[]).expect("save");
+    let opts = PageOptions { page_rows: Some(41), page_bytes: None, prefetch: Some(2) };
+    // The source gradient is 300 × 8 × 4 = 9,600 bytes.
+    for (path, budget, on_disk) in [(&with_t, 4096u64, true), (&with_t, 1 << 20, false), (&without_t, 4096, false)] {
+        let file = GfgFile::open(path).expect("open");
+        let got = tiga::with_ram_budget(budget, || k.vjp_paged(&file, &ins, &[("out", cot.view())], &opts)).expect("paged vjp");
+        let grad = got.src("h").expect("grad");
+        let label = format!("{} budget {budget}", path.display());
+        assert_eq!(grad.is_file_backed(), on_disk, "{label}");
+        assert_eq!(grad.to_f64_vec(), want, "{label}");
+    }
+}
+
 /// The `EdgeGate` kernel (a parameter, an edge field, a source field) on a
 /// random graph, with its in-memory VJP and the graph saved with its
 /// transpose.

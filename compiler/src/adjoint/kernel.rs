@@ -96,6 +96,23 @@ pub struct Adjoint {
     pub stages: Vec<Stage>,
     pub gradients: Vec<GradientPlan>,
     pub notes: Vec<String>,
+    /// Two stages of which a call runs one (see `adjoint/scatter.rs`).
+    #[serde(default)]
+    pub source_sides: Option<SourceSides>,
+}
+
+/// A max/min's source side, two ways: a scatter of the rows' winners and a
+/// per-source stage (`scatter`: no transposed graph, its sums in RAM), or
+/// the gather over the transposed graph (`transposed`: a paged call's
+/// source gradient over the RAM budget goes to a file as its rows are
+/// done). A call runs `scatter`, except a paged call whose source gradient
+/// is over the RAM budget on a file with a stored transpose; the other
+/// stage produces nothing, and each gradient takes its part from the stage
+/// that ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SourceSides {
+    pub scatter: usize,
+    pub transposed: usize,
 }
 
 /// A small builder with the verifier's typing rules.
@@ -983,8 +1000,9 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
     // ---- max/min whose messages depend on the source alone: the source
     // side scatters each lane's winning cotangent to its source node and
     // differentiates the edge function once per node.
-    if let Some(note) = super::scatter::scatter_winning_cotangents(k, &mut stages)? {
-        notes.push(note);
+    let source_sides = super::scatter::scatter_winning_cotangents(k, &mut stages)?;
+    if source_sides.is_some() {
+        notes.push(super::scatter::NOTE.into());
     }
 
     // ---- gradients ------------------------------------------------------
@@ -1015,5 +1033,5 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         stages.len(),
         stages.iter().map(|s| format!("{} [{:?}]", s.kernel.name, s.graph)).collect::<Vec<_>>().join(", ")
     ));
-    Ok(Adjoint { stages, gradients, notes })
+    Ok(Adjoint { stages, gradients, notes, source_sides })
 }

@@ -18,6 +18,11 @@
 //! write one place (`Binding::WinnerScatter`). What remains is a node-wise
 //! stage over the sources (`GraphUse::SelfLoops`), an ordinary kernel.
 //!
+//! The transposed stage stays in the plan beside it (`SourceSides`): the
+//! scatter's sums and the per-source stage's gradient live in RAM, where a
+//! paged call over the RAM budget needs its source gradient in a file,
+//! which the transposed stage writes row by row.
+//!
 //! Each source's sum adds the same cotangents in the same order as the
 //! transposed stage did (rows in increasing order; the transposed stage
 //! added zeros between them). Where the edge function's adjoint selects or
@@ -28,14 +33,20 @@
 //! self-loop graph from the sources it saw), so its gradient is 0 as
 //! before, not the edge adjoint of a zero cotangent (NaN for `ln` at 0).
 
-use super::kernel::{builtin, empty_kernel, grad_name, zero_of, Binding, FieldSet, GraphUse, Stage, B};
+use super::kernel::{builtin, empty_kernel, grad_name, zero_of, Binding, FieldSet, GraphUse, SourceSides, Stage, B};
 use super::vjp::{vjp_region, AdjointError};
 use crate::ir::{FieldId, Kernel, Op, OutputDecl, ReducerKind, Region, Role, ValueId, WidthDecl};
 
-/// Replace the transposed source stage of a max/min whose messages depend
-/// on the source alone by a scatter and a node-wise stage. Returns a note
-/// when it did; the stages are unchanged when it did not.
-pub(crate) fn scatter_winning_cotangents(k: &Kernel, stages: &mut [Stage]) -> Result<Option<String>, AdjointError> {
+/// The plan's note when it has both source sides.
+pub(crate) const NOTE: &str = "max/min of messages that depend on the source alone: the source side adds each row's winning \
+     cotangents at their source nodes (a scatter in row order, lanes split between threads) and applies the edge function's \
+     adjoint once per source, instead of gathering two rows per edge over the transposed graph (which still runs for a paged \
+     call whose source gradient is over the RAM budget, so that the gradient goes to a file)";
+
+/// Add, beside the transposed source stage of a max/min whose messages
+/// depend on the source alone, the scatter's node-wise stage (appended).
+/// Returns the two when it did; the stages are unchanged when it did not.
+pub(crate) fn scatter_winning_cotangents(k: &Kernel, stages: &mut Vec<Stage>) -> Result<Option<SourceSides>, AdjointError> {
     if !matches!(k.reducer.kind, ReducerKind::Max | ReducerKind::Min) {
         return Ok(None);
     }
@@ -100,7 +111,7 @@ pub(crate) fn scatter_winning_cotangents(k: &Kernel, stages: &mut [Stage]) -> Re
         .iter()
         .map(|&f| OutputDecl { name: grad_name(Role::Src, &k.fields[f].name), ty: k.fields[f].ty, role: Role::Dst })
         .collect();
-    let (mut sk, sb) = empty_kernel(k, format!("{}.vjp.src", k.name), fs, builtin(ReducerKind::Sum, k.reducer.span), outputs);
+    let (mut sk, sb) = empty_kernel(k, format!("{}.vjp.scatter", k.name), fs, builtin(ReducerKind::Sum, k.reducer.span), outputs);
     sk.widths = widths;
     // The forward edge function over the new field ids, differentiated
     // with the scattered sums as its messages' cotangents.
@@ -128,16 +139,11 @@ pub(crate) fn scatter_winning_cotangents(k: &Kernel, stages: &mut [Stage]) -> Re
     let ins: Vec<ValueId> = agg_t.iter().enumerate().map(|(i, t)| node.push(Op::Input(i as u32), *t, sp)).collect();
     node.outputs = ins;
     sk.node = Some(node);
-    stages[at] = Stage {
+    stages.push(Stage {
         purpose: "source side: each lane's winning cotangent scattered to its source, then the edge function's adjoint once per source".into(),
         graph: GraphUse::SelfLoops,
         kernel: sk,
         bindings: sb,
-    };
-    Ok(Some(
-        "max/min of messages that depend on the source alone: the source side adds each row's winning cotangents at their \
-         source nodes (a scatter in row order, lanes split between threads) and applies the edge function's adjoint once per \
-         source, instead of gathering two rows per edge over the transposed graph"
-            .into(),
-    ))
+    });
+    Ok(Some(SourceSides { scatter: stages.len() - 1, transposed: at }))
 }
