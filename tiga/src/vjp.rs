@@ -86,6 +86,27 @@ impl Target<'_> {
     }
 }
 
+/// Drop the outputs of stages before `si` that no running stage from `si`
+/// on reads (`current`: stage `si`'s bindings, scatters aside, as they are
+/// computed by now) and no gradient takes.
+fn release_unread(stage_outs: &mut [Outputs], adjoint: &Adjoint, si: usize, current: &[Binding], runs: &dyn Fn(usize) -> bool) {
+    fn reads(b: &Binding, s: usize, name: &str) -> bool {
+        match b {
+            Binding::Stage { stage, output } => *stage == s && output == name,
+            Binding::WinnerScatter { winner, value } => reads(winner, s, name) || reads(value, s, name),
+            _ => false,
+        }
+    }
+    for (s, outs) in stage_outs.iter_mut().enumerate().take(si) {
+        outs.items.retain(|(name, _)| {
+            let later = adjoint.stages.iter().enumerate().skip(si + 1).any(|(t, st)| runs(t) && st.bindings.iter().any(|b| reads(b, s, name)));
+            let now = current.iter().any(|b| !matches!(b, Binding::WinnerScatter { .. }) && reads(b, s, name));
+            let gradient = adjoint.gradients.iter().any(|g| g.parts.iter().any(|(p, n)| *p == s && n == name));
+            later || now || gradient
+        });
+    }
+}
+
 fn no_csr() -> Error {
     Error::Call(
         "this kernel's backward reads each row's degree, edge ranks or winning edges, which a generated stencil does not \
@@ -363,22 +384,25 @@ impl Kernel {
                 stage_outs.push(Outputs { items: Vec::new() });
                 continue;
             }
-            let simple_view = |bnd: &Binding| -> Option<TensorView<'_>> {
-                match bnd {
-                    Binding::Forward(role, name) => forward_view(*role, name),
-                    Binding::Cotangent(name) => cot_view(name),
-                    Binding::Stage { stage: s, output } => stage_outs.get(*s).and_then(|o| o.get(output)).map(|t| t.view()),
-                    Binding::EdgeRank => Some(ranks.view()),
-                    Binding::InvDegree => Some(inv_deg.view()),
-                    Binding::WinnerScatter { .. } => None,
-                }
-            };
+            // A binding's values (a scatter's are computed below).
+            macro_rules! simple_view {
+                ($bnd:expr) => {
+                    match $bnd {
+                        Binding::Forward(role, name) => forward_view(*role, name),
+                        Binding::Cotangent(name) => cot_view(name),
+                        Binding::Stage { stage: s, output } => stage_outs.get(*s).and_then(|o| o.get(output)).map(|t| t.view()),
+                        Binding::EdgeRank => Some(ranks.view()),
+                        Binding::InvDegree => Some(inv_deg.view()),
+                        Binding::WinnerScatter { .. } => None,
+                    }
+                };
+            }
             // Scattered sums first: the views below borrow them.
             let mut scattered: Vec<Tensor> = Vec::new();
             let mut sources_with_edges: Option<Vec<bool>> = None;
             for (fd, bnd) in stage.kernel.fields.iter().zip(&stage.bindings) {
                 if let Binding::WinnerScatter { winner, value } = bnd {
-                    let (Some(w), Some(v)) = (simple_view(winner), simple_view(value)) else {
+                    let (Some(w), Some(v)) = (simple_view!(winner.as_ref()), simple_view!(value.as_ref())) else {
                         return Err(Error::Call(format!(
                             "internal: adjoint stage `{}` has no winners or cotangents to scatter for field `{}`",
                             stage.kernel.name, fd.name
@@ -406,6 +430,11 @@ impl Kernel {
                     sources_with_edges.get_or_insert(has_edges);
                 }
             }
+            // Outputs that nothing from here on reads (this stage reads the
+            // scattered sums, not what they were made of) go now: the next
+            // buffer of their size reuses the mapping rather than faulting
+            // in fresh memory (a stage output of a 64-wide graph is 256 MB).
+            release_unread(&mut stage_outs, &plan.adjoint, si, &stage.bindings, &runs);
             let g: Arc<Graph>;
             let g_ref: Option<&Graph> = match (target, stage.graph) {
                 // Node-wise, in memory whatever the target: one row per
@@ -432,7 +461,7 @@ impl Kernel {
                 for (fd, bnd) in stage.kernel.fields.iter().zip(&stage.bindings) {
                     let view = match bnd {
                         Binding::WinnerScatter { .. } => next_scattered.next().map(|t| t.view()),
-                        other => simple_view(other),
+                        other => simple_view!(other),
                     };
                     let view = view.ok_or_else(|| {
                         Error::Call(format!("internal: adjoint stage `{}` has no value for field `{}`", stage.kernel.name, fd.name))
