@@ -80,12 +80,7 @@ impl<'v> WinnerScatter<'v> {
         let seen = &mut self.has_edges;
         match (self.winner.data(), self.value.data(), self.out.data_mut()) {
             (Data::F32(w), Data::F32(v), DataMut::F32(o)) => {
-                if offsets.windows(2).any(|r| r[1].saturating_sub(r[0]) > 1 << 24) {
-                    return Err(Error::Call(
-                        "a row has more than 2^24 edges: the f32 backward of max/min cannot name its winning edge exactly; run in f64"
-                            .into(),
-                    ));
-                }
+                f32_ranks_exact(offsets)?;
                 g.scatter(w, v, o, seen);
             }
             (Data::F64(w), Data::F64(v), DataMut::F64(o)) => g.scatter(w, v, o, seen),
@@ -112,8 +107,19 @@ struct Rows<'g> {
     width: usize,
 }
 
+/// Refuse rows whose ranks f32 cannot hold exactly (a max/min's winner is
+/// named by its rank in the row, in the call's dtype).
+pub(crate) fn f32_ranks_exact(offsets: &[u64]) -> Result<()> {
+    if offsets.windows(2).any(|r| r[1].saturating_sub(r[0]) > 1 << 24) {
+        return Err(Error::Call(
+            "a row has more than 2^24 edges: the f32 backward of max/min cannot name its winning edge exactly; run in f64".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// An element type of the scatter: a rank compares exactly (ranks below
-/// 2^24 in f32, which `winner_scatter` checks).
+/// 2^24 in f32, which `f32_ranks_exact` checks).
 trait Lane: Copy + Send + Sync + PartialEq + std::ops::Add<Output = Self> {
     const ZERO: Self;
     fn rank(k: usize) -> Self;

@@ -107,6 +107,28 @@ fn release_unread(stage_outs: &mut [Outputs], adjoint: &Adjoint, si: usize, curr
     }
 }
 
+/// The winner scatter's sums over the forward CSR (a page at a time over a
+/// file, each page dropped from the resident set after, as a paged
+/// stage's pages are), and which sources have out-edges.
+fn winner_sums(target: Target<'_>, extents: &Extents, winner: TensorView<'_>, value: TensorView<'_>) -> Result<(Tensor, Vec<bool>)> {
+    let mut sc = crate::scatter::WinnerScatter::new(extents.num_src, extents.num_dst, winner, value)?;
+    match target {
+        Target::Memory(g) => sc.add_rows(0, g.offsets(), g.cols())?,
+        Target::Paged(f, opts) => {
+            let e = |x: tiga_runtime::storage::GfgError| Error::Call(x.to_string());
+            for rows in opts.plan(f.offsets().map_err(e)?, 4) {
+                let page = f.page_without_ids(rows.clone(), false).map_err(e)?;
+                let added = sc.add_rows(rows.start, page.offsets, page.cols);
+                f.release_page(&page);
+                added?;
+            }
+            f.release_adjacency();
+        }
+        Target::Stencil(_) => return Err(no_csr()),
+    }
+    Ok(sc.finish())
+}
+
 fn no_csr() -> Error {
     Error::Call(
         "this kernel's backward reads each row's degree, edge ranks or winning edges, which a generated stencil does not \
@@ -118,10 +140,8 @@ fn no_csr() -> Error {
 /// Each edge's position within its forward destination row, indexed by the
 /// edge's user index, in the call's dtype.
 fn ranks_tensor(offsets: &[u64], ids: Option<&[u64]>, num_edges: usize, dtype: DType) -> Result<Tensor> {
-    if dtype == DType::F32 && offsets.windows(2).any(|w| w[1] - w[0] > (1 << 24)) {
-        return Err(Error::Call(
-            "a row has more than 2^24 edges: the f32 backward of max/min cannot name its winning edge exactly; run in f64".into(),
-        ));
+    if dtype == DType::F32 {
+        crate::scatter::f32_ranks_exact(offsets)?;
     }
     let mut ranks = Tensor::zeros(dtype, vec![num_edges]).map_err(|er| Error::Call(er.to_string()))?;
     // Written in place, in the call's dtype (a rank below 2^24 is exact in
@@ -408,24 +428,7 @@ impl Kernel {
                             stage.kernel.name, fd.name
                         )));
                     };
-                    let mut sc = crate::scatter::WinnerScatter::new(extents.num_src, extents.num_dst, w, v)?;
-                    match target {
-                        Target::Memory(g) => sc.add_rows(0, g.offsets(), g.cols())?,
-                        // A page at a time, each dropped from the resident
-                        // set after (as a paged stage's pages are).
-                        Target::Paged(f, opts) => {
-                            let e = |x: tiga_runtime::storage::GfgError| Error::Call(x.to_string());
-                            for rows in opts.plan(f.offsets().map_err(e)?, 4) {
-                                let page = f.page_without_ids(rows.clone(), false).map_err(e)?;
-                                let added = sc.add_rows(rows.start, page.offsets, page.cols);
-                                f.release_page(&page);
-                                added?;
-                            }
-                            f.release_adjacency();
-                        }
-                        Target::Stencil(_) => return Err(no_csr()),
-                    }
-                    let (sums, has_edges) = sc.finish();
+                    let (sums, has_edges) = winner_sums(target, &extents, w, v)?;
                     scattered.push(sums);
                     sources_with_edges.get_or_insert(has_edges);
                 }

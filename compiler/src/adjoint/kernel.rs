@@ -468,7 +468,7 @@ pub(super) fn zero_of(b: &mut B<'_>, t: Type) -> ValueId {
     b.fill(0.0, t)
 }
 
-pub(super) fn grad_name(role: Role, name: &str) -> String {
+fn grad_name(role: Role, name: &str) -> String {
     format!("grad.{}.{}", role.name(), name)
 }
 

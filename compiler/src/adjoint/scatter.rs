@@ -33,9 +33,9 @@
 //! self-loop graph from the sources it saw), so its gradient is 0 as
 //! before, not the edge adjoint of a zero cotangent (NaN for `ln` at 0).
 
-use super::kernel::{builtin, empty_kernel, grad_name, zero_of, Binding, FieldSet, GraphUse, SourceSides, Stage, B};
+use super::kernel::{builtin, empty_kernel, zero_of, Binding, FieldSet, GraphUse, SourceSides, Stage, B};
 use super::vjp::{vjp_region, AdjointError};
-use crate::ir::{FieldId, Kernel, Op, OutputDecl, ReducerKind, Region, Role, ValueId, WidthDecl};
+use crate::ir::{FieldId, Kernel, Op, ReducerKind, Region, Role, ValueId, WidthDecl};
 
 /// The plan's note when it has both source sides.
 pub(crate) const NOTE: &str = "max/min of messages that depend on the source alone: the source side adds each row's winning \
@@ -107,10 +107,8 @@ pub(crate) fn scatter_winning_cotangents(k: &Kernel, stages: &mut Vec<Stage>) ->
         mbar_f.push(fs.add(&name, Role::Src, *t, crate::ir::DType::F32, scatter));
     }
     let srcs: Vec<usize> = (0..k.fields.len()).filter(|&f| k.fields[f].role == Role::Src).collect();
-    let outputs: Vec<OutputDecl> = srcs
-        .iter()
-        .map(|&f| OutputDecl { name: grad_name(Role::Src, &k.fields[f].name), ty: k.fields[f].ty, role: Role::Dst })
-        .collect();
+    // The same gradients as the transposed stage's, one per source field.
+    let outputs = old.kernel.outputs.clone();
     let (mut sk, sb) = empty_kernel(k, format!("{}.vjp.scatter", k.name), fs, builtin(ReducerKind::Sum, k.reducer.span), outputs);
     sk.widths = widths;
     // The forward edge function over the new field ids, differentiated
