@@ -33,6 +33,7 @@
 //!   it is open (the writer never does either: it replaces the file by
 //!   rename, which leaves open maps of the old file valid).
 
+mod blocks;
 mod external;
 mod format;
 mod reader;

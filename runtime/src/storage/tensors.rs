@@ -66,7 +66,7 @@
 //! leave open maps of the old file valid).
 
 use std::fs::File;
-use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -75,6 +75,8 @@ use memmap2::{Mmap, MmapOptions};
 use thiserror::Error;
 
 use crate::tensor::{element_count, DType, Data, Tensor, TensorView};
+
+use super::blocks::BlockWriter;
 
 /// The magic bytes a `.tensor` file starts with.
 pub const TENSOR_MAGIC: [u8; 8] = *b"TIGATEN\0";
@@ -365,7 +367,7 @@ impl TensorStore {
             .tempfile_in(&self.dir)
             .map_err(io_err(&self.dir))?;
         let crc32 = {
-            let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
+            let mut w = BlockWriter::new(tmp.as_file());
             // The header's place, written last.
             w.write_all(&[0u8; HEADER]).map_err(&io)?;
             w.write_all(&descriptor).map_err(&io)?;

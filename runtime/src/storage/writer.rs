@@ -13,7 +13,7 @@
 //! temporary file and leaves the destination as it was.
 
 use std::fs::File;
-use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::graph::Graph;
@@ -23,6 +23,7 @@ use super::format::{
     encode_manifest, ElemType, Header, Manifest, SectionInfo, COL_WIDTH, EDGE_ID_WIDTH, FORMAT_MAJOR,
     FORMAT_MINOR, HEADER_LEN, OFFSET_WIDTH, SECTION_ALIGN,
 };
+use super::blocks::BlockWriter;
 use super::{FieldRole, GfgError};
 
 /// The longest field name accepted (section names carry a u16 length).
@@ -338,7 +339,7 @@ impl<'a> GfgWriter<'a> {
             plan.push((role.section_name(field), shape, data));
         }
 
-        let mut w = Budget { inner: BufWriter::with_capacity(1 << 20, file), left: budget };
+        let mut w = Budget { inner: BlockWriter::new(file), left: budget };
         let mut out = NoRetry(&mut w);
         // The header's place, rewritten once the manifest is known.
         write_bytes(&mut out, &[0u8; HEADER_LEN])?;
