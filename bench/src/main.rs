@@ -775,29 +775,65 @@ fn powerlaw_case(run: &mut Run, p: &PlInputs<'_>, which: Pl) -> Result<(), Strin
     Ok(())
 }
 
+/// Rounds of the thread-scaling measurement: every thread count once per
+/// round, so that they share the machine's drifting speed (this machine's
+/// speed moves by half within a minute; measured one after the other, the
+/// same build's 1 -> 2 thread speedup read 1.86 in one run and 1.37 in the
+/// next).
+const SCALING_ROUNDS: usize = 3;
+
 /// powerlaw-sum at 1 and 2 threads (and at the run's thread count when it
-/// is neither), each in its own rayon pool.
+/// is neither), each in its own rayon pool, both back ends and the
+/// hand-written loop side by side, the thread counts taking turns over
+/// [`SCALING_ROUNDS`] rounds; each figure is the median over the rounds of
+/// each round's median.
 fn scaling(run: &mut Run, p: &PlInputs<'_>) -> Result<(), String> {
     let k = kernel(Pl::Sum.kernel())?;
+    let mk = macro_kernel(Pl::Sum.kernel()).filter(|m| m.aot_variant(DType::F32, &[p.f]).is_some());
+    let kernels: Vec<&Kernel> = std::iter::once(&k).chain(mk).collect();
     let ins = p.inputs(Pl::Sum)?;
-    let repeat = run.o.repeat;
+    let repeat = run.o.repeat.div_ceil(SCALING_ROUNDS).max(3);
     let mut counts = vec![1, 2];
     if !counts.contains(&run.report.machine.threads) {
         counts.push(run.report.machine.threads);
     }
-    let mut rows = Vec::new();
-    for t in counts {
-        eprintln!("[bench] scaling: powerlaw-sum F={} at {t} thread(s)", p.f);
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().map_err(|e| e.to_string())?;
-        let r = pool.install(|| -> Result<(f64, f64, f64), String> {
-            let hand_fwd = || p.hand_fwd(Pl::Sum);
-            let sbs = side_by_side(&[&k], p.g, &ins, "h", &[p.f], repeat, Some(&hand_fwd as Hand<'_>), None)?;
-            let tr = sbs.tiga.first().ok_or("no tiga run")?;
-            Ok((tr.fwd_ms, tr.bwd_ms, sbs.hand_fwd.ok_or("no hand-written run")?.0))
-        })?;
-        rows.push((t, r.0, r.1, r.2));
+    let pools = counts
+        .iter()
+        .map(|&t| rayon::ThreadPoolBuilder::new().num_threads(t).build().map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, String>>()?;
+    // Per thread count: per round, (cranelift fwd, bwd, aot fwd, bwd, hand fwd).
+    let mut seen: Vec<Vec<[Option<f64>; 5]>> = vec![Vec::new(); counts.len()];
+    for round in 0..SCALING_ROUNDS {
+        for (i, (&t, pool)) in counts.iter().zip(&pools).enumerate() {
+            eprintln!("[bench] scaling: powerlaw-sum F={} at {t} thread(s), round {}/{SCALING_ROUNDS}", p.f, round + 1);
+            let r = pool.install(|| -> Result<[Option<f64>; 5], String> {
+                let hand_fwd = || p.hand_fwd(Pl::Sum);
+                let sbs = side_by_side(&kernels, p.g, &ins, "h", &[p.f], repeat, Some(&hand_fwd as Hand<'_>), None)?;
+                let cl = sbs.tiga.first().ok_or("no tiga run")?;
+                let aot = sbs.tiga.get(1);
+                let hand = sbs.hand_fwd.ok_or("no hand-written run")?.0;
+                Ok([Some(cl.fwd_ms), Some(cl.bwd_ms), aot.map(|a| a.fwd_ms), aot.map(|a| a.bwd_ms), Some(hand)])
+            })?;
+            seen[i].push(r);
+        }
     }
-    run.report.scaling = Some(report::Scaling { case: Pl::Sum.name().into(), f: p.f, rows });
+    let med = |rounds: &[[Option<f64>; 5]], c: usize| {
+        let v: Vec<f64> = rounds.iter().filter_map(|r| r[c]).collect();
+        (!v.is_empty()).then(|| median(v))
+    };
+    let rows = counts
+        .iter()
+        .zip(&seen)
+        .map(|(&threads, r)| report::ScalingRow {
+            threads,
+            fwd_ms: med(r, 0).unwrap_or(f64::NAN),
+            bwd_ms: med(r, 1).unwrap_or(f64::NAN),
+            aot_fwd_ms: med(r, 2),
+            aot_bwd_ms: med(r, 3),
+            hand_fwd_ms: med(r, 4).unwrap_or(f64::NAN),
+        })
+        .collect();
+    run.report.scaling = Some(report::Scaling { case: Pl::Sum.name().into(), f: p.f, rounds: SCALING_ROUNDS, repeat, rows });
     Ok(())
 }
 

@@ -62,7 +62,22 @@ pub struct Case {
 pub struct Scaling {
     pub case: String,
     pub f: usize,
-    pub rows: Vec<(usize, f64, f64, f64)>,
+    /// Rounds the thread counts took turns over, and timed calls per round.
+    pub rounds: usize,
+    pub repeat: usize,
+    pub rows: Vec<ScalingRow>,
+}
+
+/// One thread count's medians (over the rounds); the macro back end's
+/// figures are absent when it has no variant for the width.
+#[derive(Debug, Clone)]
+pub struct ScalingRow {
+    pub threads: usize,
+    pub fwd_ms: f64,
+    pub bwd_ms: f64,
+    pub aot_fwd_ms: Option<f64>,
+    pub aot_bwd_ms: Option<f64>,
+    pub hand_fwd_ms: f64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -201,19 +216,29 @@ impl Report {
             })
             .collect();
         let scaling = self.scaling.as_ref().map(|s| {
-            let base = s.rows.iter().find(|r| r.0 == 1).copied();
+            let base = s.rows.iter().find(|r| r.threads == 1);
+            let speedup = |b: Option<f64>, t: Option<f64>| num(b.zip(t).map(|(b, t)| b / t), 3);
             let rows: Vec<Value> = s
                 .rows
                 .iter()
-                .map(|&(t, f, b, h)| {
+                .map(|r| {
                     json!({
-                        "threads": t, "fwd_ms": num(Some(f), 3), "bwd_ms": num(Some(b), 3), "hand_fwd_ms": num(Some(h), 3),
-                        "fwd_speedup": num(base.map(|b1| b1.1 / f), 3), "bwd_speedup": num(base.map(|b1| b1.2 / b), 3),
-                        "hand_fwd_speedup": num(base.map(|b1| b1.3 / h), 3),
+                        "threads": r.threads, "fwd_ms": num(Some(r.fwd_ms), 3), "bwd_ms": num(Some(r.bwd_ms), 3),
+                        "aot_fwd_ms": num(r.aot_fwd_ms, 3), "aot_bwd_ms": num(r.aot_bwd_ms, 3),
+                        "hand_fwd_ms": num(Some(r.hand_fwd_ms), 3),
+                        "fwd_speedup": speedup(base.map(|b| b.fwd_ms), Some(r.fwd_ms)),
+                        "bwd_speedup": speedup(base.map(|b| b.bwd_ms), Some(r.bwd_ms)),
+                        "aot_fwd_speedup": speedup(base.and_then(|b| b.aot_fwd_ms), r.aot_fwd_ms),
+                        "aot_bwd_speedup": speedup(base.and_then(|b| b.aot_bwd_ms), r.aot_bwd_ms),
+                        "hand_fwd_speedup": speedup(base.map(|b| b.hand_fwd_ms), Some(r.hand_fwd_ms)),
                     })
                 })
                 .collect();
-            json!({"case": s.case, "F": s.f, "runs": rows})
+            json!({
+                "case": s.case, "F": s.f, "rounds": s.rounds, "repeat_per_round": s.repeat,
+                "timing": "thread counts take turns, once per round; each figure is the median over the rounds of each round's median",
+                "runs": rows,
+            })
         });
         json!({
             "machine": {
@@ -353,14 +378,30 @@ impl Report {
             }
         }
         if let Some(sc) = &self.scaling {
-            let base = sc.rows.iter().find(|r| r.0 == 1).copied();
-            s.push_str(&format!("\nthread scaling, {} F={}:\n", sc.case, sc.f));
-            for &(t, fw, bw, h) in &sc.rows {
+            let base = sc.rows.iter().find(|r| r.threads == 1);
+            let x = |b: Option<f64>, t: Option<f64>| f(b.zip(t).map(|(b, t)| b / t), 2);
+            s.push_str(&format!(
+                "\nthread scaling, {} F={} (thread counts in turn over {} rounds of {} calls; medians):\n",
+                sc.case, sc.f, sc.rounds, sc.repeat
+            ));
+            for r in &sc.rows {
+                let aot = match (r.aot_fwd_ms, r.aot_bwd_ms) {
+                    (Some(af), Some(ab)) => format!(
+                        "; aot fwd {af:.2} ms (x{}), bwd {ab:.2} ms (x{})",
+                        x(base.and_then(|b| b.aot_fwd_ms), Some(af)),
+                        x(base.and_then(|b| b.aot_bwd_ms), Some(ab))
+                    ),
+                    _ => String::new(),
+                };
                 s.push_str(&format!(
-                    "  {t} thread(s): tiga fwd {fw:.2} ms (x{}), bwd {bw:.2} ms (x{}); hand fwd {h:.2} ms (x{})\n",
-                    f(base.map(|b| b.1 / fw), 2),
-                    f(base.map(|b| b.2 / bw), 2),
-                    f(base.map(|b| b.3 / h), 2)
+                    "  {} thread(s): cranelift fwd {:.2} ms (x{}), bwd {:.2} ms (x{}){aot}; hand fwd {:.2} ms (x{})\n",
+                    r.threads,
+                    r.fwd_ms,
+                    x(base.map(|b| b.fwd_ms), Some(r.fwd_ms)),
+                    r.bwd_ms,
+                    x(base.map(|b| b.bwd_ms), Some(r.bwd_ms)),
+                    r.hand_fwd_ms,
+                    x(base.map(|b| b.hand_fwd_ms), Some(r.hand_fwd_ms)),
                 ));
             }
         }
