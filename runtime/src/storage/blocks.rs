@@ -105,19 +105,19 @@ mod tests {
             let mut w = BlockWriter::new(&mut rec);
             // A header's place, then the data in uneven pieces, then the
             // header itself after a seek back (as the .gfg writer does).
-            w.write_all(&[0u8; 100]).unwrap();
+            w.write_all(&[0u8; 100]).expect("write");
             let mut at = 0;
             for piece in [1usize, 4095, 70_000, 1 << 20, 3, 2_000_000].iter().cycle() {
                 if at == data.len() {
                     break;
                 }
                 let end = (at + piece).min(data.len());
-                w.write_all(&data[at..end]).unwrap();
+                w.write_all(&data[at..end]).expect("write");
                 at = end;
             }
-            w.seek(SeekFrom::Start(0)).unwrap();
-            w.write_all(&[7u8; 100]).unwrap();
-            w.flush().unwrap();
+            w.seek(SeekFrom::Start(0)).expect("seek");
+            w.write_all(&[7u8; 100]).expect("write");
+            w.flush().expect("flush");
         }
         let bytes = rec.file.get_ref();
         assert_eq!(bytes.len(), 100 + len);
@@ -125,7 +125,7 @@ mod tests {
         assert_eq!(&bytes[100..], &data[..]);
         // Every write before the seek ends on a block boundary except the
         // last one (the end of the data), and none crosses a boundary.
-        let (last, rest) = rec.writes.split_last().unwrap();
+        let (last, rest) = rec.writes.split_last().expect("writes");
         assert_eq!(*last, (0, 100));
         let data_writes = &rest[..rest.len() - 1];
         assert_eq!(data_writes.len(), 3, "{:?}", rec.writes);
