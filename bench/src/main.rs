@@ -801,36 +801,45 @@ fn scaling(run: &mut Run, p: &PlInputs<'_>) -> Result<(), String> {
         .iter()
         .map(|&t| rayon::ThreadPoolBuilder::new().num_threads(t).build().map_err(|e| e.to_string()))
         .collect::<Result<Vec<_>, String>>()?;
-    // Per thread count: per round, (cranelift fwd, bwd, aot fwd, bwd, hand fwd).
-    let mut seen: Vec<Vec<[Option<f64>; 5]>> = vec![Vec::new(); counts.len()];
+    // Per thread count, one row per round.
+    let mut seen: Vec<Vec<report::ScalingRow>> = vec![Vec::new(); counts.len()];
     for round in 0..SCALING_ROUNDS {
-        for (i, (&t, pool)) in counts.iter().zip(&pools).enumerate() {
-            eprintln!("[bench] scaling: powerlaw-sum F={} at {t} thread(s), round {}/{SCALING_ROUNDS}", p.f, round + 1);
-            let r = pool.install(|| -> Result<[Option<f64>; 5], String> {
+        for (i, (&threads, pool)) in counts.iter().zip(&pools).enumerate() {
+            eprintln!("[bench] scaling: powerlaw-sum F={} at {threads} thread(s), round {}/{SCALING_ROUNDS}", p.f, round + 1);
+            let r = pool.install(|| -> Result<report::ScalingRow, String> {
                 let hand_fwd = || p.hand_fwd(Pl::Sum);
                 let sbs = side_by_side(&kernels, p.g, &ins, "h", &[p.f], repeat, Some(&hand_fwd as Hand<'_>), None)?;
                 let cl = sbs.tiga.first().ok_or("no tiga run")?;
                 let aot = sbs.tiga.get(1);
-                let hand = sbs.hand_fwd.ok_or("no hand-written run")?.0;
-                Ok([Some(cl.fwd_ms), Some(cl.bwd_ms), aot.map(|a| a.fwd_ms), aot.map(|a| a.bwd_ms), Some(hand)])
+                Ok(report::ScalingRow {
+                    threads,
+                    fwd_ms: cl.fwd_ms,
+                    bwd_ms: cl.bwd_ms,
+                    aot_fwd_ms: aot.map(|a| a.fwd_ms),
+                    aot_bwd_ms: aot.map(|a| a.bwd_ms),
+                    hand_fwd_ms: sbs.hand_fwd.ok_or("no hand-written run")?.0,
+                })
             })?;
             seen[i].push(r);
         }
     }
-    let med = |rounds: &[[Option<f64>; 5]], c: usize| {
-        let v: Vec<f64> = rounds.iter().filter_map(|r| r[c]).collect();
-        (!v.is_empty()).then(|| median(v))
-    };
+    // The median over the rounds of each figure.
     let rows = counts
         .iter()
         .zip(&seen)
-        .map(|(&threads, r)| report::ScalingRow {
-            threads,
-            fwd_ms: med(r, 0).unwrap_or(f64::NAN),
-            bwd_ms: med(r, 1).unwrap_or(f64::NAN),
-            aot_fwd_ms: med(r, 2),
-            aot_bwd_ms: med(r, 3),
-            hand_fwd_ms: med(r, 4).unwrap_or(f64::NAN),
+        .map(|(&threads, rounds)| {
+            let med = |f: fn(&report::ScalingRow) -> Option<f64>| {
+                let v: Vec<f64> = rounds.iter().filter_map(f).collect();
+                (!v.is_empty()).then(|| median(v))
+            };
+            report::ScalingRow {
+                threads,
+                fwd_ms: med(|r| Some(r.fwd_ms)).unwrap_or(f64::NAN),
+                bwd_ms: med(|r| Some(r.bwd_ms)).unwrap_or(f64::NAN),
+                aot_fwd_ms: med(|r| r.aot_fwd_ms),
+                aot_bwd_ms: med(|r| r.aot_bwd_ms),
+                hand_fwd_ms: med(|r| Some(r.hand_fwd_ms)).unwrap_or(f64::NAN),
+            }
         })
         .collect();
     run.report.scaling = Some(report::Scaling { case: Pl::Sum.name().into(), f: p.f, rounds: SCALING_ROUNDS, repeat, rows });

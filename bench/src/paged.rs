@@ -8,8 +8,9 @@
 //! process (this binary re-executed with `TIGA_BENCH_PAGED_CHILD` set), so
 //! its peak RSS is its own: the child reads `VmHWM` from `/proc/self/status`
 //! at the end. A child runs one untimed warm-up and 3 timed repeats of 5
-//! Jacobi steps (`Smoothing`, f32, the macro path's ahead-of-time variant); step 1 reads `x` from the file's
-//! own field, each later step feeds the previous output back as `x`.
+//! Jacobi steps (`Smoothing`, f32, the macro path's ahead-of-time
+//! variant); step 1 reads `x` from the file's own field, each later step
+//! feeds the previous output back as `x`.
 //! Each configuration runs in 7 children, in rounds (every configuration
 //! once per round, so that they share the machine's drifting speed);
 //! elapsed is the median of all their repeats, peak RSS the highest of
@@ -184,8 +185,8 @@ fn take_out(o: Outputs) -> Result<Tensor, String> {
 }
 
 /// `WARMUPS` untimed and `REPEATS` timed runs of `STEPS` Jacobi steps,
-/// each step's output the next
-/// one's `x` (`None` in step 1): each run's time, and the last output.
+/// each step's output the next one's `x` (`None` in step 1): each timed
+/// run's time, and the last output.
 fn timed_steps(mut step: impl FnMut(Option<&Tensor>) -> tiga::Result<Outputs>) -> Result<(Vec<f64>, Option<Tensor>), String> {
     let mut times = Vec::with_capacity(REPEATS);
     let mut last: Option<Tensor> = None;

@@ -20,7 +20,7 @@ use std::io::{Seek, SeekFrom, Write};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
-use super::blocks::FILE_BLOCK;
+use super::blocks::room_to_block;
 use super::format::{
     check_manifest, encode_manifest, ElemType, Header, Manifest, SectionInfo, COL_WIDTH, EDGE_ID_WIDTH,
     FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, OFFSET_WIDTH, SECTION_ALIGN,
@@ -103,7 +103,9 @@ pub struct SectionSink<T> {
     /// The file position of `buf[0]`.
     pos: u64,
     /// The buffer is written out when it holds this many bytes: it then
-    /// ends on a multiple of the write block (see [`flush_point`]).
+    /// ends on an aligned block (`room_to_block`; sections start on 4096-byte
+    /// boundaries and elements are 4 or 8 bytes, so the buffer reaches the
+    /// point exactly).
     flush_at: usize,
     hasher: crc32fast::Hasher,
     /// Elements still expected.
@@ -154,22 +156,10 @@ impl<T: StreamElem> SectionSink<T> {
         self.hasher.update(&self.buf);
         self.file.write_all(&self.buf).map_err(|source| GfgError::Io { path: self.path.clone(), source })?;
         self.pos += self.buf.len() as u64;
-        self.flush_at = flush_point(self.pos, self.cap);
+        self.flush_at = room_to_block(self.pos, self.cap);
         self.buf.clear();
         Ok(())
     }
-}
-
-/// How many bytes a sink at file position `pos` buffers before it writes:
-/// up to the next multiple of the largest power of two that is at most its
-/// buffer and [`FILE_BLOCK`], so that its writes are whole aligned blocks
-/// (the page cache then holds the file in large folios, as
-/// [`super::blocks`] explains). Sections start on 4096-byte boundaries and
-/// elements are 4 or 8 bytes, so a buffer reaches the point exactly.
-fn flush_point(pos: u64, cap: usize) -> usize {
-    let limit = cap.clamp(8, FILE_BLOCK);
-    let block = 1u64 << (usize::BITS - 1 - limit.leading_zeros());
-    (block - pos % block) as usize
 }
 
 impl GfgStreamWriter {
@@ -274,7 +264,7 @@ impl GfgStreamWriter {
             buf: Vec::with_capacity(cap + 8),
             cap,
             pos: s.offset,
-            flush_at: flush_point(s.offset, cap),
+            flush_at: room_to_block(s.offset, cap),
             hasher: crc32fast::Hasher::new(),
             left: s.elements() as u64,
             _t: PhantomData,
@@ -392,23 +382,5 @@ mod tests {
         assert!(e.to_string().contains("offsets"), "{e}");
         let bad = [SectionPlan::new("offsets", ElemType::U64, vec![5]), SectionPlan::new("cols", ElemType::U32, vec![4])];
         assert!(GfgStreamWriter::create(&out, 3, 3, 4, &bad, 64).is_err(), "offsets of the wrong shape");
-    }
-}
-
-#[cfg(test)]
-mod flush_tests {
-    use super::*;
-
-    #[test]
-    fn sink_writes_end_on_aligned_blocks() {
-        // A 1 MiB buffer at a section starting at 8192: the first write
-        // reaches the first MiB boundary, the next ones are whole MiBs.
-        assert_eq!(flush_point(8192, 1 << 20), (1 << 20) - 8192);
-        assert_eq!(flush_point(1 << 20, 1 << 20), 1 << 20);
-        // Larger buffers write the block, not more; smaller ones write the
-        // largest power of two that fits, aligned to itself.
-        assert_eq!(flush_point(4096, 64 << 20), FILE_BLOCK - 4096);
-        assert_eq!(flush_point(4096 + 40, 3000), 2048 - 40);
-        assert_eq!(flush_point(0, 64), 64);
     }
 }

@@ -83,7 +83,7 @@ const BLOCK_VECTORS: i64 = 4;
 /// backward 804-1062 / 780 / 720 / 538 ms.
 const TOUCH_AHEAD_EDGES: i64 = 32;
 
-/// Edges per iteration of a scalar edge loop ([`Translator::unrolls_edges`]),
+/// Edges per iteration of a short edge loop ([`Translator::unrolls_edges`]),
 /// a power of two. One edge per iteration spent as many instructions on
 /// the loop (counter, compare, branch, the edge's column address) as on the
 /// edge; LLVM unrolls the ahead-of-time variant's loop by 4 the same way.
@@ -573,10 +573,10 @@ impl<'a> Translator<'a> {
         }
         if self.key.stencil.is_none() && self.row_vectors.is_none() {
             let k = self.k;
-            let passes = [(&k.pre_body, "pre-pass"), (&k.body, "edge loop")];
-            for (list, what) in passes {
-                let unrolled = !list.is_empty() && (what == "pre-pass" || self.split.is_none()) && self.unrolls_edges(list);
-                if unrolled {
+            // The main body of a split kernel runs in tiles, not `csr_edges`.
+            let passes = [(&k.pre_body, "pre-pass", true), (&k.body, "edge loop", self.split.is_none())];
+            for (list, what, plain) in passes {
+                if plain && !list.is_empty() && self.unrolls_edges(list) {
                     notes.push(format!("{what}: {EDGE_UNROLL} edges per iteration (a short body, rows of at most {EDGE_UNROLL_MAX_ROW_BYTES} bytes; the first degree % {EDGE_UNROLL} edges one at a time)"));
                 }
             }
