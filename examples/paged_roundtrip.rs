@@ -155,7 +155,9 @@ fn main() -> Res<()> {
         .into());
     }
     if back.shape() != result.shape() || back.dtype() != result.dtype() {
-        return Err(format!("reattached {} {:?}, spilled {} {:?}", back.dtype(), back.shape(), result.dtype(), result.shape()).into());
+        return Err(
+            format!("reattached {} {:?}, spilled {} {:?}", back.dtype(), back.shape(), result.dtype(), result.shape()).into()
+        );
     }
     let loaded = back.load()?;
     if let Some((i, a, b)) = first_difference(f32s(&loaded)?, f32s(result)?) {

@@ -94,7 +94,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let max_diff = x.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
     let heat: f64 = x.iter().map(|&v| f64::from(v)).sum();
     println!("kernel: Smoothing, JIT compile {compile_ms:.2} ms, {steps} steps, median {:.2} ms per step", times[steps / 2]);
-    println!("checked: after {steps} steps, tiga and a hand-written grid loop differ by at most {max_diff:e} (bit-identical: {})", max_diff == 0.0);
+    println!(
+        "checked: after {steps} steps, tiga and a hand-written grid loop differ by at most {max_diff:e} (bit-identical: {})",
+        max_diff == 0.0
+    );
     println!("checked: total heat {heat:.3} (started at 40000, a cold border drains it slowly)");
     if max_diff != 0.0 {
         return Err(format!("tiga's result differs from the hand-written loop by {max_diff}").into());

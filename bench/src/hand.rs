@@ -202,7 +202,7 @@ fn prefetch_narrow<const F: usize>(x: &[f32], cols: &[u32], p: usize) {
                     // prefetch reads nothing and never faults.
                     unsafe {
                         ::core::arch::x86_64::_mm_prefetch::<{ ::core::arch::x86_64::_MM_HINT_T0 }>(
-                            x.as_ptr().add(row + l) as *const i8,
+                            x.as_ptr().add(row + l) as *const i8
                         )
                     };
                 }
@@ -358,7 +358,6 @@ pub fn csr_max_relu(g: &Graph, x: &[f32], f: usize) -> Result<Vec<f32>, String> 
     Ok(out)
 }
 
-
 /// The gradient buffer shared by the lane tasks of [`csr_max_relu_backward`].
 #[derive(Clone, Copy)]
 struct LanePtr(*mut f32);
@@ -391,7 +390,15 @@ fn prefetch_lanes<const F: usize>(base: *const f32, len: usize, j: usize, lanes:
 /// Lanes no edge won (an empty row, or no positive h: relu' = 0) add
 /// nothing.
 #[inline(always)]
-fn max_backward_lanes<const F: usize, const L: usize>(offsets: &[u64], cols: &[u32], x: &[f32], gout: &[f32], lo: usize, out: LanePtr, len: usize) {
+fn max_backward_lanes<const F: usize, const L: usize>(
+    offsets: &[u64],
+    cols: &[u32],
+    x: &[f32],
+    gout: &[f32],
+    lo: usize,
+    out: LanePtr,
+    len: usize,
+) {
     let lanes = lo..lo + L;
     for (i, w) in offsets.windows(2).enumerate() {
         let (s, e) = (w[0] as usize, w[1] as usize);
@@ -433,11 +440,27 @@ fn max_backward_lanes<const F: usize, const L: usize>(offsets: &[u64], cols: &[u
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn max_backward_lanes_avx2<const F: usize, const L: usize>(offsets: &[u64], cols: &[u32], x: &[f32], gout: &[f32], lo: usize, out: LanePtr, len: usize) {
+unsafe fn max_backward_lanes_avx2<const F: usize, const L: usize>(
+    offsets: &[u64],
+    cols: &[u32],
+    x: &[f32],
+    gout: &[f32],
+    lo: usize,
+    out: LanePtr,
+    len: usize,
+) {
     max_backward_lanes::<F, L>(offsets, cols, x, gout, lo, out, len)
 }
 
-fn max_backward_best<const F: usize, const L: usize>(offsets: &[u64], cols: &[u32], x: &[f32], gout: &[f32], lo: usize, out: LanePtr, len: usize) {
+fn max_backward_best<const F: usize, const L: usize>(
+    offsets: &[u64],
+    cols: &[u32],
+    x: &[f32],
+    gout: &[f32],
+    lo: usize,
+    out: LanePtr,
+    len: usize,
+) {
     #[cfg(target_arch = "x86_64")]
     {
         if has_avx2_fma() {

@@ -86,8 +86,7 @@ struct Opts {
     seed: u64,
 }
 
-const CASES: [&str; 6] =
-    ["stencil-csr", "stencil-generated", "powerlaw-sum", "powerlaw-mean", "powerlaw-max", "powerlaw-gat"];
+const CASES: [&str; 6] = ["stencil-csr", "stencil-generated", "powerlaw-sum", "powerlaw-mean", "powerlaw-max", "powerlaw-gat"];
 
 fn parse_args() -> Result<Opts, String> {
     let mut o = Opts {
@@ -271,10 +270,8 @@ fn side_by_side(
         let bwd_first = t.elapsed().as_secs_f64() * 1e3;
         firsts.push((fwd_first, compile_ms, bwd_first, new_compile_ms(&before)));
     }
-    let mut fwd: Vec<Contender<'_>> = kernels
-        .iter()
-        .map(|&k| Box::new(move || k.run(g, ins).map(Produced::Outputs).map_err(e(k))) as Contender<'_>)
-        .collect();
+    let mut fwd: Vec<Contender<'_>> =
+        kernels.iter().map(|&k| Box::new(move || k.run(g, ins).map(Produced::Outputs).map_err(e(k))) as Contender<'_>).collect();
     if let Some(h) = hand_fwd {
         fwd.push(Box::new(move || h().map(|v| Produced::Hand(hand::Out(v)))));
     }
@@ -321,7 +318,14 @@ impl TigaRun {
     /// A table row with this run's times: the forward and backward after
     /// warm-up and the first calls, and the compile times (none for the
     /// macro's ahead-of-time variants: compiled with the bench).
-    fn case(&self, case: &str, backend: &'static str, f: usize, (nodes, edges): (usize, usize), (model_bytes, model): (u64, String)) -> Case {
+    fn case(
+        &self,
+        case: &str,
+        backend: &'static str,
+        f: usize,
+        (nodes, edges): (usize, usize),
+        (model_bytes, model): (u64, String),
+    ) -> Case {
         let aot = backend == "rust-aot";
         Case {
             case: case.into(),
@@ -518,7 +522,11 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
     let gt = g.transposed();
     let hand_fwd = || hand::csr_sum(&g, &x, 1, Post::Scale(0.25));
     let hand_bwd = || hand::csr_sum_backward(&g, &gt, &gout, 1, Post::Scale(0.25));
-    eprintln!("[bench] stencil-csr: tiga (cranelift{}){}", if mk.is_some() { ", rust-aot" } else { "" }, if want_csr { " and hand-written, side by side" } else { "" });
+    eprintln!(
+        "[bench] stencil-csr: tiga (cranelift{}){}",
+        if mk.is_some() { ", rust-aot" } else { "" },
+        if want_csr { " and hand-written, side by side" } else { "" }
+    );
     let kernels: Vec<&Kernel> = std::iter::once(&k).chain(mk).collect();
     let sbs = side_by_side(
         &kernels,
@@ -546,7 +554,10 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
             ..t.case("stencil-csr", "cranelift", 1, (n, e), model::stencil_csr(n, e))
         });
         if let Some(Some(Ok((f, b)))) = run.report.cases.last().map(|c| c.tigac.clone()) {
-            eprintln!("[bench] stencil-csr: tigac run --timing: run {f:.2} ms, vjp {b:.2} ms (bench: {:.2} / {:.2} ms)", t.fwd_ms, t.bwd_ms);
+            eprintln!(
+                "[bench] stencil-csr: tigac run --timing: run {f:.2} ms, vjp {b:.2} ms (bench: {:.2} / {:.2} ms)",
+                t.fwd_ms, t.bwd_ms
+            );
         }
         // The macro (rustc/LLVM) back end on the same stencil.
         if let Some(a) = runs.next() {
@@ -583,7 +594,9 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
         ];
         let timed = time_rounds(repeat, &mut contenders)?;
         drop(contenders);
-        let [(gen_ms, Produced::Outputs(gen_out)), (hf, Produced::Hand(hout))] = <[_; 2]>::try_from(timed).map_err(|_| "two contenders")? else {
+        let [(gen_ms, Produced::Outputs(gen_out)), (hf, Produced::Hand(hout))] =
+            <[_; 2]>::try_from(timed).map_err(|_| "two contenders")?
+        else {
             return Err("stencil-generated: unexpected results".into());
         };
         // The backward: the VJP on the generated stencil (source gradients
@@ -604,7 +617,9 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
         ];
         let timed = time_rounds(repeat, &mut contenders)?;
         drop(contenders);
-        let [(gen_bwd_ms, Produced::Grads(gen_grad)), (hb, Produced::Hand(hgrad))] = <[_; 2]>::try_from(timed).map_err(|_| "two contenders")? else {
+        let [(gen_bwd_ms, Produced::Grads(gen_grad)), (hb, Produced::Hand(hgrad))] =
+            <[_; 2]>::try_from(timed).map_err(|_| "two contenders")?
+        else {
             return Err("stencil-generated backward: unexpected results".into());
         };
         let check_fwd = run.checked("stencil-generated forward (vs tiga stencil-csr)", &hout, &t.out);
@@ -721,7 +736,11 @@ fn powerlaw_case(run: &mut Run, p: &PlInputs<'_>, which: Pl) -> Result<(), Strin
     let hand_fwd = || p.hand_fwd(which);
     let hand_bwd = || p.hand_bwd(which).unwrap_or_else(|| Err("no backward".into()));
     let has_hand_bwd = matches!(which, Pl::Sum | Pl::Mean | Pl::Max);
-    eprintln!("[bench] {} F={f}: tiga (cranelift{}) and hand-written, side by side", which.name(), if mk.is_some() { ", rust-aot" } else { "" });
+    eprintln!(
+        "[bench] {} F={f}: tiga (cranelift{}) and hand-written, side by side",
+        which.name(),
+        if mk.is_some() { ", rust-aot" } else { "" }
+    );
     let kernels: Vec<&Kernel> = std::iter::once(&k).chain(mk).collect();
     let sbs = side_by_side(
         &kernels,
@@ -907,9 +926,8 @@ fn real_main() -> Result<ExitCode, String> {
     }
     let threads = rayon::current_num_threads();
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let load_avg = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "));
+    let load_avg =
+        std::fs::read_to_string("/proc/loadavg").ok().map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "));
     eprintln!("[bench] {threads} threads, load average {}", load_avg.as_deref().unwrap_or("?"));
     let stream_mib = 256;
     let (stream, stream_median) = hand::stream_copy_gbs(stream_mib);

@@ -145,7 +145,10 @@ const ROUNDS: usize = 7;
 fn merge(list: &[Measured]) -> Result<Measured, String> {
     let first = list.first().ok_or("no child ran")?;
     if let Some(m) = list.iter().find(|m| m.crc32 != first.crc32 || m.sum.to_bits() != first.sum.to_bits()) {
-        return Err(format!("children disagree: checksum {:.6} (crc32 {:08x}) and {:.6} (crc32 {:08x})", first.sum, first.crc32, m.sum, m.crc32));
+        return Err(format!(
+            "children disagree: checksum {:.6} (crc32 {:08x}) and {:.6} (crc32 {:08x})",
+            first.sum, first.crc32, m.sum, m.crc32
+        ));
     }
     let times: Vec<f64> = list.iter().flat_map(|m| m.times_ms.iter().copied()).collect();
     Ok(Measured {
@@ -324,9 +327,8 @@ fn parent(args: &[String]) -> Result<ExitCode, String> {
     let o = parse(args)?;
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let threads = o.threads.unwrap_or(cpus);
-    let load_avg = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "));
+    let load_avg =
+        std::fs::read_to_string("/proc/loadavg").ok().map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "));
     eprintln!("[paged] {threads} threads, load average {}", load_avg.as_deref().unwrap_or("?"));
 
     let (dir, made_dir) = match &o.dir {
@@ -341,9 +343,8 @@ fn parent(args: &[String]) -> Result<ExitCode, String> {
         let graph = Graph::stencil_2d_4(n, n).map_err(|e| e.to_string())?;
         // A hot square in the middle of a cold plate.
         let (lo, hi) = (2 * n / 5, 3 * n / 5);
-        let x: Vec<f32> = (0..n * n)
-            .map(|i| if (lo..hi).contains(&(i / n)) && (lo..hi).contains(&(i % n)) { 1.0 } else { 0.0 })
-            .collect();
+        let x: Vec<f32> =
+            (0..n * n).map(|i| if (lo..hi).contains(&(i / n)) && (lo..hi).contains(&(i % n)) { 1.0 } else { 0.0 }).collect();
         let build_ms = t.elapsed().as_secs_f64() * 1e3;
         save_gfg(&path, &graph, false, &[(FieldRole::Src, "x", (&x).into())]).map_err(|e| e.to_string())?;
         (graph.num_dst(), graph.num_edges(), build_ms)
@@ -410,9 +411,7 @@ fn parent(args: &[String]) -> Result<ExitCode, String> {
         }
     }
     let find = |rows: Option<usize>, prefetch: usize| {
-        ok.iter()
-            .find(|(c, _)| c.page_rows == rows && (rows.is_none() || c.prefetch == prefetch))
-            .map(|(_, m)| *m)
+        ok.iter().find(|(c, _)| c.page_rows == rows && (rows.is_none() || c.prefetch == prefetch)).map(|(_, m)| *m)
     };
     let memory = find(None, 0);
     let all = |p| find(Some(num_nodes.max(1)), p);

@@ -117,26 +117,14 @@ impl Drop for TempDir {
 }
 
 /// Writes the graph and fields in peers.py's layout.
-pub fn write_graph_dir(
-    dir: &Path,
-    g: &Graph,
-    x: &[f32],
-    f: usize,
-    attention: Option<(&[f32], &[f32])>,
-) -> Result<(), String> {
+pub fn write_graph_dir(dir: &Path, g: &Graph, x: &[f32], f: usize, attention: Option<(&[f32], &[f32])>) -> Result<(), String> {
     let io = |e: std::io::Error| format!("writing the peers' graph to {}: {e}", dir.display());
     if g.num_src() > i32::MAX as usize {
         return Err("col.npy is int32: more than 2^31 source nodes".into());
     }
-    write_int_npy(
-        &dir.join("rowptr.npy"),
-        "<i8",
-        g.offsets().len(),
-        g.offsets().iter().map(|&o| (o as i64).to_le_bytes()),
-    )
-    .map_err(io)?;
-    write_int_npy(&dir.join("col.npy"), "<i4", g.cols().len(), g.cols().iter().map(|&c| (c as i32).to_le_bytes()))
+    write_int_npy(&dir.join("rowptr.npy"), "<i8", g.offsets().len(), g.offsets().iter().map(|&o| (o as i64).to_le_bytes()))
         .map_err(io)?;
+    write_int_npy(&dir.join("col.npy"), "<i4", g.cols().len(), g.cols().iter().map(|&c| (c as i32).to_le_bytes())).map_err(io)?;
     let shape = if f == 1 { vec![g.num_src()] } else { vec![g.num_src(), f] };
     let view = TensorView::from_slice_f32(shape, x).map_err(|e| e.to_string())?;
     write_npy(dir.join("x.npy"), &view).map_err(|e| e.to_string())?;
@@ -209,8 +197,7 @@ pub fn run(
             skipped.insert(peer, why.to_string());
             continue;
         }
-        let (Some(case), Some(pass), Some(ms)) = (v["case"].as_str(), v["pass"].as_str(), v["median_ms"].as_f64())
-        else {
+        let (Some(case), Some(pass), Some(ms)) = (v["case"].as_str(), v["pass"].as_str(), v["median_ms"].as_f64()) else {
             continue;
         };
         let t = found.entry((case.to_string(), peer)).or_default();

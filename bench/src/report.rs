@@ -323,7 +323,9 @@ impl Report {
                 check,
             ));
         }
-        s.push_str("\n(t/h f, t/h b: tiga time / hand-written time, forward and backward; check: max |hand - tiga| over both passes)\n");
+        s.push_str(
+            "\n(t/h f, t/h b: tiga time / hand-written time, forward and backward; check: max |hand - tiga| over both passes)\n",
+        );
         for c in &self.cases {
             if let Some(why) = &c.absent {
                 s.push_str(&format!(

@@ -18,8 +18,8 @@ use std::io::{BufRead, BufReader, IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tiga_runtime::storage::{BuildOptions, BuildPhase, GfgBuilder};
 use tiga_runtime::io::{MatrixMarketLines, MtxLine};
+use tiga_runtime::storage::{BuildOptions, BuildPhase, GfgBuilder};
 use tiga_runtime::{GraphError, MAX_NODES};
 
 use crate::report::Failure;
@@ -134,8 +134,7 @@ fn for_each_line(
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let text = std::str::from_utf8(line).map_err(|_| {
             Failure::new(
-                GraphError::Parse { path: name.clone(), line: line_no, message: "line is not valid UTF-8".into() }
-                    .to_string(),
+                GraphError::Parse { path: name.clone(), line: line_no, message: "line is not valid UTF-8".into() }.to_string(),
             )
         })?;
         f(line_no, text)?;
@@ -149,7 +148,13 @@ fn gfg_failure(e: tiga_runtime::storage::GfgError) -> Failure {
 /// One Matrix Market line (checked as `tiga::read_matrix_market` checks
 /// it); entries go straight to the builder (`A[i][j]` is an edge from source
 /// `j` to destination `i`; a symmetric file's mirror follows its entry).
-fn mtx_line(mtx: &mut MatrixMarketLines<'_>, num_nodes: Option<usize>, line: usize, text: &str, b: &mut GfgBuilder) -> Result<(), Failure> {
+fn mtx_line(
+    mtx: &mut MatrixMarketLines<'_>,
+    num_nodes: Option<usize>,
+    line: usize,
+    text: &str,
+    b: &mut GfgBuilder,
+) -> Result<(), Failure> {
     match mtx.line(line, text).map_err(|e| Failure::new(e.to_string()))? {
         MtxLine::Skip => {}
         MtxLine::Size { rows, cols, .. } => {
@@ -198,16 +203,16 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
         }
     }
     // The input must be readable before any temporary file is made.
-    let meta = std::fs::metadata(&req.input)
-        .map_err(|e| Failure::new(GraphError::Io { path: input.clone(), source: e }.to_string()))?;
+    let meta =
+        std::fs::metadata(&req.input).map_err(|e| Failure::new(GraphError::Io { path: input.clone(), source: e }.to_string()))?;
     if meta.is_dir() {
         return Err(Failure::new(format!("{input}: is a directory, not an edge list")));
     }
     let total_bytes = meta.len();
     let is_mtx = req.input.extension().is_some_and(|e| e.eq_ignore_ascii_case("mtx"));
     let memory = usize::try_from(req.memory).unwrap_or(usize::MAX);
-    let mut builder = GfgBuilder::new(&req.out, BuildOptions { memory_bytes: memory, transpose: req.transpose })
-        .map_err(gfg_failure)?;
+    let mut builder =
+        GfgBuilder::new(&req.out, BuildOptions { memory_bytes: memory, transpose: req.transpose }).map_err(gfg_failure)?;
     let mut bar = Bar::new();
     let reading = format!("reading {}", req.input.file_name().map(|f| f.to_string_lossy()).unwrap_or_default());
     let reading: String = reading.chars().take(24).collect();

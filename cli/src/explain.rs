@@ -67,8 +67,7 @@ pub fn explain(
     if let Some((width, dtype)) = variant {
         for k in &kernels {
             let widths = vec![width; k.captured().widths.len()];
-            k.variant(dtype, &widths, false)
-                .map_err(|e| Failure::new(format!("kernel `{}` at width {width}: {e}", k.name())))?;
+            k.variant(dtype, &widths, false).map_err(|e| Failure::new(format!("kernel `{}` at width {width}: {e}", k.name())))?;
         }
     }
     let text: Vec<String> = kernels.iter().map(|k| k.explain()).collect();

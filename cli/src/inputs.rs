@@ -84,8 +84,8 @@ fn list(names: &[String]) -> String {
 pub fn load_kernels(path: &Path, only: Option<&str>) -> Result<Vec<Kernel>, Failure> {
     let bytes = std::fs::read(path).map_err(|e| Failure::new(format!("cannot read {}: {e}", path.display())))?;
     if tiga::artifact::looks_like_artifact(&bytes) {
-        let text = std::str::from_utf8(&bytes)
-            .map_err(|_| Failure::new(format!("artifact {}: not valid UTF-8", path.display())))?;
+        let text =
+            std::str::from_utf8(&bytes).map_err(|_| Failure::new(format!("artifact {}: not valid UTF-8", path.display())))?;
         let all = tiga::artifact::parse(path, text).map_err(|e| Failure::new(e.to_string()))?;
         let names: Vec<String> = all.iter().map(|k| k.name().to_string()).collect();
         return match only {
@@ -103,8 +103,7 @@ pub fn load_kernels(path: &Path, only: Option<&str>) -> Result<Vec<Kernel>, Fail
             e.utf8_error().valid_up_to()
         ))
     })?;
-    let captured =
-        parse_kernel_file(&source).map_err(|e| Failure::at_source(path, &source, e.line, e.col, &e.message))?;
+    let captured = parse_kernel_file(&source).map_err(|e| Failure::at_source(path, &source, e.line, e.col, &e.message))?;
     if captured.is_empty() {
         return Err(Failure::new(format!(
             "{}: no kernels found (a kernel is a module marked `#[message_passing(reduce = ...)]`)",
@@ -138,11 +137,7 @@ pub fn load_kernels(path: &Path, only: Option<&str>) -> Result<Vec<Kernel>, Fail
 }
 
 fn unknown_kernel(path: &Path, name: &str, names: &[String]) -> Failure {
-    Failure::new(format!(
-        "no kernel named `{name}` in {}; available kernels: {}",
-        path.display(),
-        list(names)
-    ))
+    Failure::new(format!("no kernel named `{name}` in {}; available kernels: {}", path.display(), list(names)))
 }
 
 /// A graph file: Matrix Market when the extension is `.mtx`, otherwise a
@@ -284,7 +279,6 @@ impl PageArgs {
     pub fn options(&self) -> PageOptions {
         PageOptions { page_rows: self.page_rows, page_bytes: self.page_bytes, prefetch: self.prefetch }
     }
-
 
     /// The page plan over `file` for kernels that read its edge ids or not
     /// ([`tiga::Kernel::reads_edge_ids`]), described in one line: number of

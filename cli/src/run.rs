@@ -221,9 +221,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     if backward.is_some() {
         // Build the adjoint stages now: a kernel that cannot be
         // differentiated is refused before anything runs.
-        kernel
-            .adjoint_plan()
-            .map_err(|e| Failure::new(format!("kernel `{}`: cannot compute gradients: {e}", kernel.name())))?;
+        kernel.adjoint_plan().map_err(|e| Failure::new(format!("kernel `{}`: cannot compute gradients: {e}", kernel.name())))?;
     }
 
     let mut seen: Vec<(Role, &str)> = Vec::new();
@@ -291,10 +289,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
                 })
         })
         .collect();
-    let given_used = tensors
-        .iter()
-        .filter(|(r, b, _)| k_ir.fields.iter().any(|f| f.role == *r && f.name == b.name))
-        .count();
+    let given_used = tensors.iter().filter(|(r, b, _)| k_ir.fields.iter().any(|f| f.role == *r && f.name == b.name)).count();
     let mut compile_ms = None;
     let mut call = None;
     if let Some(ds) = declared.filter(|_| given_used == tensors.len()) {
@@ -311,8 +306,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     // Cotangents that do not fit the outputs are refused before the forward
     // runs. (When the fields do not bind, the forward reports that first.)
     if let (false, GraphSource::Memory(graph)) = (cot_files.is_empty(), &graph) {
-        if let (Ok(shapes), Some(dtype)) =
-            (kernel.output_shapes(graph, &inputs), common_dtype(tensors.iter().map(|(_, _, t)| t)))
+        if let (Ok(shapes), Some(dtype)) = (kernel.output_shapes(graph, &inputs), common_dtype(tensors.iter().map(|(_, _, t)| t)))
         {
             for (name, path, t) in &cot_files {
                 if let Some((_, shape)) = shapes.iter().find(|(n, _)| n == name) {
@@ -341,7 +335,8 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     let outputs = outputs.ok_or_else(|| Failure::new("the kernel did not run"))?;
 
     for (name, path) in &plan {
-        let t = outputs.get(name).ok_or_else(|| Failure::new(format!("kernel `{}` produced no output `{name}`", kernel.name())))?;
+        let t =
+            outputs.get(name).ok_or_else(|| Failure::new(format!("kernel `{}` produced no output `{name}`", kernel.name())))?;
         tiga::write_npy(path, &t.view()).map_err(|e| Failure::new(format!("output `{name}`: {e}")))?;
     }
 
@@ -408,7 +403,9 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         let (dtype, widths) = call.map(|(d, w)| (d.name(), format!("{w:?}"))).unwrap_or(("?", "?".into()));
         let wrote: Vec<String> = plan.iter().map(|(n, p)| format!("{n} -> {}", p.display())).collect();
         let how = match &graph {
-            GraphSource::Paged(f) => format!(" (paged from {}: {})", f.path().display(), req.paging.describe(f, kernel.reads_edge_ids())?),
+            GraphSource::Paged(f) => {
+                format!(" (paged from {}: {})", f.path().display(), req.paging.describe(f, kernel.reads_edge_ids())?)
+            }
             GraphSource::Memory(_) => String::new(),
         };
         let _ = writeln!(

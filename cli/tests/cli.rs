@@ -42,7 +42,23 @@ fn compiled_artifact_runs_without_the_source() {
     let n = 6;
     let x: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.5).collect();
     npy_f32(&d.join("x.npy"), &[n], &x);
-    let o = tigac(d, &["run", "gnn.tiga", "--kernel", "Smoothing", "--graph", "g.txt", "--num-nodes", "6", "--src", "x=x.npy", "--out", "y.npy"]);
+    let o = tigac(
+        d,
+        &[
+            "run",
+            "gnn.tiga",
+            "--kernel",
+            "Smoothing",
+            "--graph",
+            "g.txt",
+            "--num-nodes",
+            "6",
+            "--src",
+            "x=x.npy",
+            "--out",
+            "y.npy",
+        ],
+    );
     ok(&o);
     assert!(stdout(&o).is_empty(), "without --timing, stdout stays empty: {}", stdout(&o));
 
@@ -60,11 +76,43 @@ fn compiled_artifact_runs_without_the_source() {
     let text = std::fs::read_to_string(d.join("gnn.tiga")).expect("read artifact");
     assert!(text.contains("\"version\":2"), "{}", &text[..text.len().min(80)]);
     std::fs::write(d.join("v1.tiga"), text.replacen("\"version\":2", "\"version\":1", 1)).expect("write");
-    let o = tigac(d, &["run", "v1.tiga", "--kernel", "Smoothing", "--graph", "g.txt", "--num-nodes", "6", "--src", "x=x.npy", "--out", "y1.npy"]);
+    let o = tigac(
+        d,
+        &[
+            "run",
+            "v1.tiga",
+            "--kernel",
+            "Smoothing",
+            "--graph",
+            "g.txt",
+            "--num-nodes",
+            "6",
+            "--src",
+            "x=x.npy",
+            "--out",
+            "y1.npy",
+        ],
+    );
     ok(&o);
     assert_eq!(read_f32(&d.join("y1.npy")).1, y, "a version-1 artifact gives the same bits");
     std::fs::write(d.join("v3.tiga"), text.replacen("\"version\":2", "\"version\":3", 1)).expect("write");
-    let o = tigac(d, &["run", "v3.tiga", "--kernel", "Smoothing", "--graph", "g.txt", "--num-nodes", "6", "--src", "x=x.npy", "--out", "y3.npy"]);
+    let o = tigac(
+        d,
+        &[
+            "run",
+            "v3.tiga",
+            "--kernel",
+            "Smoothing",
+            "--graph",
+            "g.txt",
+            "--num-nodes",
+            "6",
+            "--src",
+            "x=x.npy",
+            "--out",
+            "y3.npy",
+        ],
+    );
     fails_with(&o, &["v3.tiga", "artifact version 3", "versions 1 to 2"]);
 
     // Without --kernel every kernel goes in; explain reads the artifact by content.
@@ -99,8 +147,22 @@ fn gcn_norm_on_matrix_market_matches_reference() {
     let o = tigac(
         d,
         &[
-            "run", gnn.to_str().expect("utf8 path"), "--kernel", "GcnNorm", "--graph", "a.mtx",
-            "--src", "h=h.npy", "--src", "cs=cs.npy", "--dst", "cd=cd.npy", "--edge", "w=w.npy", "--out", "out.npy",
+            "run",
+            gnn.to_str().expect("utf8 path"),
+            "--kernel",
+            "GcnNorm",
+            "--graph",
+            "a.mtx",
+            "--src",
+            "h=h.npy",
+            "--src",
+            "cs=cs.npy",
+            "--dst",
+            "cd=cd.npy",
+            "--edge",
+            "w=w.npy",
+            "--out",
+            "out.npy",
         ],
     );
     ok(&o);
@@ -126,8 +188,22 @@ fn gcn_norm_on_matrix_market_matches_reference() {
     let o = tigac(
         d,
         &[
-            "run", gnn.to_str().expect("utf8 path"), "--kernel", "GcnNorm", "--graph", "a.mtx",
-            "--src", "h=h.npy", "--src", "cs=cs.npy", "--dst", "cd=cd.npy", "--edge", "w=w.npy", "--out", "out64.npy",
+            "run",
+            gnn.to_str().expect("utf8 path"),
+            "--kernel",
+            "GcnNorm",
+            "--graph",
+            "a.mtx",
+            "--src",
+            "h=h.npy",
+            "--src",
+            "cs=cs.npy",
+            "--dst",
+            "cd=cd.npy",
+            "--edge",
+            "w=w.npy",
+            "--out",
+            "out64.npy",
         ],
     );
     ok(&o);
@@ -160,7 +236,20 @@ fn multi_output_and_vector_output() {
     let h: Vec<f32> = (0..n * f).map(|i| i as f32 * 0.25 - 2.0).collect();
     npy_f32(&d.join("h.npy"), &[n, f], &h);
     npy_f32(&d.join("s.npy"), &[1], &[3.0]);
-    let base = ["run", "multi.rs", "--kernel", "SumAndTotal", "--graph", "g.txt", "--num-nodes", "6", "--src", "h=h.npy", "--param", "s=s.npy"];
+    let base = [
+        "run",
+        "multi.rs",
+        "--kernel",
+        "SumAndTotal",
+        "--graph",
+        "g.txt",
+        "--num-nodes",
+        "6",
+        "--src",
+        "h=h.npy",
+        "--param",
+        "s=s.npy",
+    ];
     let o = tigac(d, &[&base[..], &["--out", "scaled=a.npy", "--out", "total=b.npy"]].concat());
     ok(&o);
     let mut agg = vec![0.0f64; n * f];
@@ -202,7 +291,10 @@ fn multi_output_and_vector_output() {
     // A vector output from gnn.rs: VecSum, with N from the largest id (4) + 1.
     npy_f32(&d.join("h5.npy"), &[5, f], &h[..5 * f]);
     let gnn = gnn_path();
-    let o = tigac(d, &["run", gnn.to_str().expect("utf8"), "--kernel", "VecSum", "--graph", "g.txt", "--src", "h=h5.npy", "--out", "v.npy"]);
+    let o = tigac(
+        d,
+        &["run", gnn.to_str().expect("utf8"), "--kernel", "VecSum", "--graph", "g.txt", "--src", "h=h5.npy", "--out", "v.npy"],
+    );
     ok(&o);
     let (shape, v) = read_f32(&d.join("v.npy"));
     assert_eq!(shape, vec![5, f], "N defaults to the largest id + 1");
@@ -218,7 +310,21 @@ fn timing_prints_one_json_line() {
     let gnn = gnn_path();
     let o = tigac(
         d,
-        &["run", gnn.to_str().expect("utf8"), "--kernel", "NeighborSum", "--graph", "g.txt", "--src", "x=x.npy", "--out", "y.npy", "--repeat", "3", "--timing"],
+        &[
+            "run",
+            gnn.to_str().expect("utf8"),
+            "--kernel",
+            "NeighborSum",
+            "--graph",
+            "g.txt",
+            "--src",
+            "x=x.npy",
+            "--out",
+            "y.npy",
+            "--repeat",
+            "3",
+            "--timing",
+        ],
     );
     ok(&o);
     let out = stdout(&o);
@@ -273,13 +379,30 @@ fn bad_inputs_are_clear_errors() {
     // Wrong dtype: an integer file, and mixed f32/f64 fields.
     fails_with(&run(&["--kernel", "NeighborSum", "--graph", "g.txt", "--src", "x=int.npy"]), &["`x`", "<i8", "<f4", "int.npy"]);
     fails_with(
-        &run(&["--kernel", "GatAttention", "--graph", "g.txt", "--src", "h=h.npy", "--src", "a_src=x.npy", "--dst", "a_dst=x64.npy"]),
+        &run(&[
+            "--kernel",
+            "GatAttention",
+            "--graph",
+            "g.txt",
+            "--src",
+            "h=h.npy",
+            "--src",
+            "a_src=x.npy",
+            "--dst",
+            "a_dst=x64.npy",
+        ]),
         &["a_dst", "f64", "f32"],
     );
     // Unknown kernel: the available ones are listed.
-    fails_with(&run(&["--kernel", "Nope", "--graph", "g.txt", "--src", "x=x.npy"]), &["Nope", "NeighborSum", "GcnNorm", "EdgeGate"]);
+    fails_with(
+        &run(&["--kernel", "Nope", "--graph", "g.txt", "--src", "x=x.npy"]),
+        &["Nope", "NeighborSum", "GcnNorm", "EdgeGate"],
+    );
     // Missing field: its name and expected shape.
-    fails_with(&run(&["--kernel", "GcnNorm", "--graph", "g.txt", "--src", "h=h.npy", "--src", "cs=x.npy", "--dst", "cd=x.npy"]), &["`w`", "[8]", "--edge w="]);
+    fails_with(
+        &run(&["--kernel", "GcnNorm", "--graph", "g.txt", "--src", "h=h.npy", "--src", "cs=x.npy", "--dst", "cd=x.npy"]),
+        &["`w`", "[8]", "--edge w="],
+    );
     // Unknown field name.
     fails_with(&run(&["--kernel", "NeighborSum", "--graph", "g.txt", "--src", "x=x.npy", "--src", "z=x.npy"]), &["`z`", "x"]);
     // Missing .npy file.
@@ -305,7 +428,11 @@ fn bad_inputs_are_clear_errors() {
     let o = tigac(d, &["run", "bad.rs", "--kernel", "Bad", "--graph", "g.txt", "--src", "x=x.npy", "--out", "y.npy"]);
     fails_with(&o, &["bad.rs:4:"]);
     // Syntax errors too.
-    std::fs::write(d.join("syntax.rs"), "#[message_passing(reduce = sum)]\npub mod Bad {\n    pub fn edge() -> f32 { let = 1.0; 2.0 }\n}\n").expect("write");
+    std::fs::write(
+        d.join("syntax.rs"),
+        "#[message_passing(reduce = sum)]\npub mod Bad {\n    pub fn edge() -> f32 { let = 1.0; 2.0 }\n}\n",
+    )
+    .expect("write");
     fails_with(&tigac(d, &["explain", "syntax.rs"]), &["syntax.rs:3:", "^"]);
     // A damaged artifact names the artifact.
     std::fs::write(d.join("broken.tiga"), "{\"format\": \"tiga-artifact\", \"version\": 1, \"kernels\": [{}]}").expect("write");
@@ -319,7 +446,9 @@ fn explain_lists_the_passes_in_order() {
     ok(&o);
     let text = stdout(&o);
     let mut from = 0;
-    for pass in ["capture-message-passing-udf", "analyze-reducer-algebra", "lower-csr-to-gather-segment", "fuse-edge-node-regions"] {
+    for pass in
+        ["capture-message-passing-udf", "analyze-reducer-algebra", "lower-csr-to-gather-segment", "fuse-edge-node-regions"]
+    {
         let at = text[from..].find(pass).unwrap_or_else(|| panic!("`{pass}` missing or out of order:\n{text}"));
         from += at + pass.len();
     }
@@ -332,7 +461,13 @@ fn explain_with_a_width_shows_code_generation() {
     let o = tigac(&root, &["explain", "examples/kernels/gnn.rs", "--kernel", "VecSum", "--width", "128"]);
     ok(&o);
     let text = stdout(&o);
-    for want in ["widths [128]", "as f32x4 SIMD (128 bits)", "in 16 vector registers", "feature blocks: 64 of 128 lanes, 2 passes", "touches the source rows 32 edges ahead"] {
+    for want in [
+        "widths [128]",
+        "as f32x4 SIMD (128 bits)",
+        "in 16 vector registers",
+        "feature blocks: 64 of 128 lanes, 2 passes",
+        "touches the source rows 32 edges ahead",
+    ] {
         assert!(text.contains(want), "`{want}` missing:\n{text}");
     }
     let o = tigac(&root, &["explain", "examples/kernels/gnn.rs", "--kernel", "VecSum", "--width", "16", "--dtype", "f64"]);
@@ -350,7 +485,10 @@ fn emit_writes_each_stage() {
     let d = dir.path();
     std::fs::create_dir(d.join("build")).expect("mkdir");
     let gnn = gnn_path();
-    let o = tigac(d, &["compile", gnn.to_str().expect("utf8"), "--kernel", "GcnNorm", "--emit", "ir,loop,clif,asm", "-o", "build/k.tiga"]);
+    let o = tigac(
+        d,
+        &["compile", gnn.to_str().expect("utf8"), "--kernel", "GcnNorm", "--emit", "ir,loop,clif,asm", "-o", "build/k.tiga"],
+    );
     ok(&o);
     assert!(d.join("build/k.tiga").is_file());
     for stage in ["ir", "loop", "clif", "asm"] {

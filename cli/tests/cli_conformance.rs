@@ -12,7 +12,6 @@
 
 use std::path::Path;
 
-
 use tiga::compiler::bind::{field_shape, Extents};
 use tiga::compiler::ir::{Role, Type};
 use tiga::{DType, Graph, Inputs, Kernel, Tensor};
@@ -22,18 +21,8 @@ mod common;
 use common::*;
 
 /// Every kernel in gnn.rs; `every_kernel_is_covered` keeps the list in step.
-const KERNELS: [&str; 10] = [
-    "NeighborSum",
-    "Smoothing",
-    "VecSum",
-    "GcnNorm",
-    "SageMean",
-    "MaxPool",
-    "GinSum",
-    "GatAttention",
-    "Top2Sum",
-    "EdgeGate",
-];
+const KERNELS: [&str; 10] =
+    ["NeighborSum", "Smoothing", "VecSum", "GcnNorm", "SageMean", "MaxPool", "GinSum", "GatAttention", "Top2Sum", "EdgeGate"];
 
 /// A graph file and what it holds: the edges `(src, dst)` in line order.
 struct GraphFile {
@@ -194,7 +183,8 @@ fn check(dir: &Path, g: &GraphFile, graph: &Graph, name: &str, rng: &mut Rng) {
             let tag = format!("{}_{name}_f{f}_{}", g.name, dtype.name());
             let tensors: Vec<Tensor> = fields.iter().map(|(_, _, shape, data)| tensor(dtype, shape, data)).collect();
 
-            let mut args: Vec<String> = vec!["run".into(), gnn.to_str().expect("utf8 path").into(), "--kernel".into(), name.into()];
+            let mut args: Vec<String> =
+                vec!["run".into(), gnn.to_str().expect("utf8 path").into(), "--kernel".into(), name.into()];
             args.extend(["--graph".into(), g.file.into()]);
             if let Some(n) = g.num_nodes {
                 args.extend(["--num-nodes".into(), n.to_string()]);

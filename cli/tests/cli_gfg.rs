@@ -26,10 +26,10 @@ fn random_edge_list(seed: u64, n: u64, m: usize) -> String {
     let mut last = (0, 0);
     for k in 0..m {
         let (src, dst) = match lcg(&mut s) % 10 {
-            0 if k > 0 => last,                               // a multi-edge, right after its twin
+            0 if k > 0 => last, // a multi-edge, right after its twin
             1 => {
                 let v = lcg(&mut s) % n;
-                (v, v - v % 2)                               // a self loop when v is even
+                (v, v - v % 2) // a self loop when v is even
             }
             _ => (lcg(&mut s) % n, (lcg(&mut s) % n) & !1), // odd nodes have empty rows
         };
@@ -56,9 +56,8 @@ fn temp_leftovers(d: &Path) -> Vec<String> {
 fn convert_under_a_tiny_budget_matches_the_in_memory_reader() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    for (case, (n, m, num_nodes)) in [(40u64, 3000usize, None), (7, 500, Some(12usize)), (1, 0, None), (300, 2000, None)]
-        .into_iter()
-        .enumerate()
+    for (case, (n, m, num_nodes)) in
+        [(40u64, 3000usize, None), (7, 500, Some(12usize)), (1, 0, None), (300, 2000, None)].into_iter().enumerate()
     {
         let txt = format!("g{case}.txt");
         std::fs::write(d.join(&txt), random_edge_list(case as u64 + 1, n, m)).expect("write");
@@ -222,7 +221,11 @@ fn paged_runs_match_in_memory_runs_bit_for_bit() {
 
     run("g.txt", "GcnNorm", &fields, "mem.npy", &[]);
     let o = run("g.gfg", "GcnNorm", &fields, "paged.npy", &["--page-rows", "3", "--prefetch", "2"]);
-    assert!(stderr(&o).contains("paged from g.gfg: 14 page(s), 3 rows per page (last page 1 rows), prefetch depth 2"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("paged from g.gfg: 14 page(s), 3 rows per page (last page 1 rows), prefetch depth 2"),
+        "{}",
+        stderr(&o)
+    );
     assert!(read("mem.npy") == read("paged.npy"), "GcnNorm: paged output differs from in-memory");
     for extra in [&["--page-rows", "1", "--prefetch", "0"][..], &["--page-bytes", "64", "--prefetch", "4"], &[]] {
         run("g.gfg", "GcnNorm", &fields, "paged2.npy", extra);
@@ -247,8 +250,13 @@ fn paged_runs_match_in_memory_runs_bit_for_bit() {
     .expect("save");
     run("fields.gfg", "GcnNorm", &["--src", "cs=cs.npy", "--dst", "cd=cd.npy"], "ffile.npy", &["--page-rows", "5"]);
     assert!(read("mem.npy") == read("ffile.npy"), "fields read from the file");
-    save_gfg(d.join("zeros.gfg"), &g, false, &[(FieldRole::Src, "h", TensorView::from_slice_f32(vec![n, f], &zeros).expect("view"))])
-        .expect("save");
+    save_gfg(
+        d.join("zeros.gfg"),
+        &g,
+        false,
+        &[(FieldRole::Src, "h", TensorView::from_slice_f32(vec![n, f], &zeros).expect("view"))],
+    )
+    .expect("save");
     run("zeros.gfg", "VecSum", &["--src", "h=h.npy"], "voverride.npy", &[]);
     assert!(read("vmem.npy") == read("voverride.npy"), "a given field overrides the file's");
 
@@ -269,7 +277,8 @@ fn explain_shows_the_realization() {
     let o = tigac(d, &["explain", gnn, "--kernel", "VecSum", "--graph", "g.gfg", "--page-rows", "16", "--prefetch", "3"]);
     ok(&o);
     let out = stdout(&o);
-    for w in ["kernel VecSum", "realization: paged_csr", "backing file: g.gfg", "3 page(s), 16 rows per page", "prefetch depth 3"] {
+    for w in ["kernel VecSum", "realization: paged_csr", "backing file: g.gfg", "3 page(s), 16 rows per page", "prefetch depth 3"]
+    {
         assert!(out.contains(w), "explain lacks `{w}`:\n{out}");
     }
     // VecSum has no edge fields: its pages leave the stored edge ids out
@@ -302,7 +311,10 @@ fn bad_inputs_are_clear_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     std::fs::write(d.join("bad.txt"), "0 1\n# ok\n2 x\n").expect("write");
-    fails_with(&tigac(d, &["convert", "bad.txt", "bad.gfg"]), &["bad.txt:3:", "destination id `x` is not a non-negative integer"]);
+    fails_with(
+        &tigac(d, &["convert", "bad.txt", "bad.gfg"]),
+        &["bad.txt:3:", "destination id `x` is not a non-negative integer"],
+    );
     std::fs::write(d.join("col.txt"), "0 1\n1 2 w\n").expect("write");
     fails_with(&tigac(d, &["convert", "col.txt", "col.gfg"]), &["col.txt:2:", "column 3 is `w`"]);
     std::fs::write(d.join("range.txt"), "0 1\n\n1 7\n").expect("write");
@@ -354,10 +366,7 @@ fn bad_inputs_are_clear_errors() {
     std::fs::write(d.join("trunc.gfg"), &before[..200]).expect("write");
     fails_with(&tigac(d, &[&base[..], &["trunc.gfg"]].concat()), &["trunc.gfg", "truncated"]);
     // A kernel field that is neither given nor in the file.
-    fails_with(
-        &tigac(d, &["run", gnn, "--kernel", "VecSum", "--out", "o.npy", "--graph", "keep.gfg"]),
-        &["h", "keep.gfg"],
-    );
+    fails_with(&tigac(d, &["run", gnn, "--kernel", "VecSum", "--out", "o.npy", "--graph", "keep.gfg"]), &["h", "keep.gfg"]);
     let o = tigac(d, &[&base[..], &["keep.gfg", "--page-rows", "1", "--page-bytes", "8"]].concat());
     assert_eq!(o.status.code(), Some(2), "conflicting page flags are a usage error: {}", stderr(&o));
 }

@@ -77,8 +77,24 @@ fn gcn_norm_gradients_match_the_reference_vjp() {
     let gnn = gnn_path();
     let gnn = gnn.to_str().expect("utf8 path");
     let base = [
-        "run", gnn, "--kernel", "GcnNorm", "--graph", "g.txt", "--num-nodes", "6", "--src", "h=h.npy", "--src", "cs=cs.npy",
-        "--dst", "cd=cd.npy", "--edge", "w=w.npy", "--out", "out.npy",
+        "run",
+        gnn,
+        "--kernel",
+        "GcnNorm",
+        "--graph",
+        "g.txt",
+        "--num-nodes",
+        "6",
+        "--src",
+        "h=h.npy",
+        "--src",
+        "cs=cs.npy",
+        "--dst",
+        "cd=cd.npy",
+        "--edge",
+        "w=w.npy",
+        "--out",
+        "out.npy",
     ];
     // The folder does not exist yet (nested): it is created.
     let o = tigac(d, &[&base[..], &["--cotangent", "c.npy", "--grads", "grads/gcn"]].concat());
@@ -139,8 +155,22 @@ fn neighbor_sum_gradient_is_the_sum_of_out_edge_cotangents() {
     let o = tigac(
         d,
         &[
-            "run", gnn.to_str().expect("utf8"), "--kernel", "NeighborSum", "--graph", "g.txt", "--num-nodes", "6",
-            "--src", "x=x.npy", "--out", "y.npy", "--cotangent", "c.npy", "--grads", "gr",
+            "run",
+            gnn.to_str().expect("utf8"),
+            "--kernel",
+            "NeighborSum",
+            "--graph",
+            "g.txt",
+            "--num-nodes",
+            "6",
+            "--src",
+            "x=x.npy",
+            "--out",
+            "y.npy",
+            "--cotangent",
+            "c.npy",
+            "--grads",
+            "gr",
         ],
     );
     ok(&o);
@@ -184,8 +214,22 @@ pub mod SumAndTotal {
     npy_f32(&d.join("ca.npy"), &[N, f], &ca);
     npy_f32(&d.join("cb.npy"), &[N], &cb);
     let base = [
-        "run", "multi.rs", "--kernel", "SumAndTotal", "--graph", "g.txt", "--num-nodes", "6", "--src", "h=h.npy", "--param",
-        "s=s.npy", "--out", "scaled=a.npy", "--out", "total=b.npy",
+        "run",
+        "multi.rs",
+        "--kernel",
+        "SumAndTotal",
+        "--graph",
+        "g.txt",
+        "--num-nodes",
+        "6",
+        "--src",
+        "h=h.npy",
+        "--param",
+        "s=s.npy",
+        "--out",
+        "scaled=a.npy",
+        "--out",
+        "total=b.npy",
     ];
     // No default cotangent for two outputs; a plain file is ambiguous; each is needed.
     fails_with(&tigac(d, &[&base[..], &["--grads", "gr"]].concat()), &["--cotangent NAME=FILE.npy", "scaled", "total"]);
@@ -231,7 +275,8 @@ fn timing_with_grads_prints_one_json_line() {
     npy_f32(&d.join("x.npy"), &[5], &[1.0, 2.0, 3.0, 4.0, 5.0]);
     npy_f32(&d.join("c.npy"), &[5], &[1.0; 5]);
     let gnn = gnn_path();
-    let base = ["run", gnn.to_str().expect("utf8"), "--kernel", "NeighborSum", "--graph", "g.txt", "--src", "x=x.npy", "--out", "y.npy"];
+    let base =
+        ["run", gnn.to_str().expect("utf8"), "--kernel", "NeighborSum", "--graph", "g.txt", "--src", "x=x.npy", "--out", "y.npy"];
     let o = tigac(d, &[&base[..], &["--repeat", "3", "--timing", "--cotangent", "c.npy", "--grads", "gr"]].concat());
     ok(&o);
     let out = stdout(&o);
@@ -270,8 +315,20 @@ fn grads_errors_are_clear() {
     let gnn = gnn_path();
     let gnn = gnn.to_str().expect("utf8");
     let run = |extra: &[&str]| {
-        let mut args =
-            vec!["run", gnn, "--kernel", "NeighborSum", "--graph", "g.txt", "--num-nodes", "6", "--src", "x=x.npy", "--out", "y.npy"];
+        let mut args = vec![
+            "run",
+            gnn,
+            "--kernel",
+            "NeighborSum",
+            "--graph",
+            "g.txt",
+            "--num-nodes",
+            "6",
+            "--src",
+            "x=x.npy",
+            "--out",
+            "y.npy",
+        ];
         args.extend_from_slice(extra);
         tigac(d, &args)
     };
@@ -315,7 +372,22 @@ pub mod Linear {
     std::fs::write(d.join("linear.rs"), LINEAR).expect("write kernel");
     npy_f32(&d.join("h.npy"), &[N, 2], &[1.0; 2 * N]);
     npy_f32(&d.join("m.npy"), &[3, 2], &[1.0; 6]);
-    let lin = ["run", "linear.rs", "--kernel", "Linear", "--graph", "g.txt", "--num-nodes", "6", "--src", "h=h.npy", "--param", "m=m.npy", "--out", "y.npy"];
+    let lin = [
+        "run",
+        "linear.rs",
+        "--kernel",
+        "Linear",
+        "--graph",
+        "g.txt",
+        "--num-nodes",
+        "6",
+        "--src",
+        "h=h.npy",
+        "--param",
+        "m=m.npy",
+        "--out",
+        "y.npy",
+    ];
     ok(&tigac(d, &lin));
     ok(&tigac(d, &[&lin[..], &["--grads", "lin"]].concat()));
     let m_grad = tiga::read_npy(d.join("lin").join("param.m.npy")).expect("matrix gradient written");

@@ -9,7 +9,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let c = tiga_compiler::passes::run_pipeline(k)?;
             let lk = tiga_compiler::loops::schedule(&c.lowered)?;
             let widths = vec![w; lk.widths.len()];
-            println!("{}", tiga_compiler::back::rust_source::emit_variant(&lk, tiga_compiler::ir::DType::F32, &widths, false, "variant", "RawArgs")?);
+            println!(
+                "{}",
+                tiga_compiler::back::rust_source::emit_variant(
+                    &lk,
+                    tiga_compiler::ir::DType::F32,
+                    &widths,
+                    false,
+                    "variant",
+                    "RawArgs"
+                )?
+            );
         }
     }
     Ok(())

@@ -163,9 +163,7 @@ pub fn eval_region(
         let g = |v: crate::ir::ValueId| &vals[v.0 as usize];
         let v = match &n.op {
             Op::Const(c) => Value::Scalar(*c),
-            Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree | Op::Rank | Op::Scan(_) => {
-                leaf(&n.op)?
-            }
+            Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree | Op::Rank | Op::Scan(_) => leaf(&n.op)?,
             Op::Broadcast(a, w) => match g(*a) {
                 Value::Scalar(x) => Value::Vector(vec![*x; widths.get(w.0 as usize).copied().unwrap_or(0)]),
                 _ => unreachable_value()?,
@@ -177,11 +175,9 @@ pub fn eval_region(
             },
             Op::Unary(u, a) => map1(g(*a), |x| apply_unary(*u, x))?,
             Op::Binary(BinOp::Add, a, b) if matches!(g(*a), Value::Matrix { .. }) => match (g(*a), g(*b)) {
-                (Value::Matrix { rows, cols, data }, Value::Matrix { data: d2, .. }) => Value::Matrix {
-                    rows: *rows,
-                    cols: *cols,
-                    data: data.iter().zip(d2).map(|(p, q)| p + q).collect(),
-                },
+                (Value::Matrix { rows, cols, data }, Value::Matrix { data: d2, .. }) => {
+                    Value::Matrix { rows: *rows, cols: *cols, data: data.iter().zip(d2).map(|(p, q)| p + q).collect() }
+                }
                 _ => unreachable_value()?,
             },
             Op::Binary(BinOp::And, a, b) => bool2(g(*a), g(*b), |x, y| x && y)?,
@@ -213,9 +209,9 @@ pub fn eval_region(
                 _ => unreachable_value()?,
             },
             Op::MatTVec(m, v) => match (g(*m), g(*v)) {
-                (Value::Matrix { rows, cols, data }, Value::Vector(x)) => Value::Vector(
-                    (0..*cols).map(|c| (0..*rows).map(|r| data[r * cols + c] * x[r]).sum()).collect(),
-                ),
+                (Value::Matrix { rows, cols, data }, Value::Vector(x)) => {
+                    Value::Vector((0..*cols).map(|c| (0..*rows).map(|r| data[r * cols + c] * x[r]).sum()).collect())
+                }
                 _ => unreachable_value()?,
             },
             Op::Outer(a, b) => match (g(*a), g(*b)) {
@@ -227,9 +223,9 @@ pub fn eval_region(
                 _ => unreachable_value()?,
             },
             Op::MatVec(m, v) => match (g(*m), g(*v)) {
-                (Value::Matrix { rows, cols, data }, Value::Vector(x)) => Value::Vector(
-                    (0..*rows).map(|r| (0..*cols).map(|c| data[r * cols + c] * x[c]).sum()).collect(),
-                ),
+                (Value::Matrix { rows, cols, data }, Value::Vector(x)) => {
+                    Value::Vector((0..*rows).map(|r| (0..*cols).map(|c| data[r * cols + c] * x[c]).sum()).collect())
+                }
                 _ => unreachable_value()?,
             },
         };
@@ -294,10 +290,8 @@ pub fn interpret_in_order(
     let msg_types = k.message_types();
     let nm = msg_types.len();
     let out_shapes = output_shapes(k, &ext, &widths);
-    let mut outs: Vec<Array> = out_shapes
-        .iter()
-        .map(|s| Array { shape: s.clone(), data: vec![0.0; s.iter().product()] })
-        .collect();
+    let mut outs: Vec<Array> =
+        out_shapes.iter().map(|s| Array { shape: s.clone(), data: vec![0.0; s.iter().product()] }).collect();
     let edge_outs: Vec<usize> = k.outputs_of(Role::Edge).iter().map(|(i, _)| *i).collect();
     let param_outs: Vec<usize> = k.outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
     let dst_outs: Vec<usize> = k.outputs_of(Role::Dst).iter().map(|(i, _)| *i).collect();

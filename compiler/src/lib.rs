@@ -10,11 +10,11 @@
 //! This crate knows nothing of files, pages or ranks: it takes source text
 //! and yields IR or machine code.
 
+pub mod adjoint;
+pub mod back;
+pub mod bind;
 pub mod front;
 pub mod interp;
 pub mod ir;
 pub mod loops;
 pub mod passes;
-pub mod back;
-pub mod bind;
-pub mod adjoint;

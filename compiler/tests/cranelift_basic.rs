@@ -509,7 +509,8 @@ fn variants_are_send_and_sync() {
 #[test]
 fn errors_instead_of_panics() {
     let k = tiny();
-    let key = |widths: Vec<usize>| VariantKey { kernel: "tiny#e".into(), dtype: DType::F64, widths, edge_ids: false, stencil: None };
+    let key =
+        |widths: Vec<usize>| VariantKey { kernel: "tiny#e".into(), dtype: DType::F64, widths, edge_ids: false, stencil: None };
     assert!(matches!(compile(&k, &key(vec![])), Err(BackError::Widths { expected: 1, got: 0, .. })));
     match compile(&k, &key(vec![1 << 20])) {
         Err(e @ BackError::ScratchTooLarge { .. }) => assert!(e.to_string().contains("1 MiB"), "{e}"),

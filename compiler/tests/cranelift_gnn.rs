@@ -15,7 +15,6 @@ use tiga_compiler::passes::run_pipeline;
 mod common;
 use common::{csr, random_fields, run_over_csr, Rng, GNN};
 
-
 #[test]
 fn gnn_kernels_match_reference() {
     let ks = parse_kernel_file(GNN).expect("parses");
@@ -56,13 +55,22 @@ fn gnn_kernels_match_reference() {
                             let one_pass = if dtype == DType::F32 { 64 } else { 32 };
                             assert_eq!(blocked, f > one_pass, "{dtype:?} F={f}: {:?}", var.notes);
                         }
-                        let inputs: Vec<(Role, &[f64])> = k.fields.iter().zip(&fields).map(|(fd, a)| (fd.role, &a.data[..])).collect();
+                        let inputs: Vec<(Role, &[f64])> =
+                            k.fields.iter().zip(&fields).map(|(fd, a)| (fd.role, &a.data[..])).collect();
                         let out_lens: Vec<usize> = want.iter().map(|a| a.data.len()).collect();
                         let n = num_dst as u64;
-                        let outs = run_over_csr(dtype, edge_ids, (&off, &cols, &ids), &inputs, &out_lens, &[0..n / 2, n / 2..n], |args, rows| {
-                            // SAFETY: arrays shaped as the kernel declares, CSR valid.
-                            unsafe { var.run(args, rows) }
-                        });
+                        let outs = run_over_csr(
+                            dtype,
+                            edge_ids,
+                            (&off, &cols, &ids),
+                            &inputs,
+                            &out_lens,
+                            &[0..n / 2, n / 2..n],
+                            |args, rows| {
+                                // SAFETY: arrays shaped as the kernel declares, CSR valid.
+                                unsafe { var.run(args, rows) }
+                            },
+                        );
                         let tol = if dtype == DType::F32 { 1e-4 } else { 1e-12 };
                         for (w, g) in want.iter().zip(&outs) {
                             for (x, y) in w.data.iter().zip(g) {

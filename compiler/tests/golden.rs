@@ -62,8 +62,12 @@ fn adjoint_ir_after_each_pass_and_loop_ir() {
         let mut text = String::new();
         writeln!(text, ";; adjoint of {name}: {} stage(s)", adj.stages.len()).expect("write");
         if let Some(sides) = adj.source_sides {
-            writeln!(text, ";; source sides: stage {} (scatter) or stage {} (transposed), one per call", sides.scatter, sides.transposed)
-                .expect("write");
+            writeln!(
+                text,
+                ";; source sides: stage {} (scatter) or stage {} (transposed), one per call",
+                sides.scatter, sides.transposed
+            )
+            .expect("write");
         }
         for g in &adj.gradients {
             let parts: Vec<String> = g.parts.iter().map(|(s, o)| format!("stage {s} `{o}`")).collect();
@@ -89,8 +93,8 @@ fn adjoint_ir_after_each_pass_and_loop_ir() {
                 writeln!(text, ";; after {}", p.name).expect("write");
                 text.push_str(&p.ir_after);
             }
-            let lk = tiga_compiler::loops::schedule(&c.lowered)
-                .unwrap_or_else(|e| panic!("schedule of {}: {e}", stage.kernel.name));
+            let lk =
+                tiga_compiler::loops::schedule(&c.lowered).unwrap_or_else(|e| panic!("schedule of {}: {e}", stage.kernel.name));
             text.push_str(";; loop\n");
             text.push_str(&lk.to_string());
         }
@@ -108,7 +112,8 @@ fn clif_of_canonical_kernels() {
         let k = ks.iter().find(|k| k.name == name).expect("kernel").clone();
         let c = run_pipeline(k).expect("passes");
         let lk = tiga_compiler::loops::schedule(&c.lowered).expect("schedules");
-        let key = VariantKey { kernel: name.into(), dtype: DType::F32, widths: vec![4; lk.widths.len()], edge_ids, stencil: None };
+        let key =
+            VariantKey { kernel: name.into(), dtype: DType::F32, widths: vec![4; lk.widths.len()], edge_ids, stencil: None };
         let v = compile(&lk, &key).expect("compiles");
         check(&format!("{name}.f32.F4.clif"), &v.clif);
     }

@@ -10,7 +10,6 @@ use tiga_compiler::passes::run_pipeline;
 mod common;
 use common::{csr, random_fields, Rng, GNN};
 
-
 #[test]
 fn scheduled_kernels_match_reference() {
     let ks = parse_kernel_file(GNN).expect("parses");

@@ -5,8 +5,8 @@
 use tiga_compiler::adjoint::{vjp_region, AdjointError, RegionVjp};
 use tiga_compiler::interp::{eval_region, InterpError, Value};
 use tiga_compiler::ir::{
-    verify, BinOp, CmpOp, DType, FieldDecl, FieldId, Kernel, Op, OutputDecl, Properties, Reducer, ReducerKind,
-    Region, Role, Span, Type, UnOp, ValueId, WidthDecl, WidthId,
+    verify, BinOp, CmpOp, DType, FieldDecl, FieldId, Kernel, Op, OutputDecl, Properties, Reducer, ReducerKind, Region, Role,
+    Span, Type, UnOp, ValueId, WidthDecl, WidthId,
 };
 
 const W: usize = 3;
@@ -521,10 +521,7 @@ fn repeated_leaf_nodes_are_summed() {
 
 /// Evaluate the cotangents of `src`'s inputs at `x` with seeds `seeds`.
 fn grads(src: &Region, x: &[Value], seeds: &[Value]) -> Vec<Value> {
-    let types: Vec<Option<Type>> = seeds
-        .iter()
-        .map(|s| Some(if matches!(s, Value::Vector(_)) { F } else { S }))
-        .collect();
+    let types: Vec<Option<Type>> = seeds.iter().map(|s| Some(if matches!(s, Value::Vector(_)) { F } else { S })).collect();
     let (vjp, _) = build_vjp(src, &types);
     let mut all = x.to_vec();
     all.extend(seeds.iter().cloned());
@@ -554,11 +551,8 @@ fn kinks_take_the_forward_branch() {
     let mut b = B::new(&[F, S]);
     let (x, s) = (b.input(0), b.input(1));
     let r = b.bin(BinOp::LeakyRelu, x, s);
-    let got = grads(
-        &b.done(&[r]),
-        &[Value::Vector(vec![0.0, 1.0, -1.0]), Value::Scalar(0.25)],
-        &[Value::Vector(vec![2.0, 3.0, 5.0])],
-    );
+    let got =
+        grads(&b.done(&[r]), &[Value::Vector(vec![0.0, 1.0, -1.0]), Value::Scalar(0.25)], &[Value::Vector(vec![2.0, 3.0, 5.0])]);
     assert_eq!(got[0], Value::Vector(vec![0.5, 3.0, 1.25]));
     assert_eq!(got[1], Value::Scalar(-5.0));
 }
@@ -613,10 +607,7 @@ fn matvec_gives_outer_product_and_transposed_product() {
     })
     .expect("evaluates");
     // M̄ = g vᵀ, v̄ = Mᵀ g.
-    assert_eq!(
-        vals[0],
-        Value::Matrix { rows: 3, cols: 3, data: vec![1.0, -1.0, 2.0, 2.0, -2.0, 4.0, 3.0, -3.0, 6.0] }
-    );
+    assert_eq!(vals[0], Value::Matrix { rows: 3, cols: 3, data: vec![1.0, -1.0, 2.0, 2.0, -2.0, 4.0, 3.0, -3.0, 6.0] });
     assert_eq!(vals[1], Value::Vector(vec![30.0, 36.0, 45.0]));
 }
 
@@ -677,10 +668,7 @@ fn leaves_answered_by_subst() {
     out.outputs = vec![gx, gs, gst];
     verify_region(&out);
     let (xv, sv, stv, g) = (vec![1.0, -2.0, 0.5], 3.0, -1.5, vec![0.25, 2.0, -1.0]);
-    let got = eval(
-        &out,
-        &[Value::Vector(g.clone()), Value::Vector(xv.clone()), Value::Scalar(sv), Value::Scalar(stv)],
-    );
+    let got = eval(&out, &[Value::Vector(g.clone()), Value::Vector(xv.clone()), Value::Scalar(sv), Value::Scalar(stv)]);
     let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).sum::<f64>();
     assert_eq!(got[0], Value::Vector(g.iter().map(|gl| gl * sv * stv).collect()));
     assert_eq!(got[1], Value::Scalar(dot(&g, &xv) * stv));
@@ -695,10 +683,7 @@ fn seed_errors() {
     let src = b.done(&[y]);
     let mut out = Region::new(vec![S, F]);
     let v = out.push(Op::Input(1), F, Span::default());
-    assert!(matches!(
-        vjp_region(&src, &mut out, |_| None, &[]),
-        Err(AdjointError::SeedCount { given: 0, outputs: 1 })
-    ));
+    assert!(matches!(vjp_region(&src, &mut out, |_| None, &[]), Err(AdjointError::SeedCount { given: 0, outputs: 1 })));
     assert!(matches!(
         vjp_region(&src, &mut out, |_| None, &[Some(v)]),
         Err(AdjointError::SeedType { index: 0, seed: Type::Vector(_), output: Type::Scalar })

@@ -24,9 +24,7 @@ pub fn message_passing(attr: TokenStream, item: TokenStream) -> TokenStream {
     };
     let compiled = tiga_compiler::front::capture_module(attr2, &module)
         .map_err(|e| (e.span, e.message))
-        .and_then(|k| {
-            tiga_compiler::passes::run_pipeline(k).map_err(|e| (module.ident.span(), e.to_string()))
-        });
+        .and_then(|k| tiga_compiler::passes::run_pipeline(k).map_err(|e| (module.ident.span(), e.to_string())));
     let (vis, ident, attrs) = (&module.vis, &module.ident, &module.attrs);
     let items = match &module.content {
         Some((_, items)) => items.clone(),
@@ -140,7 +138,8 @@ fn variant_table(lowered: &tiga_compiler::ir::Kernel, prefix: &str) -> (String, 
     let mut entries = Vec::new();
     for (d, dname) in [(DType::F32, "F32"), (DType::F64, "F64")] {
         for ws in &width_sets {
-            let name = format!("{prefix}_{}_{}", dname.to_lowercase(), ws.iter().map(|w| w.to_string()).collect::<Vec<_>>().join("_"));
+            let name =
+                format!("{prefix}_{}_{}", dname.to_lowercase(), ws.iter().map(|w| w.to_string()).collect::<Vec<_>>().join("_"));
             match emit_variant(&lk, d, ws, false, &name, "::tiga::RawArgs") {
                 Ok(src) => fns.push_str(&src),
                 Err(_) => return (String::new(), vec![]),

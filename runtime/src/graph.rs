@@ -117,12 +117,7 @@ fn check_node_count(side: &'static str, count: usize) -> Result<(), GraphError> 
 impl Graph {
     /// Takes CSR arrays as they are (edge order = CSR order), after checking
     /// every invariant, because later loops index them without bounds checks.
-    pub fn from_csr(
-        num_src: usize,
-        num_dst: usize,
-        offsets: Vec<u64>,
-        cols: Vec<u32>,
-    ) -> Result<Graph, GraphError> {
+    pub fn from_csr(num_src: usize, num_dst: usize, offsets: Vec<u64>, cols: Vec<u32>) -> Result<Graph, GraphError> {
         check_node_count("source", num_src)?;
         check_node_count("destination", num_dst)?;
         let expected = num_dst + 1;
@@ -134,11 +129,7 @@ impl Graph {
         }
         for index in 1..offsets.len() {
             if offsets[index] < offsets[index - 1] {
-                return Err(GraphError::OffsetsDecreasing {
-                    index,
-                    prev: offsets[index - 1],
-                    value: offsets[index],
-                });
+                return Err(GraphError::OffsetsDecreasing { index, prev: offsets[index - 1], value: offsets[index] });
             }
         }
         let last = offsets[num_dst];
@@ -209,12 +200,7 @@ impl Graph {
     /// by destination is a stable counting sort, so parallel edges and the
     /// edges of one row keep their input order: reducers that are not
     /// commutative (a user monoid) see messages in the order the user gave.
-    pub fn from_edges(
-        num_src: usize,
-        num_dst: usize,
-        src: &[u32],
-        dst: &[u32],
-    ) -> Result<Graph, GraphError> {
+    pub fn from_edges(num_src: usize, num_dst: usize, src: &[u32], dst: &[u32]) -> Result<Graph, GraphError> {
         Graph::check_edges(num_src, num_dst, src, dst)?;
         let mut offsets = vec![0u64; num_dst + 1];
         for &d in dst {
@@ -255,11 +241,8 @@ impl Graph {
     ) -> Result<Graph, GraphError> {
         let n = g.node_count();
         check_node_count("source", n)?;
-        let (src, dst): (Vec<u32>, Vec<u32>) = g
-            .raw_edges()
-            .iter()
-            .map(|e| (e.source().index() as u32, e.target().index() as u32))
-            .unzip();
+        let (src, dst): (Vec<u32>, Vec<u32>) =
+            g.raw_edges().iter().map(|e| (e.source().index() as u32, e.target().index() as u32)).unzip();
         Graph::from_edges(n, n, &src, &dst)
     }
 
@@ -269,11 +252,7 @@ impl Graph {
     /// (border rows are shorter); with it, coordinates wrap, so on a small
     /// dimension two offsets may name the same neighbour (a multi-edge) or the
     /// node itself (a self loop), exactly as the offsets say.
-    pub fn stencil(
-        shape: &[usize],
-        neighbors: &[Vec<i64>],
-        periodic: bool,
-    ) -> Result<Graph, GraphError> {
+    pub fn stencil(shape: &[usize], neighbors: &[Vec<i64>], periodic: bool) -> Result<Graph, GraphError> {
         let plan = StencilPlan::new(shape, neighbors, periodic)?;
         let n = plan.nodes();
         let mut offsets = Vec::with_capacity(n + 1);
@@ -400,9 +379,7 @@ impl Graph {
         for j in 0..self.num_src {
             offsets[j + 1] += offsets[j];
         }
-        let edges = (0..self.num_dst).flat_map(|i| {
-            self.row(i).map(move |pos| (i as u32, self.cols[pos], self.edge_id(pos)))
-        });
+        let edges = (0..self.num_dst).flat_map(|i| self.row(i).map(move |pos| (i as u32, self.cols[pos], self.edge_id(pos))));
         let (cols, edge_ids) = scatter_by_row(&offsets, edges, self.num_edges());
         Graph { num_src: self.num_dst, num_dst: self.num_src, offsets, cols, edge_ids, derived: Derived::default() }
     }
@@ -521,10 +498,7 @@ mod tests {
 
     #[test]
     fn csr_validation_messages() {
-        assert_eq!(
-            err(Graph::from_csr(2, 2, vec![0, 1], vec![0])),
-            "CSR offsets have length 2, expected num_dst + 1 = 3"
-        );
+        assert_eq!(err(Graph::from_csr(2, 2, vec![0, 1], vec![0])), "CSR offsets have length 2, expected num_dst + 1 = 3");
         assert_eq!(err(Graph::from_csr(2, 1, vec![1, 1], vec![0])), "CSR offsets[0] is 1, expected 0");
         assert_eq!(
             err(Graph::from_csr(2, 3, vec![0, 2, 1, 2], vec![0, 1])),
@@ -534,10 +508,7 @@ mod tests {
             err(Graph::from_csr(2, 2, vec![0, 1, 3], vec![0, 1])),
             "CSR offsets end at 3 (offsets[2]), but cols has 2 entries"
         );
-        assert_eq!(
-            err(Graph::from_csr(2, 2, vec![0, 1, 2], vec![0, 2])),
-            "CSR cols[1] = 2 is out of range for num_src = 2"
-        );
+        assert_eq!(err(Graph::from_csr(2, 2, vec![0, 1, 2], vec![0, 2])), "CSR cols[1] = 2 is out of range for num_src = 2");
         assert_eq!(
             err(Graph::from_csr(MAX_NODES + 1, 0, vec![0], vec![])),
             "source node count 4294967297 exceeds the maximum of 4294967296 (node ids are u32)"
@@ -547,12 +518,10 @@ mod tests {
 
     #[test]
     fn csr_with_edge_ids() {
-        let g = Graph::from_csr_with_edge_ids(3, 2, vec![0, 2, 3], vec![2, 0, 1], Some(vec![2, 0, 1]))
-            .expect("valid");
+        let g = Graph::from_csr_with_edge_ids(3, 2, vec![0, 2, 3], vec![2, 0, 1], Some(vec![2, 0, 1])).expect("valid");
         assert_eq!(g.edge_ids(), Some(&[2u64, 0, 1][..]));
         assert_eq!(g.coo_in_user_order(), (vec![0, 1, 2], vec![0, 1, 0]));
-        let id = Graph::from_csr_with_edge_ids(3, 2, vec![0, 2, 3], vec![2, 0, 1], Some(vec![0, 1, 2]))
-            .expect("valid");
+        let id = Graph::from_csr_with_edge_ids(3, 2, vec![0, 2, 3], vec![2, 0, 1], Some(vec![0, 1, 2])).expect("valid");
         assert_eq!(id.edge_ids(), None);
         let csr = || (vec![0u64, 2, 3], vec![2u32, 0, 1]);
         let (o, c) = csr();
@@ -642,18 +611,9 @@ mod tests {
 
     #[test]
     fn edge_validation_messages() {
-        assert_eq!(
-            err(Graph::from_edges(3, 3, &[0, 1], &[0])),
-            "edge lists differ in length: src has 2 entries, dst has 1"
-        );
-        assert_eq!(
-            err(Graph::from_edges(3, 3, &[0, 3], &[0, 0])),
-            "edge 1: source 3 is out of range for num_src = 3"
-        );
-        assert_eq!(
-            err(Graph::from_edges(3, 2, &[0, 1, 2], &[0, 1, 2])),
-            "edge 2: destination 2 is out of range for num_dst = 2"
-        );
+        assert_eq!(err(Graph::from_edges(3, 3, &[0, 1], &[0])), "edge lists differ in length: src has 2 entries, dst has 1");
+        assert_eq!(err(Graph::from_edges(3, 3, &[0, 3], &[0, 0])), "edge 1: source 3 is out of range for num_src = 3");
+        assert_eq!(err(Graph::from_edges(3, 2, &[0, 1, 2], &[0, 1, 2])), "edge 2: destination 2 is out of range for num_dst = 2");
     }
 
     #[test]
@@ -703,14 +663,7 @@ mod tests {
         let g = Graph::stencil(&[2], &[vec![-1], vec![1]], true).expect("valid");
         assert_eq!(g.cols(), &[1, 1, 0, 0]);
         // 2x2x2 non-periodic 6-neighbour: every node is a corner with 3 neighbours.
-        let six = [
-            vec![-1, 0, 0],
-            vec![1, 0, 0],
-            vec![0, -1, 0],
-            vec![0, 1, 0],
-            vec![0, 0, -1],
-            vec![0, 0, 1],
-        ];
+        let six = [vec![-1, 0, 0], vec![1, 0, 0], vec![0, -1, 0], vec![0, 1, 0], vec![0, 0, -1], vec![0, 0, 1]];
         let g = Graph::stencil(&[2, 2, 2], &six, false).expect("valid");
         assert_eq!(degrees(&g), vec![3; 8]);
         // Node 7 = (1,1,1): (0,1,1)=3, (1,0,1)=5, (1,1,0)=6.
@@ -732,16 +685,11 @@ mod tests {
             err(Graph::stencil(&[1 << 20, 1 << 20], &[], false)),
             "stencil shape [1048576, 1048576] has too many nodes (more than 4294967296)"
         );
-        assert!(matches!(
-            Graph::stencil(&[usize::MAX, 2], &[], false),
-            Err(GraphError::StencilTooLarge { .. })
-        ));
+        assert!(matches!(Graph::stencil(&[usize::MAX, 2], &[], false), Err(GraphError::StencilTooLarge { .. })));
     }
 
     fn edge_set(g: &Graph) -> Vec<(u32, u32, u64)> {
-        let mut v: Vec<_> = (0..g.num_dst())
-            .flat_map(|i| g.row(i).map(move |p| (g.cols()[p], i as u32, g.edge_id(p))))
-            .collect();
+        let mut v: Vec<_> = (0..g.num_dst()).flat_map(|i| g.row(i).map(move |p| (g.cols()[p], i as u32, g.edge_id(p)))).collect();
         v.sort_unstable();
         v
     }

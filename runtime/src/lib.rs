@@ -29,8 +29,6 @@ pub use exec::{balanced_row_chunks, for_each_row_chunk};
 pub use graph::{Graph, GraphError, StencilPlan, MAX_NODES};
 pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_matrix_market};
 pub use npy::{encode_npy, parse_npy, read_npy, write_npy, NpyError};
-pub use storage::{
-    save_gfg, FieldHandle, FieldInfo, FieldRole, GfgError, GfgFile, GfgWriter, Page, PendingGfg,
-};
 pub use storage::tensors::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
+pub use storage::{save_gfg, FieldHandle, FieldInfo, FieldRole, GfgError, GfgFile, GfgWriter, Page, PendingGfg};
 pub use tensor::{Buffer, DType, Data, DataMut, Tensor, TensorError, TensorView};

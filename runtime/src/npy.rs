@@ -42,7 +42,9 @@ pub enum NpyError {
     UnsupportedVersion { path: String, major: u8, minor: u8 },
     #[error("{path}: malformed .npy header: {message}")]
     BadHeader { path: String, message: String },
-    #[error("{path}: dtype '{found}' is not supported; accepted: '<f4' (little-endian float32) or '<f8' (little-endian float64)")]
+    #[error(
+        "{path}: dtype '{found}' is not supported; accepted: '<f4' (little-endian float32) or '<f8' (little-endian float64)"
+    )]
     UnsupportedDtype { path: String, found: String },
     #[error("{path}: fortran_order is True; only C-order (row-major) arrays are accepted")]
     FortranOrder { path: String },
@@ -127,15 +129,12 @@ fn parse_npy_named(bytes: &[u8], name: &str) -> Result<Tensor, NpyError> {
         return Err(NpyError::TrailingBytes { path: name.to_string(), expected, extra: data.len() - expected });
     }
     let tensor = match dtype {
-        DType::F32 => Tensor::from_f32(
-            dict.shape,
-            data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-        ),
+        DType::F32 => {
+            Tensor::from_f32(dict.shape, data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        }
         DType::F64 => Tensor::from_f64(
             dict.shape,
-            data.chunks_exact(8)
-                .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-                .collect(),
+            data.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect(),
         ),
     };
     // The length was checked against the shape above, so this cannot fail;
@@ -353,10 +352,8 @@ fn encode_npy_named(tensor: &TensorView<'_>, name: &str) -> Result<Vec<u8>, NpyE
         out.extend_from_slice(header.as_bytes());
     } else {
         let header = encode(4);
-        let len = u32::try_from(header.len()).map_err(|_| NpyError::BadHeader {
-            path: name.to_string(),
-            message: "header too long to write".into(),
-        })?;
+        let len = u32::try_from(header.len())
+            .map_err(|_| NpyError::BadHeader { path: name.to_string(), message: "header too long to write".into() })?;
         out.extend_from_slice(&[2, 0]);
         out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(header.as_bytes());
@@ -509,10 +506,7 @@ mod tests {
             err(&file(1, &h("<f4", "False", "(3,)"), &data[..8])),
             "<memory>: data section is truncated: expected 12 bytes, found 8"
         );
-        assert_eq!(
-            err(&file(1, &h("<f8", "False", "(3,)"), &data)),
-            "<memory>: 8 unexpected bytes after the 24 bytes of data"
-        );
+        assert_eq!(err(&file(1, &h("<f8", "False", "(3,)"), &data)), "<memory>: 8 unexpected bytes after the 24 bytes of data");
         assert_eq!(
             err(&file(1, &h("<f4", "False", "(4294967296, 4294967296)"), &data)),
             "<memory>: shape [4294967296, 4294967296] is too large to hold in memory"

@@ -247,9 +247,8 @@ fn the_documented_example_has_the_documented_layout() {
     );
     assert_eq!(manifest_range(&bytes).0, 16392);
     assert_eq!((u16_at(&bytes, 8), u16_at(&bytes, 10)), (1, 0));
-    let u64s = |s: &RawSection| -> Vec<u64> {
-        (0..s.length as usize / 8).map(|k| u64_at(&bytes, s.offset as usize + 8 * k)).collect()
-    };
+    let u64s =
+        |s: &RawSection| -> Vec<u64> { (0..s.length as usize / 8).map(|k| u64_at(&bytes, s.offset as usize + 8 * k)).collect() };
     assert_eq!(u64s(&m.sections[0]), [0, 2, 3]);
     assert_eq!(u64s(&m.sections[2]), [0, 2, 1]);
     let cols: Vec<u32> = (0..3).map(|k| u32_at(&bytes, 8192 + 4 * k)).collect();
@@ -357,7 +356,12 @@ fn versions() {
     for fix in [true, false] {
         let e = open_err(&path, &with_version(2, 0, fix));
         assert!(matches!(e, GfgError::UnsupportedVersion { major: 2, minor: 0, .. }), "{e}");
-        assert!(e.to_string().contains("format version 2.0 is not supported: this reader reads major version 1 (the file was written by a newer tiga)"), "{e}");
+        assert!(
+            e.to_string().contains(
+                "format version 2.0 is not supported: this reader reads major version 1 (the file was written by a newer tiga)"
+            ),
+            "{e}"
+        );
     }
     let e = open_err(&path, &with_version(0, 9, true)).to_string();
     assert!(e.contains("version 0.9 is not supported") && !e.contains("newer"), "{e}");
@@ -411,11 +415,7 @@ fn manifests_that_contradict_the_file_are_refused() {
         assert!(e.contains(expected), "{what}: got `{e}`, expected it to contain `{expected}`");
         assert!(e.contains("sample.gfg"), "{what}: {e}");
     };
-    check(
-        "cols length",
-        &|m| sec(m, "cols").length += 4,
-        "section `cols` is 36 bytes long, but its shape [8] of u32 needs 32",
-    );
+    check("cols length", &|m| sec(m, "cols").length += 4, "section `cols` is 36 bytes long, but its shape [8] of u32 needs 32");
     check(
         "cols shape",
         &|m| {

@@ -5,9 +5,7 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use tiga_runtime::storage::{ElemType, SECTION_ALIGN};
-use tiga_runtime::{
-    save_gfg, DType, Data, FieldRole, GfgError, GfgFile, GfgWriter, Graph, Tensor, TensorView,
-};
+use tiga_runtime::{save_gfg, DType, Data, FieldRole, GfgError, GfgFile, GfgWriter, Graph, Tensor, TensorView};
 
 /// A field to save: role, name, and its data.
 #[derive(Debug, Clone)]
@@ -248,11 +246,7 @@ fn writer_refuses_bad_fields() {
     let e = msg(GfgWriter::new(&g).field(FieldRole::Src, "r", &rank3));
     assert!(e.contains("[3, 1, 1]"), "{e}");
     // The same name in two roles is two fields.
-    GfgWriter::new(&g)
-        .field(FieldRole::Src, "x", &three[..])
-        .field(FieldRole::Edge, "x", &three[..])
-        .save(&path)
-        .expect("save");
+    GfgWriter::new(&g).field(FieldRole::Src, "x", &three[..]).field(FieldRole::Edge, "x", &three[..]).save(&path).expect("save");
     assert!(!path.with_file_name("missing").exists());
     let f = GfgFile::open(&path).expect("open");
     assert_eq!(f.fields().len(), 2);

@@ -282,10 +282,7 @@ fn the_process_store_is_removed_at_exit() {
         .lines()
         .find_map(|l| l.split_once("PROCESS_DIR=").map(|(_, d)| d.trim()))
         .unwrap_or_else(|| panic!("the child printed no directory: {stdout}"));
-    assert!(
-        dir.contains("tiga-spill-"),
-        "the per-process directory is named after tiga: {dir}"
-    );
+    assert!(dir.contains("tiga-spill-"), "the per-process directory is named after tiga: {dir}");
     assert!(!Path::new(dir).exists(), "{dir} outlived the process that made it");
 }
 

@@ -35,11 +35,8 @@ fn err(path: &Path, message: impl Into<String>) -> Error {
 
 /// Write kernels atomically: a temp file in the same folder, fsync, rename.
 pub fn save(path: &Path, kernels: &[&Kernel]) -> Result<()> {
-    let file = ArtifactFile {
-        format: FORMAT.into(),
-        version: VERSION,
-        kernels: kernels.iter().map(|k| k.compiled().clone()).collect(),
-    };
+    let file =
+        ArtifactFile { format: FORMAT.into(), version: VERSION, kernels: kernels.iter().map(|k| k.compiled().clone()).collect() };
     let text = serde_json::to_string(&file).map_err(|e| err(path, e.to_string()))?;
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| err(path, format!("cannot create a temp file: {e}")))?;

@@ -9,7 +9,7 @@ use tiga_compiler::bind::{bind_shapes, output_shapes, Extents};
 use tiga_compiler::interp::{interpret_in_order, Array};
 use tiga_compiler::ir::{self, Role};
 use tiga_compiler::loops::LoopKernel;
-use tiga_runtime::{Data, DType, Graph, Tensor, TensorView};
+use tiga_runtime::{DType, Data, Graph, Tensor, TensorView};
 
 use crate::{Error, Kernel, Result};
 
@@ -419,7 +419,8 @@ impl<'a> RowRunner<'a> {
         use rayon::prelude::*;
         let (entry, dtype) = (self.entry, self.dtype);
         let widths: Vec<usize> = self.shapes.iter().map(|s| s.iter().skip(1).product::<usize>()).collect();
-        let segs: Vec<(u64, u64)> = (first..last).step_by(SPLIT_EDGES as usize).map(|a| (a, (a + SPLIT_EDGES).min(last))).collect();
+        let segs: Vec<(u64, u64)> =
+            (first..last).step_by(SPLIT_EDGES as usize).map(|a| (a, (a + SPLIT_EDGES).min(last))).collect();
         let shared = SharedArgs(raw);
         let shared = &shared;
         let parts: Vec<Result<Vec<Tensor>>> = segs
@@ -431,11 +432,8 @@ impl<'a> RowRunner<'a> {
                     .collect::<Result<_>>()?;
                 let bounds = [a, b];
                 // Row i of these arrays is element 0 of the segment's buffers.
-                let ptrs: Vec<*mut u8> = mine
-                    .iter_mut()
-                    .zip(&widths)
-                    .map(|(t, &w)| data_ptr(t).wrapping_sub(i * w * dtype.size()))
-                    .collect();
+                let ptrs: Vec<*mut u8> =
+                    mine.iter_mut().zip(&widths).map(|(t, &w)| data_ptr(t).wrapping_sub(i * w * dtype.size())).collect();
                 let mut args = shared.0;
                 args.offsets = bounds.as_ptr().wrapping_sub(i);
                 args.outputs = ptrs.as_ptr();
@@ -578,13 +576,7 @@ fn stencil_edges(st: &Stencil2d) -> usize {
     let (r, c) = (st.rows as i64, st.cols as i64);
     st.offsets
         .iter()
-        .map(|&(dr, dc)| {
-            if st.periodic {
-                (r * c) as usize
-            } else {
-                ((r - dr.abs()).max(0) * (c - dc.abs()).max(0)) as usize
-            }
-        })
+        .map(|&(dr, dc)| if st.periodic { (r * c) as usize } else { ((r - dr.abs()).max(0) * (c - dc.abs()).max(0)) as usize })
         .sum()
 }
 

@@ -20,12 +20,8 @@ pub(crate) fn explain(k: &Kernel) -> String {
             "  backend:   cranelift JIT ({isa}); one variant per (dtype, widths, edge order), cached per process (kernel files and artifacts have no ahead-of-time variants; `#[message_passing]` kernels do)"
         );
     } else {
-        let widths: Vec<String> = k
-            .aot_variants()
-            .iter()
-            .filter(|v| v.dtype == tiga_runtime::DType::F32)
-            .map(|v| format!("{:?}", v.widths))
-            .collect();
+        let widths: Vec<String> =
+            k.aot_variants().iter().filter(|v| v.dtype == tiga_runtime::DType::F32).map(|v| format!("{:?}", v.widths)).collect();
         let _ = writeln!(
             s,
             "  backend:   rust-aot (the macro's loops compiled by rustc/LLVM, AVX2+FMA chosen at run time) for f32/f64 with widths {}; cranelift JIT ({isa}) for every other width",
@@ -38,12 +34,7 @@ pub(crate) fn explain(k: &Kernel) -> String {
         if low.segment.as_ref().is_some_and(|g| g.fused) { "fused (no message buffer)" } else { "not fused" }
     );
     let r = &low.reducer;
-    let _ = writeln!(
-        s,
-        "  reducer:   {} (class {})",
-        r.kind.name(),
-        r.class.map(|c| c.name()).unwrap_or("unclassified")
-    );
+    let _ = writeln!(s, "  reducer:   {} (class {})", r.kind.name(), r.class.map(|c| c.name()).unwrap_or("unclassified"));
     let fields: Vec<String> = cap
         .fields
         .iter()
@@ -158,7 +149,8 @@ fn adjoint(s: &mut String, k: &Kernel) {
         }
     };
     let stages = &plan.adjoint.stages;
-    let _ = writeln!(s, "  {} stage(s), run in order; each is an ordinary kernel (same passes, scheduler, back end)", stages.len());
+    let _ =
+        writeln!(s, "  {} stage(s), run in order; each is an ordinary kernel (same passes, scheduler, back end)", stages.len());
     if let Some(sides) = plan.adjoint.source_sides {
         let _ = writeln!(
             s,
@@ -234,10 +226,13 @@ fn adjoint(s: &mut String, k: &Kernel) {
         let _ = writeln!(
             s,
             "    produces:  {}",
-            if produced.is_empty() { "no gradients (intermediate values for later stages)".to_string() } else { produced.join(", ") }
+            if produced.is_empty() {
+                "no gradients (intermediate values for later stages)".to_string()
+            } else {
+                produced.join(", ")
+            }
         );
-        let other: Vec<&str> =
-            stage.kernel.outputs.iter().map(|o| o.name.as_str()).filter(|n| !n.starts_with("grad.")).collect();
+        let other: Vec<&str> = stage.kernel.outputs.iter().map(|o| o.name.as_str()).filter(|n| !n.starts_with("grad.")).collect();
         if !other.is_empty() {
             let _ = writeln!(s, "    also:      {} (for later stages)", other.join(", "));
         }

@@ -47,9 +47,7 @@
 //! precision of the other operand.
 
 use std::fmt;
-use std::ops::{
-    Add, AddAssign, Div, DivAssign, Index, IndexMut, Mul, MulAssign, Neg, Sub, SubAssign,
-};
+use std::ops::{Add, AddAssign, Div, DivAssign, Index, IndexMut, Mul, MulAssign, Neg, Sub, SubAssign};
 
 // ---------------------------------------------------------------------------
 // Scalars
@@ -642,18 +640,10 @@ impl<T> Matrix<T> {
         let c = rows.first().map_or(0, Vec::len);
         let mut data = Vec::with_capacity(r * c);
         for (i, row) in rows.into_iter().enumerate() {
-            assert!(
-                row.len() == c,
-                "tiga::lang: Matrix::from_rows: row {i} has {} values, row 0 has {c}",
-                row.len()
-            );
+            assert!(row.len() == c, "tiga::lang: Matrix::from_rows: row {i} has {} values, row 0 has {c}", row.len());
             data.extend(row);
         }
-        Matrix {
-            rows: r,
-            cols: c,
-            data,
-        }
+        Matrix { rows: r, cols: c, data }
     }
 
     /// Row `r` as a slice of `cols` values.
@@ -665,12 +655,7 @@ impl<T> Matrix<T> {
 impl<T> Index<(usize, usize)> for Matrix<T> {
     type Output = T;
     fn index(&self, (r, c): (usize, usize)) -> &T {
-        assert!(
-            r < self.rows && c < self.cols,
-            "tiga::lang: index ({r}, {c}) out of a {}x{} matrix",
-            self.rows,
-            self.cols
-        );
+        assert!(r < self.rows && c < self.cols, "tiga::lang: index ({r}, {c}) out of a {}x{} matrix", self.rows, self.cols);
         &self.data[r * self.cols + c]
     }
 }

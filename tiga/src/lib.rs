@@ -30,18 +30,18 @@ pub mod artifact;
 mod call;
 mod explain;
 pub mod lang;
-mod vjp;
+pub mod memory;
+pub mod offload;
 mod paged;
 mod scatter;
-pub mod offload;
-pub mod memory;
+mod vjp;
 
 use std::sync::OnceLock;
 
 pub use tiga_macros::message_passing;
 pub use tiga_runtime::{
-    balanced_row_chunks, for_each_row_chunk, read_edge_list, read_matrix_market, read_npy, write_npy, Buffer, DType, Data,
-    Graph, GraphError, NpyError, Tensor, TensorView,
+    balanced_row_chunks, for_each_row_chunk, read_edge_list, read_matrix_market, read_npy, write_npy, Buffer, DType, Data, Graph,
+    GraphError, NpyError, Tensor, TensorView,
 };
 
 pub use call::{Inputs, Outputs};
@@ -55,11 +55,11 @@ pub struct AotVariant {
     pub widths: &'static [usize],
     pub entry: tiga_compiler::back::abi::EntryFn,
 }
-pub use vjp::{AdjointPlan, Gradients};
-pub use paged::PageOptions;
 pub use offload::{with_ram_budget, AnyGraph};
+pub use paged::PageOptions;
 pub use tiga_compiler as compiler;
 pub use tiga_runtime as runtime;
+pub use vjp::{AdjointPlan, Gradients};
 
 use tiga_compiler::back::cranelift::{Jit, VariantKey};
 use tiga_compiler::ir;
@@ -179,8 +179,8 @@ impl Kernel {
 
     /// What the macro embeds: the pipeline result as JSON.
     pub fn from_embedded(json: &str) -> Result<Kernel> {
-        let compiled: Compiled = serde_json::from_str(json)
-            .map_err(|e| Error::Artifact { path: "<embedded>".into(), message: e.to_string() })?;
+        let compiled: Compiled =
+            serde_json::from_str(json).map_err(|e| Error::Artifact { path: "<embedded>".into(), message: e.to_string() })?;
         Kernel::from_compiled(compiled)
     }
 

@@ -111,7 +111,11 @@ pub struct MemoryReport {
 
 impl std::fmt::Display for MemoryReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "host: {} of {} bytes; disk: {} of {} bytes; {} spill(s), {} reload(s)", self.host_used, self.host_budget, self.disk_used, self.disk_budget, self.spills, self.reloads)?;
+        writeln!(
+            f,
+            "host: {} of {} bytes; disk: {} of {} bytes; {} spill(s), {} reload(s)",
+            self.host_used, self.host_budget, self.disk_used, self.disk_budget, self.spills, self.reloads
+        )?;
         for e in &self.entries {
             writeln!(f, "  {:<24} {:?} {} bytes", e.name, e.tier, e.bytes)?;
         }
@@ -149,11 +153,7 @@ impl Scope {
     }
 
     fn used(st: &State, tier: Tier) -> u64 {
-        st.entries
-            .values()
-            .filter(|e| e.place.tier() == tier)
-            .map(|e| e.bytes)
-            .sum()
+        st.entries.values().filter(|e| e.place.tier() == tier).map(|e| e.bytes).sum()
     }
 
     /// Make room for `need` more host bytes (spilling LRU tensors other than
@@ -369,11 +369,7 @@ impl Scope {
             entries: st
                 .entries
                 .iter()
-                .map(|(n, e)| ReportEntry {
-                    name: n.clone(),
-                    tier: e.place.tier(),
-                    bytes: e.bytes,
-                })
+                .map(|(n, e)| ReportEntry { name: n.clone(), tier: e.place.tier(), bytes: e.bytes })
                 .collect(),
         }
     }

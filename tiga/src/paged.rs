@@ -30,7 +30,6 @@
 //! stage) and rows in reverse edge order (a monoid's
 //! suffix stage).
 
-
 use tiga_compiler::back::abi::EntryFn;
 use tiga_compiler::back::cranelift::RawArgs;
 use tiga_compiler::bind::{output_shapes, Extents};
@@ -55,7 +54,6 @@ pub struct PageOptions {
     /// `TIGA_PAGED_PREFETCH_DEPTH`, else 2); 0 reads each page when needed.
     pub prefetch: Option<usize>,
 }
-
 
 fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
@@ -518,7 +516,11 @@ impl<'a> Stream<'_, 'a> {
 
 /// The file's own fields for the kernel's fields not in `inputs` (mapped
 /// lazily when viewed).
-pub(crate) fn file_fields(k: &tiga_compiler::ir::Kernel, file: &GfgFile, inputs: &Inputs<'_>) -> Vec<(Role, String, FieldHandle)> {
+pub(crate) fn file_fields(
+    k: &tiga_compiler::ir::Kernel,
+    file: &GfgFile,
+    inputs: &Inputs<'_>,
+) -> Vec<(Role, String, FieldHandle)> {
     k.fields
         .iter()
         .filter(|f| !inputs.has(f.role, &f.name))
@@ -600,8 +602,10 @@ impl Kernel {
         // to a file mapping, released page by page as the rows are done (a
         // paged backward's source gradient over the budget).
         let is_row_output = |i: usize| k.outputs[i].role == Role::Dst && shapes[i].first() == Some(&nd);
-        let row_output_bytes: u64 =
-            (0..shapes.len()).filter(|&i| is_row_output(i)).map(|i| (shapes[i].iter().product::<usize>() * b.dtype.size()) as u64).sum();
+        let row_output_bytes: u64 = (0..shapes.len())
+            .filter(|&i| is_row_output(i))
+            .map(|i| (shapes[i].iter().product::<usize>() * b.dtype.size()) as u64)
+            .sum();
         let mut outs = match crate::offload::output_spill_dir(row_output_bytes) {
             None => output_buffers(self.loop_kernel(), b.dtype, &shapes)?,
             Some(dir) => {

@@ -4,16 +4,16 @@
 
 use std::sync::Arc;
 
-use tiga_compiler::back::abi::Stencil2d;
 use tiga_compiler::adjoint::kernel::{generate_adjoint, Adjoint, Binding, GraphUse};
+use tiga_compiler::back::abi::Stencil2d;
 use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
 use tiga_runtime::{DType, Data, DataMut, Graph, Tensor, TensorView};
 
 use crate::call::{Inputs, Outputs};
 use crate::paged::{PageOptions, Side};
-use tiga_runtime::storage::GfgFile;
 use crate::{Error, Kernel, Result};
+use tiga_runtime::storage::GfgFile;
 
 /// The adjoint of a kernel, compiled: its stages as runnable kernels.
 #[derive(Debug)]
@@ -99,7 +99,12 @@ fn release_unread(stage_outs: &mut [Outputs], adjoint: &Adjoint, si: usize, curr
     }
     for (s, outs) in stage_outs.iter_mut().enumerate().take(si) {
         outs.items.retain(|(name, _)| {
-            let later = adjoint.stages.iter().enumerate().skip(si + 1).any(|(t, st)| runs(t) && st.bindings.iter().any(|b| reads(b, s, name)));
+            let later = adjoint
+                .stages
+                .iter()
+                .enumerate()
+                .skip(si + 1)
+                .any(|(t, st)| runs(t) && st.bindings.iter().any(|b| reads(b, s, name)));
             let now = current.iter().any(|b| !matches!(b, Binding::WinnerScatter { .. }) && reads(b, s, name));
             let gradient = adjoint.gradients.iter().any(|g| g.parts.iter().any(|(p, n)| *p == s && n == name));
             later || now || gradient
@@ -110,7 +115,12 @@ fn release_unread(stage_outs: &mut [Outputs], adjoint: &Adjoint, si: usize, curr
 /// The winner scatter's sums over the forward CSR (a page at a time over a
 /// file, each page dropped from the resident set after, as a paged
 /// stage's pages are), and which sources have out-edges.
-fn winner_sums(target: Target<'_>, extents: &Extents, winner: TensorView<'_>, value: TensorView<'_>) -> Result<(Tensor, Vec<bool>)> {
+fn winner_sums(
+    target: Target<'_>,
+    extents: &Extents,
+    winner: TensorView<'_>,
+    value: TensorView<'_>,
+) -> Result<(Tensor, Vec<bool>)> {
     let mut sc = crate::scatter::WinnerScatter::new(extents.num_src, extents.num_dst, winner, value)?;
     match target {
         Target::Memory(g) => sc.add_rows(0, g.offsets(), g.cols())?,
@@ -219,12 +229,7 @@ impl Kernel {
     }
 
     /// The same VJP, every stage run by the f64 reference interpreter.
-    pub fn vjp_reference(
-        &self,
-        graph: &Graph,
-        inputs: &Inputs<'_>,
-        cotangents: &[(&str, TensorView<'_>)],
-    ) -> Result<Gradients> {
+    pub fn vjp_reference(&self, graph: &Graph, inputs: &Inputs<'_>, cotangents: &[(&str, TensorView<'_>)]) -> Result<Gradients> {
         self.run_vjp(graph, inputs, cotangents, true)
     }
 
@@ -244,7 +249,11 @@ impl Kernel {
         }
         if !shapes.iter().any(|(n, _)| n == output) {
             let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
-            return Err(Error::Call(format!("kernel `{}` has no output `{output}` (its outputs: {})", self.name(), names.join(", "))));
+            return Err(Error::Call(format!(
+                "kernel `{}` has no output `{output}` (its outputs: {})",
+                self.name(),
+                names.join(", ")
+            )));
         }
         let views: Vec<(&str, TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
         self.vjp(graph, inputs, &views)
@@ -310,7 +319,11 @@ impl Kernel {
         for (name, _) in cotangents {
             if !k.outputs.iter().any(|o| o.name == *name) {
                 let names: Vec<&str> = k.outputs.iter().map(|o| o.name.as_str()).collect();
-                return Err(Error::Call(format!("cotangent for `{name}`, but kernel `{}` has outputs: {}", k.name, names.join(", "))));
+                return Err(Error::Call(format!(
+                    "cotangent for `{name}`, but kernel `{}` has outputs: {}",
+                    k.name,
+                    names.join(", ")
+                )));
             }
         }
         for (o, shape) in k.outputs.iter().zip(&out_shapes) {
@@ -380,7 +393,8 @@ impl Kernel {
             }
         });
         let runs = |si: usize| Some(si) != skipped;
-        let needs_ranks = plan.adjoint.stages.iter().enumerate().any(|(si, s)| runs(si) && s.bindings.contains(&Binding::EdgeRank));
+        let needs_ranks =
+            plan.adjoint.stages.iter().enumerate().any(|(si, s)| runs(si) && s.bindings.contains(&Binding::EdgeRank));
         let needs_inv_deg =
             plan.adjoint.stages.iter().enumerate().any(|(si, s)| runs(si) && s.bindings.contains(&Binding::InvDegree));
         let inv_deg = if needs_inv_deg {
@@ -397,7 +411,9 @@ impl Kernel {
         let ranks = if needs_ranks {
             let (offsets, ids) = target.csr()?;
             ranks_tensor(offsets, ids, extents.num_edges, dtype)?
-        } else { Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))? };
+        } else {
+            Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))?
+        };
         let mut stage_outs: Vec<Outputs> = Vec::with_capacity(plan.stages.len());
         for (si, stage) in plan.adjoint.stages.iter().enumerate() {
             if !runs(si) {
@@ -467,7 +483,10 @@ impl Kernel {
                         other => simple_view!(other),
                     };
                     let view = view.ok_or_else(|| {
-                        Error::Call(format!("internal: adjoint stage `{}` has no value for field `{}`", stage.kernel.name, fd.name))
+                        Error::Call(format!(
+                            "internal: adjoint stage `{}` has no value for field `{}`",
+                            stage.kernel.name, fd.name
+                        ))
                     })?;
                     ins = ins.with_role(fd.role, &fd.name, view);
                 }

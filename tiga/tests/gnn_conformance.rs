@@ -181,7 +181,9 @@ fn max_gradient_scatters_winners_to_sources() {
     // Sources 0..5; rows 0..5 (row 3 empty).
     let (src, dst) = (vec![0u32, 1, 0, 1, 2, 2, 2, 4, 3, 0], vec![0u32, 0, 0, 1, 1, 2, 2, 4, 4, 1]);
     let base: [f32; 5] = [1.5, 1.5, 0.25, -1.0, -0.0];
-    let hv: Vec<f32> = (0..5).flat_map(|s| (0..f).map(move |l| base[s] + if l % 3 == 0 { 0.0 } else { 0.125 * ((s * 7 + l) % 5) as f32 })).collect();
+    let hv: Vec<f32> = (0..5)
+        .flat_map(|s| (0..f).map(move |l| base[s] + if l % 3 == 0 { 0.0 } else { 0.125 * ((s * 7 + l) % 5) as f32 }))
+        .collect();
     let g = Graph::from_edges(5, 5, &src, &dst).expect("graph");
     let cot: Vec<f32> = (0..5 * f).map(|x| 0.5 + (x % 7) as f32 * 0.25).collect();
     // Closed form, edges in each row's (user) order.
@@ -246,7 +248,11 @@ fn softmax_row_maximum_comes_from_a_first_pass() {
     // Closed form in f64: out[i] = Σ_e exp(s_e - max_i) h[j] / Σ_e exp(s_e - max_i).
     let score = |j: usize, i: usize| {
         let z = f64::from(a_src[j]) + f64::from(a_dst[i]);
-        if z > 0.0 { z } else { 0.2 * z }
+        if z > 0.0 {
+            z
+        } else {
+            0.2 * z
+        }
     };
     let mut want = vec![0.0f64; nd * f];
     for i in 0..nd {

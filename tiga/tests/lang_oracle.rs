@@ -104,31 +104,18 @@ fn close32(a: f32, b: f32) -> bool {
 fn assert_vclose(got: &Vector<f32>, want: &[f32]) {
     assert_eq!(got.len(), want.len(), "width of {got:?} vs {want:?}");
     for (i, (&g, &w)) in got.as_slice().iter().zip(want).enumerate() {
-        assert!(
-            close32(g, w),
-            "element {i}: got {g}, want {w} ({got:?} vs {want:?})"
-        );
+        assert!(close32(g, w), "element {i}: got {g}, want {w} ({got:?} vs {want:?})");
     }
 }
 
 fn src() -> Src {
-    Src {
-        h: v32(&[1.0, -2.0, 3.0]),
-        cs: 0.5,
-        a_src: -3.0,
-    }
+    Src { h: v32(&[1.0, -2.0, 3.0]), cs: 0.5, a_src: -3.0 }
 }
 fn dst() -> Dst {
-    Dst {
-        cd: 2.0,
-        a_dst: 1.0,
-    }
+    Dst { cd: 2.0, a_dst: 1.0 }
 }
 fn params() -> Params {
-    Params {
-        p: v32(&[0.5, 1.0, -1.0]),
-        w: Matrix::new(2, 3, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
-    }
+    Params { p: v32(&[0.5, 1.0, -1.0]), w: Matrix::new(2, 3, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) }
 }
 
 #[test]
@@ -207,14 +194,7 @@ fn elementwise_functions_on_vectors() {
     assert_vclose(&leaky_relu(&v, 0.2), &[-0.4, 0.0, 2.0]);
     assert_vclose(&v.leaky_relu(0.2), &[-0.4, 0.0, 2.0]);
     assert_eq!(sigmoid(&v)[1], 0.5);
-    assert_vclose(
-        &v.sigmoid(),
-        &[
-            1.0 / (1.0 + 2.0_f32.exp()),
-            0.5,
-            1.0 / (1.0 + (-2.0_f32).exp()),
-        ],
-    );
+    assert_vclose(&v.sigmoid(), &[1.0 / (1.0 + 2.0_f32.exp()), 0.5, 1.0 / (1.0 + (-2.0_f32).exp())]);
     assert_eq!(abs(&v), v32(&[2.0, 0.0, 2.0]));
     assert_eq!(powi(&v, 2), v32(&[4.0, 0.0, 4.0]));
     assert_eq!(v.powi(3), v32(&[-8.0, 0.0, 8.0]));
@@ -242,10 +222,7 @@ fn reductions_and_matvec() {
     assert_eq!(matvec(&w, &x), v32(&[-2.0, -2.0]));
     assert_eq!(matvec(&w, a), v32(&[14.0, 32.0]));
     assert_eq!(w[(1, 2)], 6.0);
-    assert_eq!(
-        Matrix::from_rows(vec![vec![1.0_f32, 2.0, 3.0], vec![4.0, 5.0, 6.0]]),
-        w
-    );
+    assert_eq!(Matrix::from_rows(vec![vec![1.0_f32, 2.0, 3.0], vec![4.0, 5.0, 6.0]]), w);
 }
 
 #[test]
@@ -274,10 +251,7 @@ fn kernel_bodies_compute_expected_values() {
     assert_vclose(&e6(&s, &p), &[6.0_f32.tanh(), 12.0_f32.tanh()]);
 
     // Top-2 monoid: combine keeps the two largest.
-    let folded = [5.0_f32, 1.0, 7.0, 3.0]
-        .iter()
-        .map(|&x| (x, f32::NEG_INFINITY))
-        .fold(id_top2(), c7);
+    let folded = [5.0_f32, 1.0, 7.0, 3.0].iter().map(|&x| (x, f32::NEG_INFINITY)).fold(id_top2(), c7);
     assert_eq!(folded, (7.0, 5.0));
     assert_eq!(fin_top2(folded), 12.0);
     assert_eq!(fin_top2(id_top2()), 0.0);
@@ -289,10 +263,7 @@ fn kernel_bodies_compute_expected_values() {
     assert!(close32(e8(&hot), 2.0_f32.exp()));
 
     let h = &s.h;
-    let want9: Vec<f32> = h
-        .iter()
-        .map(|&x| x.exp().max(0.5) + (x * x).max(0.0) - 1.0 / (1.0 + (-x).exp()) / 2.0)
-        .collect();
+    let want9: Vec<f32> = h.iter().map(|&x| x.exp().max(0.5) + (x * x).max(0.0) - 1.0 / (1.0 + (-x).exp()) / 2.0).collect();
     assert_vclose(&e9(&s), &want9);
 
     // s = relu(-2) = 0: 0.5 + min(1, 0) + 0 + 2 + 0 + 0
@@ -306,20 +277,14 @@ fn kernel_bodies_compute_expected_values() {
     assert_eq!(e12(&s, &p), -5.0);
 
     let h64 = Vector::new(vec![1.0_f64, 2.0]);
-    let want13 = [
-        1.0 + 1.0_f64.exp() + 1.0 + 2.0,
-        3.0 + 2.0_f64.exp() + 2.0 + 1.0,
-    ];
+    let want13 = [1.0 + 1.0_f64.exp() + 1.0 + 2.0, 3.0 + 2.0_f64.exp() + 2.0 + 1.0];
     let got13 = e13(&h64, 2.0);
     for (g, w) in got13.as_slice().iter().zip(want13) {
         assert!((g - w).abs() < 1e-12, "{got13:?} vs {want13:?}");
     }
     // 2·0.25 - 1 = -0.5 → leaky -0.005; + e^0.25 + 0.25 + 2/0.25
     let got = e13(&Vector::new(vec![0.25_f64]), 2.0);
-    assert!(
-        (got[0] - (-0.005 + 0.25_f64.exp() + 0.25 + 8.0)).abs() < 1e-12,
-        "{got:?}"
-    );
+    assert!((got[0] - (-0.005 + 0.25_f64.exp() + 0.25 + 8.0)).abs() < 1e-12, "{got:?}");
 
     assert_eq!(e14(&s), sigmoid(&s.h));
     assert_eq!(e14(&Src { cs: -1.0, ..src() }), v32(&[-1.0, 2.0, -3.0]));

@@ -91,7 +91,12 @@ fn overwritten_outputs_show_no_stale_values() {
             assert!(t.to_f64_vec().iter().all(|x| x.is_finite()), "{name} gradient {nm}: not finite");
             let (a, b) = (t.to_f64_vec(), again.to_f64_vec());
             let diff = a.iter().zip(&b).position(|(x, y)| x.to_bits() != y.to_bits());
-            assert!(diff.is_none(), "{name} gradient {nm}: differs after a poisoned spare at {diff:?}: {:?} vs {:?}", diff.map(|i| a[i]), diff.map(|i| b[i]));
+            assert!(
+                diff.is_none(),
+                "{name} gradient {nm}: differs after a poisoned spare at {diff:?}: {:?} vs {:?}",
+                diff.map(|i| a[i]),
+                diff.map(|i| b[i])
+            );
         }
     }
 }

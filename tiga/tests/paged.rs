@@ -95,7 +95,8 @@ fn paged_vjp_equals_in_memory() {
                 Tensor::from_f64(sh.clone(), (0..len).map(|i| ((i * 7 % 11) as f64) / 5.0 - 1.0).collect()).expect("cot")
             })
             .collect();
-        let cot_v: Vec<(&str, tiga::TensorView<'_>)> = shapes.iter().zip(&cots).map(|((nm, _), t)| (nm.as_str(), t.view())).collect();
+        let cot_v: Vec<(&str, tiga::TensorView<'_>)> =
+            shapes.iter().zip(&cots).map(|((nm, _), t)| (nm.as_str(), t.view())).collect();
         let want = k.vjp(&g, &ins, &cot_v).expect("in-memory vjp");
         // The graph with its transpose, and the fields, on disk.
         let path = dir.path().join(format!("{}.gfg", k.name()));

@@ -68,10 +68,8 @@ fn exprs() -> (BoxedStrategy<String>, BoxedStrategy<String>) {
 fn kernel_source() -> impl Strategy<Value = String> {
     let (scalar, vector) = exprs();
     let reducer = prop_oneof![Just("sum"), Just("mean"), Just("max"), Just("min"), Just("prod")];
-    let message = prop_oneof![
-        scalar.clone().prop_map(|s| ("f64".to_string(), s)),
-        vector.prop_map(|v| ("Vector<f64>".to_string(), v)),
-    ];
+    let message =
+        prop_oneof![scalar.clone().prop_map(|s| ("f64".to_string(), s)), vector.prop_map(|v| ("Vector<f64>".to_string(), v)),];
     (reducer, message, any::<bool>(), scalar).prop_map(|(red, (mty, m), with_node, s)| {
         let body = if red == "prod" { format!("tanh({m}) * 0.5 + 1.0") } else { m };
         let node = if with_node {

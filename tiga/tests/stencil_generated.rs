@@ -25,7 +25,11 @@ fn fields(k: &Kernel, n: usize, f64: bool) -> Vec<(Role, String, Tensor)> {
             };
             let len: usize = shape.iter().product();
             let data = (0..len).map(|i| ((i * 37 % 101) as f64) * 0.01 - 0.5);
-            let t = if f64 { Tensor::from_f64(shape, data.collect()) } else { Tensor::from_f32(shape, data.map(|x| x as f32).collect()) };
+            let t = if f64 {
+                Tensor::from_f64(shape, data.collect())
+            } else {
+                Tensor::from_f32(shape, data.map(|x| x as f32).collect())
+            };
             (fd.role, fd.name.clone(), t.expect("tensor"))
         })
         .collect()
@@ -90,7 +94,11 @@ fn generated_stencil_vjp_equals_csr_stencil_vjp() {
                     .iter()
                     .map(|(o, s)| {
                         let len: usize = s.iter().product();
-                        (o.clone(), Tensor::from_f32(s.clone(), (0..len).map(|i| ((i * 53 % 97) as f32) * 0.02 - 1.0).collect()).expect("cot"))
+                        (
+                            o.clone(),
+                            Tensor::from_f32(s.clone(), (0..len).map(|i| ((i * 53 % 97) as f32) * 0.02 - 1.0).collect())
+                                .expect("cot"),
+                        )
                     })
                     .collect();
                 let cot_views: Vec<(&str, tiga::TensorView<'_>)> = cots.iter().map(|(o, t)| (o.as_str(), t.view())).collect();

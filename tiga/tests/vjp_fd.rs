@@ -41,8 +41,10 @@ fn check_kernel(k: &Kernel, g: &Graph, gname: &str, rng: &mut Rng) {
     }
     let ts = tensors(&fields, false);
     let shapes = k.output_shapes(g, &inputs(&fields, &ts)).expect("shapes");
-    let cots: Vec<Vec<f64>> = shapes.iter().map(|(_, s)| (0..s.iter().product::<usize>()).map(|_| rng.uniform()).collect()).collect();
-    let cot_t: Vec<Tensor> = shapes.iter().zip(&cots).map(|((_, s), c)| Tensor::from_f64(s.clone(), c.clone()).expect("cot")).collect();
+    let cots: Vec<Vec<f64>> =
+        shapes.iter().map(|(_, s)| (0..s.iter().product::<usize>()).map(|_| rng.uniform()).collect()).collect();
+    let cot_t: Vec<Tensor> =
+        shapes.iter().zip(&cots).map(|((_, s), c)| Tensor::from_f64(s.clone(), c.clone()).expect("cot")).collect();
     let cot_v: Vec<(&str, tiga::TensorView<'_>)> = shapes.iter().zip(&cot_t).map(|((n, _), t)| (n.as_str(), t.view())).collect();
     let grads = k.vjp_reference(g, &inputs(&fields, &ts), &cot_v).expect("vjp reference");
     let grads_jit64 = k.vjp(g, &inputs(&fields, &ts), &cot_v).expect("vjp jit f64");
@@ -78,13 +80,19 @@ fn check_kernel(k: &Kernel, g: &Graph, gname: &str, rng: &mut Rng) {
     // The JIT in f32 against the f64 adjoint.
     let ts32 = tensors(&fields, true);
     let cot32: Vec<Tensor> = shapes.iter().zip(&cots).map(|((_, s), c)| tensor(s, c, true)).collect();
-    let cot32_v: Vec<(&str, tiga::TensorView<'_>)> = shapes.iter().zip(&cot32).map(|((n, _), t)| (n.as_str(), t.view())).collect();
+    let cot32_v: Vec<(&str, tiga::TensorView<'_>)> =
+        shapes.iter().zip(&cot32).map(|((n, _), t)| (n.as_str(), t.view())).collect();
     let g32 = k.vjp(g, &inputs(&fields, &ts32), &cot32_v).expect("vjp f32");
     for (role, name, _, _) in &fields {
         let a = g32.get(*role, name).expect("f32 gradient").to_f64_vec();
         let b = grads.get(*role, name).expect("gradient").to_f64_vec();
         for (x, y) in a.iter().zip(&b) {
-            assert!((x - y).abs() <= 1e-4 * y.abs().max(1.0), "{} on {gname}: f32 {}.{name}: {x} vs f64 {y}", k.name(), role.name());
+            assert!(
+                (x - y).abs() <= 1e-4 * y.abs().max(1.0),
+                "{} on {gname}: f32 {}.{name}: {x} vs f64 {y}",
+                k.name(),
+                role.name()
+            );
         }
     }
 }
@@ -146,10 +154,7 @@ fn top2_sum_gradient_at_exact_ties() {
 fn matrix_parameter_kernels_match_finite_differences() {
     let kernels = Kernel::all_from_source(include_str!("../../examples/kernels/dense.rs")).expect("kernels compile");
     let mut rng = Rng(0xdeed_5eed_0007);
-    let graphs = vec![
-        ("random", random_graph(&mut rng, 9, 9, 24)),
-        ("bipartite", random_graph(&mut rng, 5, 8, 14)),
-    ];
+    let graphs = vec![("random", random_graph(&mut rng, 9, 9, 24)), ("bipartite", random_graph(&mut rng, 5, 8, 14))];
     for (gname, g) in &graphs {
         for k in &kernels {
             check_kernel(k, g, gname, &mut rng);
@@ -225,11 +230,8 @@ pub mod MaxLn {
         assert!(k.explain().contains("[SelfLoops]"), "{}: expected the scatter:\n{}", k.name(), k.explain());
     }
     // (ln near 0 has no finite difference: the closed form below instead.)
-    let named: Vec<Kernel> = Kernel::all_from_source(SRC)
-        .expect("kernels compile")
-        .into_iter()
-        .filter(|k| k.name() == "MaxNamedLikeStats")
-        .collect();
+    let named: Vec<Kernel> =
+        Kernel::all_from_source(SRC).expect("kernels compile").into_iter().filter(|k| k.name() == "MaxNamedLikeStats").collect();
     check_kernels_on_test_graphs(&named, Rng(0x5ca7_7e40_0001));
     // Source 2 has no out-edge and x = 0.
     let k = kernels.iter().find(|k| k.name() == "MaxLn").expect("kernel");

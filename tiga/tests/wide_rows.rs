@@ -51,8 +51,10 @@ fn wide_rows_match_reference_forward_and_backward() {
                 shapes.iter().map(|(_, s)| (0..s.iter().product::<usize>()).map(|_| rng.uniform() - 0.5).collect()).collect();
             let c64: Vec<Tensor> = shapes.iter().zip(&cots).map(|((_, s), c)| tensor(s, c, false)).collect();
             let c32: Vec<Tensor> = shapes.iter().zip(&cots).map(|((_, s), c)| tensor(s, c, true)).collect();
-            let r64: Vec<(&str, tiga::TensorView<'_>)> = shapes.iter().zip(&c64).map(|((n, _), t)| (n.as_str(), t.view())).collect();
-            let r32: Vec<(&str, tiga::TensorView<'_>)> = shapes.iter().zip(&c32).map(|((n, _), t)| (n.as_str(), t.view())).collect();
+            let r64: Vec<(&str, tiga::TensorView<'_>)> =
+                shapes.iter().zip(&c64).map(|((n, _), t)| (n.as_str(), t.view())).collect();
+            let r32: Vec<(&str, tiga::TensorView<'_>)> =
+                shapes.iter().zip(&c32).map(|((n, _), t)| (n.as_str(), t.view())).collect();
             let gw = k.vjp_reference(&g, &i64_, &r64).expect("vjp reference");
             let gj = k.vjp(&g, &i32_, &r32).expect("vjp jit");
             let gj64 = k.vjp(&g, &i64_, &r64).expect("vjp jit f64");
@@ -60,14 +62,24 @@ fn wide_rows_match_reference_forward_and_backward() {
                 let a = gj64.get(*role, name).expect("jit f64 gradient").to_f64_vec();
                 let b = gw.get(*role, name).expect("reference gradient").to_f64_vec();
                 for (x, y) in a.iter().zip(&b) {
-                    assert!((x - y).abs() <= 1e-9 * y.abs().max(1.0), "{} F={f} f64 d/d {}.{name}: {x} vs {y}", k.name(), role.name());
+                    assert!(
+                        (x - y).abs() <= 1e-9 * y.abs().max(1.0),
+                        "{} F={f} f64 d/d {}.{name}: {x} vs {y}",
+                        k.name(),
+                        role.name()
+                    );
                 }
             }
             for ((role, name, _, _), _) in fields.iter().zip(&t64) {
                 let a = gj.get(*role, name).expect("jit gradient").to_f64_vec();
                 let b = gw.get(*role, name).expect("reference gradient").to_f64_vec();
                 for (x, y) in a.iter().zip(&b) {
-                    assert!((x - y).abs() <= 1e-3 * y.abs().max(1.0), "{} F={f} d/d {}.{name}: {x} vs {y}", k.name(), role.name());
+                    assert!(
+                        (x - y).abs() <= 1e-3 * y.abs().max(1.0),
+                        "{} F={f} d/d {}.{name}: {x} vs {y}",
+                        k.name(),
+                        role.name()
+                    );
                 }
             }
         }

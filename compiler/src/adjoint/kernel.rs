@@ -33,8 +33,8 @@
 
 use super::vjp::{vjp_region, AdjointError};
 use crate::ir::{
-    BinOp, CmpOp, DType, FieldDecl, FieldId, Kernel, Op, OutputDecl, Properties, Reducer, ReducerKind, Region, Role,
-    Span, Type, UnOp, ValueId,
+    BinOp, CmpOp, DType, FieldDecl, FieldId, Kernel, Op, OutputDecl, Properties, Reducer, ReducerKind, Region, Role, Span, Type,
+    UnOp, ValueId,
 };
 
 /// Which realization of the forward graph a stage runs over.
@@ -72,7 +72,6 @@ pub enum Binding {
     /// of its row (an empty row) adds nothing.
     WinnerScatter { winner: Box<Binding>, value: Box<Binding> },
 }
-
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Stage {
@@ -210,7 +209,13 @@ struct RowStat {
     ty: Type,
 }
 
-pub(super) fn empty_kernel(k: &Kernel, name: String, fs: FieldSet, reducer: Reducer, outputs: Vec<OutputDecl>) -> (Kernel, Vec<Binding>) {
+pub(super) fn empty_kernel(
+    k: &Kernel,
+    name: String,
+    fs: FieldSet,
+    reducer: Reducer,
+    outputs: Vec<OutputDecl>,
+) -> (Kernel, Vec<Binding>) {
     let kernel = Kernel {
         name,
         span: k.span,
@@ -226,7 +231,16 @@ pub(super) fn empty_kernel(k: &Kernel, name: String, fs: FieldSet, reducer: Redu
 }
 
 pub(super) fn builtin(kind: ReducerKind, span: Span) -> Reducer {
-    Reducer { kind, span, declared: Properties::default(), proved: None, class: None, identity: None, combine: None, finalize: None }
+    Reducer {
+        kind,
+        span,
+        declared: Properties::default(),
+        proved: None,
+        class: None,
+        identity: None,
+        combine: None,
+        finalize: None,
+    }
 }
 
 fn monoid(span: Span, identity: Region, combine: Region, associative: bool, commutative: bool) -> Reducer {
@@ -309,10 +323,7 @@ fn stats_reducer(k: &Kernel) -> StatsReducer {
     };
     match k.reducer.kind {
         ReducerKind::Sum => StatsReducer { reducer: builtin(ReducerKind::Sum, sp), edge_extra: |_, _, _| vec![] },
-        ReducerKind::Mean => StatsReducer {
-            reducer: builtin(ReducerKind::Sum, sp),
-            edge_extra: |b, _, _| vec![b.c(1.0)],
-        },
+        ReducerKind::Mean => StatsReducer { reducer: builtin(ReducerKind::Sum, sp), edge_extra: |b, _, _| vec![b.c(1.0)] },
         kind @ (ReducerKind::Max | ReducerKind::Min) => {
             let is_max = kind == ReducerKind::Max;
             let inf = if is_max { f64::NEG_INFINITY } else { f64::INFINITY };
@@ -601,23 +612,24 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
             Some(n) => n.clone(),
             None => {
                 let mut r = Region::new(agg_types.clone());
-                let ins: Vec<ValueId> =
-                    agg_types.iter().enumerate().map(|(i, t)| r.push(Op::Input(i as u32), *t, sp)).collect();
+                let ins: Vec<ValueId> = agg_types.iter().enumerate().map(|(i, t)| r.push(Op::Input(i as u32), *t, sp)).collect();
                 r.outputs = ins;
                 r
             }
         };
-        let v = vjp_region(&fwd_node, &mut node, |op| match op {
-            Op::Input(i) => agg.get(*i as usize).copied(),
-            _ => None,
-        }, &seeds)?;
+        let v = vjp_region(
+            &fwd_node,
+            &mut node,
+            |op| match op {
+                Op::Input(i) => agg.get(*i as usize).copied(),
+                _ => None,
+            },
+            &seeds,
+        )?;
         let leaf = |op: Op| v.leaves.iter().find(|(o, _)| *o == op).map(|(_, x)| *x);
         let mut b = B { r: &mut node, sp };
-        let abar: Vec<ValueId> = agg_types
-            .iter()
-            .enumerate()
-            .map(|(i, t)| leaf(Op::Input(i as u32)).unwrap_or_else(|| zero_of(&mut b, *t)))
-            .collect();
+        let abar: Vec<ValueId> =
+            agg_types.iter().enumerate().map(|(i, t)| leaf(Op::Input(i as u32)).unwrap_or_else(|| zero_of(&mut b, *t))).collect();
         let mut outs: Vec<ValueId> = Vec::new();
         match k.reducer.kind {
             ReducerKind::Mean if k.node.is_none() => {
@@ -666,10 +678,15 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
                 match &k.reducer.finalize {
                     Some(f) => {
                         let seeds: Vec<Option<ValueId>> = abar.iter().map(|a| Some(*a)).collect();
-                        let fv = vjp_region(f, b.r, |op| match op {
-                            Op::Input(i) => s.get(*i as usize).copied(),
-                            _ => None,
-                        }, &seeds)?;
+                        let fv = vjp_region(
+                            f,
+                            b.r,
+                            |op| match op {
+                                Op::Input(i) => s.get(*i as usize).copied(),
+                                _ => None,
+                            },
+                            &seeds,
+                        )?;
                         let mut b = B { r: &mut node, sp };
                         for (c, t) in mono_state.iter().enumerate() {
                             let g = fv.leaves.iter().find(|(o, _)| *o == Op::Input(c as u32)).map(|(_, x)| *x);
@@ -693,7 +710,12 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         node.outputs = outs;
         stats_k.node = Some(node);
     }
-    stages.push(Stage { purpose: "row statistics and node adjoint".into(), graph: GraphUse::Forward, kernel: stats_k, bindings: stats_b });
+    stages.push(Stage {
+        purpose: "row statistics and node adjoint".into(),
+        graph: GraphUse::Forward,
+        kernel: stats_k,
+        bindings: stats_b,
+    });
     let stats_stage = 0usize;
 
     // ---- 2. suffix (monoids) -------------------------------------------
@@ -711,8 +733,11 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         let outs = opp.inline(comb, &swapped);
         opp.outputs = outs;
         let red = monoid(k.reducer.span, id.clone(), opp, true, k.reducer.declared.commutative);
-        let outputs: Vec<OutputDecl> =
-            mono_state.iter().enumerate().map(|(c, t)| OutputDecl { name: format!("suffix{c}"), ty: *t, role: Role::Edge }).collect();
+        let outputs: Vec<OutputDecl> = mono_state
+            .iter()
+            .enumerate()
+            .map(|(c, t)| OutputDecl { name: format!("suffix{c}"), ty: *t, role: Role::Edge })
+            .collect();
         let (mut sk, sb) = empty_kernel(k, format!("{}.vjp.suffix", k.name), fs, red, outputs);
         let mut edge = Region::new(vec![]);
         let msgs = inline_mapped(&mut edge, &k.edge, &fmap_id, &sk.fields, |_| None);
@@ -725,7 +750,12 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         let mut node = Region::new(mono_state.clone());
         node.outputs = vec![];
         sk.node = Some(node);
-        stages.push(Stage { purpose: "monoid suffixes (row-reversed graph)".into(), graph: GraphUse::RowReversed, kernel: sk, bindings: sb });
+        stages.push(Stage {
+            purpose: "monoid suffixes (row-reversed graph)".into(),
+            graph: GraphUse::RowReversed,
+            kernel: sk,
+            bindings: sb,
+        });
         suffix_stage = Some(stages.len() - 1);
     }
 
@@ -767,7 +797,9 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
                 .outputs
                 .iter()
                 .filter(|o| o.role == Role::Dst && !o.name.starts_with("grad."))
-                .map(|o| fs.add(&o.name, stat_role, o.ty, DType::F32, Binding::Stage { stage: stats_stage, output: o.name.clone() }))
+                .map(|o| {
+                    fs.add(&o.name, stat_role, o.ty, DType::F32, Binding::Stage { stage: stats_stage, output: o.name.clone() })
+                })
                 .collect()
         };
         let inv_deg_f = mean_direct.then(|| fs.add("inv_degree", stat_role, Type::Scalar, DType::F32, Binding::InvDegree));
@@ -775,11 +807,23 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         let mut suffix_f = Vec::new();
         if is_monoid {
             for (c, t) in mono_state.iter().enumerate() {
-                prefix_f.push(fs.add(&format!("prefix{c}"), Role::Edge, *t, DType::F32, Binding::Stage { stage: stats_stage, output: format!("prefix{c}") }));
+                prefix_f.push(fs.add(
+                    &format!("prefix{c}"),
+                    Role::Edge,
+                    *t,
+                    DType::F32,
+                    Binding::Stage { stage: stats_stage, output: format!("prefix{c}") },
+                ));
             }
             if let Some(ss) = suffix_stage {
                 for (c, t) in mono_state.iter().enumerate() {
-                    suffix_f.push(fs.add(&format!("suffix{c}"), Role::Edge, *t, DType::F32, Binding::Stage { stage: ss, output: format!("suffix{c}") }));
+                    suffix_f.push(fs.add(
+                        &format!("suffix{c}"),
+                        Role::Edge,
+                        *t,
+                        DType::F32,
+                        Binding::Stage { stage: ss, output: format!("suffix{c}") },
+                    ));
                 }
             }
         }
@@ -878,10 +922,15 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
                 whole.outputs = outs;
                 let seeds: Vec<Option<ValueId>> = st[..n].iter().map(|x| Some(*x)).collect();
                 let args: Vec<ValueId> = pre.iter().chain(&m).chain(&suf).copied().collect();
-                let v = vjp_region(&whole, b.r, |op| match op {
-                    Op::Input(i) => args.get(*i as usize).copied(),
-                    _ => None,
-                }, &seeds)?;
+                let v = vjp_region(
+                    &whole,
+                    b.r,
+                    |op| match op {
+                        Op::Input(i) => args.get(*i as usize).copied(),
+                        _ => None,
+                    },
+                    &seeds,
+                )?;
                 let mut b2 = B { r: &mut edge, sp };
                 (0..n)
                     .map(|c| {
@@ -943,7 +992,8 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
     // nothing else to do is dropped.
     if (k.reducer.kind == ReducerKind::Sum && k.node.is_none()) || mean_reads_cotangent(k) {
         read_cotangent_for_abar(k, &mut stages);
-        let still_bound = stages.iter().skip(1).any(|st| st.bindings.iter().any(|b| matches!(b, Binding::Stage { stage: 0, .. })));
+        let still_bound =
+            stages.iter().skip(1).any(|st| st.bindings.iter().any(|b| matches!(b, Binding::Stage { stage: 0, .. })));
         let stats_needed = still_bound || stages[0].kernel.outputs.iter().any(|o| o.name.starts_with("grad."));
         if !stats_needed {
             stages.remove(0);

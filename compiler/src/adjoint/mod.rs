@@ -10,6 +10,6 @@
 pub mod vjp;
 
 pub use vjp::{vjp_region, AdjointError, RegionVjp};
-pub mod kernel;
 mod inline_stats;
+pub mod kernel;
 mod scatter;

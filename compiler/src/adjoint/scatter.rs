@@ -138,7 +138,9 @@ pub(crate) fn scatter_winning_cotangents(k: &Kernel, stages: &mut Vec<Stage>) ->
     node.outputs = ins;
     sk.node = Some(node);
     stages.push(Stage {
-        purpose: "source side: each lane's winning cotangent scattered to its source, then the edge function's adjoint once per source".into(),
+        purpose:
+            "source side: each lane's winning cotangent scattered to its source, then the edge function's adjoint once per source"
+                .into(),
         graph: GraphUse::SelfLoops,
         kernel: sk,
         bindings: sb,

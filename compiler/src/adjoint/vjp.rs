@@ -200,13 +200,7 @@ impl Sweep<'_> {
     /// vector contribution to a scalar is summed (the adjoint of the implicit
     /// scalar → vector broadcast of elementwise operations). Booleans take
     /// no cotangent.
-    fn accumulate(
-        &mut self,
-        adj: &mut Option<ValueId>,
-        target: Type,
-        contrib: ValueId,
-        span: Span,
-    ) -> Result<(), AdjointError> {
+    fn accumulate(&mut self, adj: &mut Option<ValueId>, target: Type, contrib: ValueId, span: Span) -> Result<(), AdjointError> {
         let c = match (target, self.ty(contrib)) {
             (Type::Bool | Type::Mask(_), _) => return Ok(()),
             (t, c) if t == c => contrib,
@@ -260,8 +254,8 @@ pub fn vjp_region(
     for (k, (o, seed)) in src.outputs.iter().zip(seeds).enumerate() {
         let Some(s) = *seed else { continue };
         let (ts, to) = (b.ty(s), sty(*o));
-        let fits = (ts == to && matches!(to, Type::Scalar | Type::Vector(_)))
-            || (ts == Type::Scalar && matches!(to, Type::Vector(_)));
+        let fits =
+            (ts == to && matches!(to, Type::Scalar | Type::Vector(_))) || (ts == Type::Scalar && matches!(to, Type::Vector(_)));
         if !fits {
             return Err(AdjointError::SeedType { index: k, seed: ts, output: to });
         }

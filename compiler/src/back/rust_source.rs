@@ -305,7 +305,8 @@ pub fn emit_variant(
     let _ = writeln!(e.out, "unsafe extern \"C\" fn {fn_name}(args: *const {abi_path}, row_begin: u64, row_end: u64) {{");
     let _ = writeln!(e.out, "    #[cfg(target_arch = \"x86_64\")]");
     let _ = writeln!(e.out, "    {{");
-    let _ = writeln!(e.out, "        if ::std::is_x86_feature_detected!(\"avx2\") && ::std::is_x86_feature_detected!(\"fma\") {{");
+    let _ =
+        writeln!(e.out, "        if ::std::is_x86_feature_detected!(\"avx2\") && ::std::is_x86_feature_detected!(\"fma\") {{");
     let _ = writeln!(e.out, "            return unsafe {{ {fn_name}_avx2(args, row_begin, row_end) }};");
     let _ = writeln!(e.out, "        }}");
     let _ = writeln!(e.out, "    }}");
@@ -441,6 +442,8 @@ pub fn emit_variant(
     let body = e.out.split_off(body_start);
     let avx2 = "#[cfg(target_arch = \"x86_64\")]\n#[target_feature(enable = \"avx2,fma\")]";
     e.out.push_str(&body.replace(&format!("{fn_name}_BODY"), &format!("{fn_name}_avx2")).replace(TARGET_ATTRS, avx2));
-    e.out.push_str(&body.replace(&format!("{fn_name}_BODY"), &format!("{fn_name}_base")).replace(&format!("{TARGET_ATTRS}\n"), ""));
+    e.out.push_str(
+        &body.replace(&format!("{fn_name}_BODY"), &format!("{fn_name}_base")).replace(&format!("{TARGET_ATTRS}\n"), ""),
+    );
     Ok(e.out)
 }

@@ -156,10 +156,7 @@ impl<'a> Lowerer<'a> {
             };
             if let Some(role) = struct_role(&pt.ty) {
                 if !kind.allowed_roles().contains(&role) {
-                    return Err(FrontError::at(
-                        &pt.ty,
-                        format!("`fn {fname}` cannot read `{}` fields", role_struct(role)),
-                    ));
+                    return Err(FrontError::at(&pt.ty, format!("`fn {fname}` cannot read `{}` fields", role_struct(role))));
                 }
                 if !body.lw.fields.iter().any(|fd| fd.role == role) {
                     return Err(FrontError::at(&pt.ty, format!("`{}` is not declared in this kernel", role_struct(role))));
@@ -187,9 +184,8 @@ impl<'a> Lowerer<'a> {
             value_params += 1;
             let tys = &region_inputs[start..start + count];
             body.check_decl(&decl, tys, &pt.ty, &format!("parameter `{name}`"))?;
-            let ids: Vec<ValueId> = (0..count)
-                .map(|k| body.region.push(Op::Input((start + k) as u32), tys[k], span_of(&pt.pat)))
-                .collect();
+            let ids: Vec<ValueId> =
+                (0..count).map(|k| body.region.push(Op::Input((start + k) as u32), tys[k], span_of(&pt.pat))).collect();
             let val = if matches!(decl, DeclType::Tuple(_)) { Val::Tuple(ids) } else { Val::One(ids[0]) };
             body.bind(name, val);
         }
@@ -217,7 +213,10 @@ impl<'a> Lowerer<'a> {
         for &o in &outs {
             let t = body.region.ty(o);
             if matches!(t, Type::Bool | Type::Matrix(..)) {
-                return Err(FrontError::at(&f.block, format!("`fn {fname}` returns a {}; it must return scalars or vectors", type_text(t))));
+                return Err(FrontError::at(
+                    &f.block,
+                    format!("`fn {fname}` returns a {}; it must return scalars or vectors", type_text(t)),
+                ));
             }
         }
         match (&f.sig.output, kind) {
@@ -266,17 +265,14 @@ impl Body<'_, '_> {
             d => vec![d],
         };
         let ok = flat.len() == tys.len()
-            && flat.iter().zip(tys).all(|(d, t)| {
-                matches!((d, t), (DeclType::Scalar(_), Type::Scalar) | (DeclType::Vector(_), Type::Vector(_)))
-            });
+            && flat
+                .iter()
+                .zip(tys)
+                .all(|(d, t)| matches!((d, t), (DeclType::Scalar(_), Type::Scalar) | (DeclType::Vector(_), Type::Vector(_))));
         if !ok {
             return Err(FrontError::at(
                 at,
-                format!(
-                    "type mismatch: {what} is declared `{}` but the value is {}",
-                    decl_text(decl),
-                    self.lw.types_text(tys)
-                ),
+                format!("type mismatch: {what} is declared `{}` but the value is {}", decl_text(decl), self.lw.types_text(tys)),
             ));
         }
         Ok(())
@@ -355,7 +351,10 @@ impl Body<'_, '_> {
                     return Err(FrontError::at(pt, "this pattern destructures a tuple, but the value is not one"));
                 };
                 if items.len() != pt.elems.len() {
-                    return Err(FrontError::at(pt, format!("the tuple has {} values, the pattern {}", items.len(), pt.elems.len())));
+                    return Err(FrontError::at(
+                        pt,
+                        format!("the tuple has {} values, the pattern {}", items.len(), pt.elems.len()),
+                    ));
                 }
                 for (p, x) in pt.elems.iter().zip(items) {
                     self.bind_pat(p, Val::One(x))?;
@@ -553,13 +552,17 @@ impl Body<'_, '_> {
                 e,
                 "loops are not part of the kernel language: use sum/dot/matvec over the feature axis, and the reducer over edges",
             )),
-            syn::Expr::Index(_) => Err(FrontError::at(e, "indexing is not part of the kernel language: fields are read whole (`src.h`)")),
+            syn::Expr::Index(_) => {
+                Err(FrontError::at(e, "indexing is not part of the kernel language: fields are read whole (`src.h`)"))
+            }
             syn::Expr::Closure(_) => Err(FrontError::at(e, "closures are not part of the kernel language")),
             syn::Expr::Return(_) => Err(FrontError::at(e, "`return` is not supported: end the function with its value")),
             syn::Expr::Macro(_) => Err(FrontError::at(e, "macros are not part of the kernel language")),
             syn::Expr::Assign(_) => Err(FrontError::at(e, "assignment is not supported: bind new names with `let`")),
             syn::Expr::Match(_) => Err(FrontError::at(e, "`match` is not supported: use `if`/`else`")),
-            syn::Expr::Struct(_) => Err(FrontError::at(e, "struct literals are only allowed as `Out { .. }` at the end of `fn node`")),
+            syn::Expr::Struct(_) => {
+                Err(FrontError::at(e, "struct literals are only allowed as `Out { .. }` at the end of `fn node`"))
+            }
             _ => Err(FrontError::at(e, "unsupported construct in a kernel function")),
         }
     }
@@ -667,7 +670,9 @@ impl Body<'_, '_> {
                 self.scalar(r, &b.right, "comparison")?;
                 return Ok(Val::One(self.push(Op::Cmp(c, l, r), Type::Bool, b)));
             }
-            _ => return Err(FrontError::at(&b.op, "unsupported operator: use + - * / and comparisons; bind new names with `let`")),
+            _ => {
+                return Err(FrontError::at(&b.op, "unsupported operator: use + - * / and comparisons; bind new names with `let`"))
+            }
         };
         Ok(Val::One(self.binary(op, l, r, b, sym)?))
     }

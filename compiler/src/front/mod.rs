@@ -92,11 +92,9 @@ fn parse_reduce(args: TokenStream, module: &syn::ItemMod) -> FrontResult<Reduce>
                 (p.path.get_ident().map(|i| i.to_string()).unwrap_or_default(), vec![], &m.value)
             }
             syn::Expr::Call(c) => match &*c.func {
-                syn::Expr::Path(p) if p.path.get_ident().is_some() => (
-                    p.path.get_ident().map(|i| i.to_string()).unwrap_or_default(),
-                    c.args.iter().cloned().collect(),
-                    &m.value,
-                ),
+                syn::Expr::Path(p) if p.path.get_ident().is_some() => {
+                    (p.path.get_ident().map(|i| i.to_string()).unwrap_or_default(), c.args.iter().cloned().collect(), &m.value)
+                }
                 other => return Err(FrontError::at(other, "expected a reducer name")),
             },
             other => return Err(FrontError::at(other, "expected a reducer: sum, mean, max, min, prod, softmax or monoid(..)")),
@@ -137,7 +135,10 @@ fn parse_reduce(args: TokenStream, module: &syn::ItemMod) -> FrontResult<Reduce>
         reduce = Some(Reduce { kind, declared, span: span_of(node), at: node.span() });
     }
     reduce.ok_or_else(|| {
-        FrontError::at(&module.ident, "missing reducer: write `#[message_passing(reduce = sum)]` (or mean, max, min, prod, softmax, monoid(..))")
+        FrontError::at(
+            &module.ident,
+            "missing reducer: write `#[message_passing(reduce = sum)]` (or mean, max, min, prod, softmax, monoid(..))",
+        )
     })
 }
 
@@ -273,7 +274,10 @@ pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<K
                 ));
             }
             let (Some(id_fn), Some(comb_fn)) = (items.fns.get("identity"), items.fns.get("combine")) else {
-                return Err(FrontError::at(&module.ident, "a monoid needs `fn identity() -> S` and `fn combine(a: S, b: S) -> S`"));
+                return Err(FrontError::at(
+                    &module.ident,
+                    "a monoid needs `fn identity() -> S` and `fn combine(a: S, b: S) -> S`",
+                ));
             };
             let identity = cx.lower_fn(id_fn, expr::FnKind::Identity, &[])?;
             let state = identity.output_types();
@@ -289,7 +293,10 @@ pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<K
             }
             let combine = cx.lower_fn(comb_fn, expr::FnKind::Combine, &state)?;
             if !cx.types_compatible(&combine.output_types(), &state) {
-                return Err(FrontError::new(ret_span(comb_fn), "`combine` must return the state's type (the type `identity` returns)"));
+                return Err(FrontError::new(
+                    ret_span(comb_fn),
+                    "`combine` must return the state's type (the type `identity` returns)",
+                ));
             }
             let finalize = match items.fns.get("finalize") {
                 Some(f) => Some(cx.lower_fn(f, expr::FnKind::Finalize, &state)?),
@@ -302,7 +309,10 @@ pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<K
         _ => {
             for t in &msg_types {
                 if !t.is_numeric() || matches!(t, ir::Type::Matrix(..)) {
-                    return Err(FrontError::new(ret_span(edge_fn), "a message is scalars and vectors (a tuple of them for several)"));
+                    return Err(FrontError::new(
+                        ret_span(edge_fn),
+                        "a message is scalars and vectors (a tuple of them for several)",
+                    ));
                 }
             }
         }
@@ -393,10 +403,10 @@ pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<K
         node,
         segment: None,
     };
-    ir::verify(&kernel).map_err(|e| FrontError::at(&module.ident, format!("internal error: captured IR does not verify: {e}")))?;
+    ir::verify(&kernel)
+        .map_err(|e| FrontError::at(&module.ident, format!("internal error: captured IR does not verify: {e}")))?;
     Ok(kernel)
 }
-
 
 /// Where a function's return type is written (not the `->`), so carets land
 /// under the type.

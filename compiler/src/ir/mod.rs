@@ -227,14 +227,7 @@ impl Op {
     /// Operands in order; used by every walk over the DAG.
     pub fn operands(&self) -> Vec<ValueId> {
         match *self {
-            Op::Const(_)
-            | Op::Field(_)
-            | Op::Input(_)
-            | Op::State(_)
-            | Op::Message(_)
-            | Op::Degree
-            | Op::Rank
-            | Op::Scan(_) => {
+            Op::Const(_) | Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree | Op::Rank | Op::Scan(_) => {
                 vec![]
             }
             Op::Unary(_, a) | Op::Powi(a, _) | Op::Sum(a) | Op::Broadcast(a, _) => vec![a],
@@ -248,14 +241,7 @@ impl Op {
     /// The same operation with operands renamed through `f`.
     pub fn map_operands(&self, mut f: impl FnMut(ValueId) -> ValueId) -> Op {
         match *self {
-            Op::Const(_)
-            | Op::Field(_)
-            | Op::Input(_)
-            | Op::State(_)
-            | Op::Message(_)
-            | Op::Degree
-            | Op::Rank
-            | Op::Scan(_) => {
+            Op::Const(_) | Op::Field(_) | Op::Input(_) | Op::State(_) | Op::Message(_) | Op::Degree | Op::Rank | Op::Scan(_) => {
                 self.clone()
             }
             Op::Broadcast(a, w) => Op::Broadcast(f(a), w),
@@ -538,10 +524,7 @@ impl Kernel {
     }
 
     pub fn field_by_name(&self, role: Role, name: &str) -> Option<FieldId> {
-        self.fields
-            .iter()
-            .position(|f| f.role == role && f.name == name)
-            .map(|i| FieldId(i as u32))
+        self.fields.iter().position(|f| f.role == role && f.name == name).map(|i| FieldId(i as u32))
     }
 
     /// Outputs of one role, with their indices in `outputs`.

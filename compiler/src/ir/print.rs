@@ -110,12 +110,7 @@ pub fn region_text(k: &Kernel, title: &str, r: &Region, out: &mut String) {
     let ins: Vec<String> = r.inputs.iter().enumerate().map(|(i, t)| format!("in{i}: {}", TypeIn(k, *t))).collect();
     let _ = writeln!(out, "  {title}({}) {{", ins.join(", "));
     for (i, n) in r.nodes.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "    %{i}: {} = {}",
-            TypeIn(k, n.ty),
-            op_text(k, &n.op, |v| format!("%{}", v.0))
-        );
+        let _ = writeln!(out, "    %{i}: {} = {}", TypeIn(k, n.ty), op_text(k, &n.op, |v| format!("%{}", v.0)));
     }
     let outs: Vec<String> = r.outputs.iter().map(|v| format!("%{}", v.0)).collect();
     let _ = writeln!(out, "    yield {}", outs.join(", "));

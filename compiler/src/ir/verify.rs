@@ -36,12 +36,8 @@ fn elementwise(a: Type, b: Type) -> Option<Type> {
 }
 
 fn check_region(c: &Ctx<'_>, r: &Region) -> Result<(), VerifyError> {
-    let err = |v: usize, m: String| VerifyError {
-        kernel: c.k.name.clone(),
-        region: c.region.to_string(),
-        value: v as u32,
-        message: m,
-    };
+    let err =
+        |v: usize, m: String| VerifyError { kernel: c.k.name.clone(), region: c.region.to_string(), value: v as u32, message: m };
     let nw = c.k.widths.len() as u32;
     let width_ok = |t: Type| match t {
         Type::Vector(w) | Type::Mask(w) => w.0 < nw,
@@ -156,7 +152,10 @@ fn check_region(c: &Ctx<'_>, r: &Region) -> Result<(), VerifyError> {
 /// output (a constant zero there means "no contribution" and is skipped).
 fn contributes(values: &[Type], outputs: &[Type]) -> bool {
     values.len() == outputs.len()
-        && values.iter().zip(outputs).all(|(v, o)| v == o || (*v == Type::Scalar && matches!(o, Type::Vector(_) | Type::Matrix(..))))
+        && values
+            .iter()
+            .zip(outputs)
+            .all(|(v, o)| v == o || (*v == Type::Scalar && matches!(o, Type::Vector(_) | Type::Matrix(..))))
 }
 
 /// Values fit slots of these types, a scalar filling a whole vector.
@@ -209,11 +208,7 @@ pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
             return Err(top("edge", "softmax needs a message (score: scalar, value)".into()));
         }
         let noio = Ctx { allow_fields: false, allow_rank: false, ..base };
-        for (name, r) in [
-            ("identity", &k.reducer.identity),
-            ("combine", &k.reducer.combine),
-            ("finalize", &k.reducer.finalize),
-        ] {
+        for (name, r) in [("identity", &k.reducer.identity), ("combine", &k.reducer.combine), ("finalize", &k.reducer.finalize)] {
             if let Some(r) = r {
                 check_region(&Ctx { region: name, ..noio }, r)?;
             }

@@ -89,16 +89,29 @@ pub enum VarKind {
 /// for scalars, one for vectors, two (row, column) for matrices.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Addr {
-    Field { field: FieldId, lanes: Vec<LoopVar> },
-    Scratch { buf: u32, lane: LoopVar },
+    Field {
+        field: FieldId,
+        lanes: Vec<LoopVar>,
+    },
+    Scratch {
+        buf: u32,
+        lane: LoopVar,
+    },
     /// Output `out`: at row `i` for destination outputs, at edge `e` for edge
     /// outputs, whole for parameter outputs (which the scheduler accumulates
     /// with a load, an add and a store; the caller gives each row chunk its
     /// own parameter buffers and reduces them in chunk order). `lane` for
     /// vector outputs.
-    Output { out: u32, lane: Option<LoopVar> },
+    Output {
+        out: u32,
+        lane: Option<LoopVar>,
+    },
     /// Element `[row, col]` of a matrix parameter output (`row * C + col`).
-    OutputMatrix { out: u32, row: LoopVar, col: LoopVar },
+    OutputMatrix {
+        out: u32,
+        row: LoopVar,
+        col: LoopVar,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -142,7 +155,11 @@ pub enum Stmt {
     Set(Var, Inst),
     Store(Addr, Var),
     /// `for lane in 0..width { body }`.
-    Loop { lane: LoopVar, width: WidthId, body: Vec<Stmt> },
+    Loop {
+        lane: LoopVar,
+        width: WidthId,
+        body: Vec<Stmt>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -196,9 +213,9 @@ impl LoopKernel {
         }
         self.init.iter().chain(&self.finish).any(|st| match (st, decl.ty) {
             (Stmt::Store(Addr::Output { out: o, lane: None }, _), crate::ir::Type::Scalar) => *o == out,
-            (Stmt::Loop { lane, width, body }, crate::ir::Type::Vector(w)) if *width == w => body.iter().any(|s| {
-                matches!(s, Stmt::Store(Addr::Output { out: o, lane: Some(l) }, _) if *o == out && l == lane)
-            }),
+            (Stmt::Loop { lane, width, body }, crate::ir::Type::Vector(w)) if *width == w => {
+                body.iter().any(|s| matches!(s, Stmt::Store(Addr::Output { out: o, lane: Some(l) }, _) if *o == out && l == lane))
+            }
             _ => false,
         })
     }
@@ -219,6 +236,9 @@ impl LoopKernel {
                 _ => false,
             })
         }
-        walk(&self.init, self, role) || walk(&self.pre_body, self, role) || walk(&self.body, self, role) || walk(&self.finish, self, role)
+        walk(&self.init, self, role)
+            || walk(&self.pre_body, self, role)
+            || walk(&self.body, self, role)
+            || walk(&self.finish, self, role)
     }
 }

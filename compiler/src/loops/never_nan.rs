@@ -64,4 +64,3 @@ pub fn never_nan(k: &LoopKernel) -> Vec<bool> {
     }
     vars
 }
-

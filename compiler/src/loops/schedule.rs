@@ -133,13 +133,7 @@ fn analyze(k: &Kernel, r: &Region) -> Result<Analysis, ScheduleError> {
 
 /// Schedule one region. `slots` are the state slots (init/step write them,
 /// step/finish read them); finish writes the kernel outputs.
-fn schedule_region(
-    b: &mut Builder,
-    k: &Kernel,
-    r: &Region,
-    slots: &[Slot],
-    sink: SinkKind,
-) -> Result<Vec<Stmt>, ScheduleError> {
+fn schedule_region(b: &mut Builder, k: &Kernel, r: &Region, slots: &[Slot], sink: SinkKind) -> Result<Vec<Stmt>, ScheduleError> {
     let a = analyze(k, r)?;
     let n = r.nodes.len();
     let ty = |i: usize| r.nodes[i].ty;
@@ -226,7 +220,10 @@ fn schedule_region(
             }
         } else {
             let Some(&out) = extra_targets.get(o - num_state) else {
-                return Err(ScheduleError::Unsupported { kernel: k.name.clone(), message: "a region yields more values than it has sinks".into() });
+                return Err(ScheduleError::Unsupported {
+                    kernel: k.name.clone(),
+                    message: "a region yields more values than it has sinks".into(),
+                });
             };
             let decl = &k.outputs[out];
             let acc = decl.role == Role::Param;
@@ -283,9 +280,7 @@ fn schedule_region(
             };
             let readers: Vec<Pos> = demands
                 .iter()
-                .filter(|(_, set)| {
-                    set.iter().any(|&j| matches!(r.nodes[j].op, Op::State(x) if x as usize == state_ix))
-                })
+                .filter(|(_, set)| set.iter().any(|&j| matches!(r.nodes[j].op, Op::State(x) if x as usize == state_ix)))
                 .map(|(p, _)| *p)
                 .chain((0..n).filter_map(|j| match r.nodes[j].op {
                     Op::MatVec(_, v) if matches!(r.nodes[v.0 as usize].op, Op::State(x) if x as usize == state_ix) => {
@@ -609,7 +604,10 @@ fn schedule_region(
         out.push(Stmt::Loop {
             lane,
             width: w,
-            body: vec![Stmt::Set(v, Inst::Load(Addr::Scratch { buf: from, lane })), Stmt::Store(Addr::Scratch { buf: to, lane }, v)],
+            body: vec![
+                Stmt::Set(v, Inst::Load(Addr::Scratch { buf: from, lane })),
+                Stmt::Store(Addr::Scratch { buf: to, lane }, v),
+            ],
         });
     }
     Ok(out)

@@ -40,7 +40,9 @@ pub fn split_calls(k: &LoopKernel) -> Option<SplitBody> {
                 // Memory the loops may write (an output an adjoint stage
                 // adds into, an accumulator) would be read ahead of the
                 // earlier edges' loops.
-                if loop_reads.contains(x) || matches!(i, Inst::Load(Addr::Output { .. } | Addr::OutputMatrix { .. } | Addr::Scratch { .. })) {
+                if loop_reads.contains(x)
+                    || matches!(i, Inst::Load(Addr::Output { .. } | Addr::OutputMatrix { .. } | Addr::Scratch { .. }))
+                {
                     return None;
                 }
                 scalar_calls |= calls(i);

@@ -82,7 +82,8 @@ fn check_monoid(k: &Kernel, r: &mut Remarks<'_>) -> Result<Properties, PassError
         return Err(PassError::refused("a monoid needs `identity` and `combine`", span));
     };
     let internal = |e: InterpError| PassError::refused(format!("could not evaluate the monoid: {e}"), span);
-    let id = eval_region(id_r, &[SAMPLE_WIDTH; 64], &mut |_| Err(InterpError::Internal("identity reads nothing".into()))).map_err(internal)?;
+    let id = eval_region(id_r, &[SAMPLE_WIDTH; 64], &mut |_| Err(InterpError::Internal("identity reads nothing".into())))
+        .map_err(internal)?;
     let types = id_r.output_types();
     let mut rng = Lcg(0x7167_a5eed);
     const SAMPLES: usize = 64;
@@ -159,7 +160,13 @@ fn check_monoid(k: &Kernel, r: &mut Remarks<'_>) -> Result<Properties, PassError
     if !declared.commutative {
         r.missed(span, "not declared commutative: rows are folded in CSR order (the user's edge order within a row)");
     }
-    Ok(Properties { associative: declared.associative, commutative: declared.commutative, idempotent: declared.idempotent, invertible: false, linear: false })
+    Ok(Properties {
+        associative: declared.associative,
+        commutative: declared.commutative,
+        idempotent: declared.idempotent,
+        invertible: false,
+        linear: false,
+    })
 }
 
 pub fn analyze_reducer_algebra(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), PassError> {
@@ -167,13 +174,21 @@ pub fn analyze_reducer_algebra(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<()
     let span = Some(k.reducer.span);
     let class = classify(kind);
     let proved = match kind {
-        ReducerKind::Sum => Properties { associative: true, commutative: true, idempotent: false, invertible: true, linear: true },
-        ReducerKind::Mean => Properties { associative: true, commutative: true, idempotent: false, invertible: true, linear: true },
-        ReducerKind::Prod => Properties { associative: true, commutative: true, idempotent: false, invertible: false, linear: false },
+        ReducerKind::Sum => {
+            Properties { associative: true, commutative: true, idempotent: false, invertible: true, linear: true }
+        }
+        ReducerKind::Mean => {
+            Properties { associative: true, commutative: true, idempotent: false, invertible: true, linear: true }
+        }
+        ReducerKind::Prod => {
+            Properties { associative: true, commutative: true, idempotent: false, invertible: false, linear: false }
+        }
         ReducerKind::Max | ReducerKind::Min => {
             Properties { associative: true, commutative: true, idempotent: true, invertible: false, linear: false }
         }
-        ReducerKind::Softmax => Properties { associative: true, commutative: true, idempotent: false, invertible: false, linear: false },
+        ReducerKind::Softmax => {
+            Properties { associative: true, commutative: true, idempotent: false, invertible: false, linear: false }
+        }
         ReducerKind::Monoid => check_monoid(k, r)?,
     };
     r.analysis(span, format!("reducer `{}` is {}", kind.name(), class.name()));
@@ -196,7 +211,10 @@ pub fn analyze_reducer_algebra(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<()
         r.missed(span, "not linear: the backward pass needs the forward state (saved or recomputed)");
     }
     if matches!(kind, ReducerKind::Sum | ReducerKind::Mean) {
-        r.analysis(span, "floating-point addition is associative only up to rounding: results are deterministic for a fixed schedule");
+        r.analysis(
+            span,
+            "floating-point addition is associative only up to rounding: results are deterministic for a fixed schedule",
+        );
     }
     k.reducer.class = Some(class);
     k.reducer.proved = Some(proved);

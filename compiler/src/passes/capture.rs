@@ -12,21 +12,14 @@ pub fn capture_message_passing_udf(k: &mut Kernel, r: &mut Remarks<'_>) -> Resul
         return Err(PassError::refused("the edge function yields no message", Some(k.span)));
     }
     for role in [Role::Src, Role::Dst, Role::Edge, Role::Param] {
-        let names: Vec<String> = k
-            .fields
-            .iter()
-            .filter(|f| f.role == role)
-            .map(|f| format!("{}: {}", f.name, TypeIn(k, f.ty)))
-            .collect();
+        let names: Vec<String> =
+            k.fields.iter().filter(|f| f.role == role).map(|f| format!("{}: {}", f.name, TypeIn(k, f.ty))).collect();
         if !names.is_empty() {
             r.analysis(Some(k.span), format!("{} fields: {}", role.name(), names.join(", ")));
         }
     }
     let msg: Vec<String> = k.message_types().iter().map(|t| TypeIn(k, *t).to_string()).collect();
-    r.applied(
-        Some(k.span),
-        format!("captured `edge` as a region of {} ops yielding ({})", k.edge.nodes.len(), msg.join(", ")),
-    );
+    r.applied(Some(k.span), format!("captured `edge` as a region of {} ops yielding ({})", k.edge.nodes.len(), msg.join(", ")));
     match &k.node {
         Some(n) => r.applied(Some(k.span), format!("captured `node` as a region of {} ops", n.nodes.len())),
         None => r.analysis(Some(k.span), "no `node` function: the output is the aggregate"),

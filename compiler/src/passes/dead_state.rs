@@ -11,8 +11,8 @@
 
 use std::collections::BTreeSet;
 
-use super::{PassError, Remarks};
 use super::dce::dce_region;
+use super::{PassError, Remarks};
 use crate::ir::{Kernel, Op, Region, ValueId};
 
 /// State components that `outputs` of `r` depend on.

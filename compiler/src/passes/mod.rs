@@ -200,11 +200,9 @@ pub(crate) fn for_each_region(k: &mut Kernel, mut f: impl FnMut(&str, &mut ir::R
         if let Some(n) = &mut k.node {
             f("node", n);
         }
-        for (name, r) in [
-            ("identity", &mut k.reducer.identity),
-            ("combine", &mut k.reducer.combine),
-            ("finalize", &mut k.reducer.finalize),
-        ] {
+        for (name, r) in
+            [("identity", &mut k.reducer.identity), ("combine", &mut k.reducer.combine), ("finalize", &mut k.reducer.finalize)]
+        {
             if let Some(r) = r {
                 f(name, r);
             }

@@ -59,7 +59,9 @@ pub fn fold_relu_into_max(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), Pas
     } else {
         r.applied(
             Some(span),
-            format!("accumulator component(s) {folded:?}: max of relus from -inf is a select of the larger value from 0 (same bits)"),
+            format!(
+                "accumulator component(s) {folded:?}: max of relus from -inf is a select of the larger value from 0 (same bits)"
+            ),
         );
     }
     Ok(())

@@ -80,9 +80,7 @@ fn main_step(step: &Region, c: u32, out: ValueId) -> Region {
 fn pre_step(step: &Region, state: &[Type], c: usize, out: ValueId) -> Region {
     let mut r = step.clone();
     let span = r.nodes[out.0 as usize].span;
-    r.outputs = (0..state.len())
-        .map(|k| if k == c { out } else { r.push(Op::State(k as u32), state[k], span) })
-        .collect();
+    r.outputs = (0..state.len()).map(|k| if k == c { out } else { r.push(Op::State(k as u32), state[k], span) }).collect();
     dce_region(&mut r);
     r
 }
@@ -132,8 +130,8 @@ fn online_softmax_shape(seg: &Segment, c: u32, out: ValueId) -> bool {
                     return false;
                 }
                 for &u in &users[i] {
-                    let ok = u == out.0 as usize
-                        || matches!(op(u), Op::Binary(BinOp::Sub, x, y) if x.0 as usize == i && is_out(*y));
+                    let ok =
+                        u == out.0 as usize || matches!(op(u), Op::Binary(BinOp::Sub, x, y) if x.0 as usize == i && is_out(*y));
                     if !ok {
                         return false;
                     }
@@ -172,10 +170,11 @@ fn online_softmax_shape(seg: &Segment, c: u32, out: ValueId) -> bool {
             let st = if x.0 as usize == rs { y } else { x };
             let Op::State(k) = *op(st.0 as usize) else { return false };
             // +0, or +0 broadcast to a vector.
-            let starts_at_zero = seg.init.outputs.get(k as usize).is_some_and(|&v| match seg.init.nodes.get(v.0 as usize).map(|n| &n.op) {
-                Some(Op::Broadcast(z, _)) => is_const(&seg.init, *z, 0.0),
-                _ => is_const(&seg.init, v, 0.0),
-            });
+            let starts_at_zero =
+                seg.init.outputs.get(k as usize).is_some_and(|&v| match seg.init.nodes.get(v.0 as usize).map(|n| &n.op) {
+                    Some(Op::Broadcast(z, _)) => is_const(&seg.init, *z, 0.0),
+                    _ => is_const(&seg.init, v, 0.0),
+                });
             if k == c || !starts_at_zero || users[st.0 as usize] != [m] || output_of(st.0 as usize).is_some() {
                 return false;
             }
@@ -194,7 +193,8 @@ fn online_softmax_shape(seg: &Segment, c: u32, out: ValueId) -> bool {
             || match *op(t) {
                 Op::Binary(BinOp::Mul, x, y) => {
                     users[t] == [add]
-                        && ((weights.contains(&(x.0 as usize)) && stateless(y)) || (weights.contains(&(y.0 as usize)) && stateless(x)))
+                        && ((weights.contains(&(x.0 as usize)) && stateless(y))
+                            || (weights.contains(&(y.0 as usize)) && stateless(x)))
                 }
                 _ => false,
             };

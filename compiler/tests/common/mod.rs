@@ -4,8 +4,8 @@
 
 #![allow(dead_code)]
 
-use tiga_compiler::interp::Array;
 use std::ops::Range;
+use tiga_compiler::interp::Array;
 
 use tiga_compiler::back::abi::RawArgs;
 use tiga_compiler::bind::{field_shape, Extents};
@@ -93,7 +93,8 @@ pub fn run_over_csr(
         .map(|&(role, data)| {
             if role == Role::Edge && !edge_ids && !ids.is_empty() {
                 let per = data.len() / ids.len();
-                let permuted: Vec<f64> = ids.iter().flat_map(|&e| data[e as usize * per..(e as usize + 1) * per].to_vec()).collect();
+                let permuted: Vec<f64> =
+                    ids.iter().flat_map(|&e| data[e as usize * per..(e as usize + 1) * per].to_vec()).collect();
                 Buf::new(dtype, &permuted)
             } else {
                 Buf::new(dtype, data)

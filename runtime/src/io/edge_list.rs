@@ -140,10 +140,7 @@ mod tests {
         assert_eq!(err(parse_edge_list("0 1\n\n5\n", None)), "<input>:3: expected `src dst`, but the destination id is missing");
         assert_eq!(err(parse_edge_list("a 1\n", None)), "<input>:1: source id `a` is not a non-negative integer");
         assert_eq!(err(parse_edge_list("1 -1\n", None)), "<input>:1: destination id `-1` is not a non-negative integer");
-        assert_eq!(
-            err(parse_edge_list("1 2 w\n", None)),
-            "<input>:1: column 3 is `w`; columns after `src dst` must be numbers"
-        );
+        assert_eq!(err(parse_edge_list("1 2 w\n", None)), "<input>:1: column 3 is `w`; columns after `src dst` must be numbers");
         assert_eq!(
             err(parse_edge_list("4294967296 0\n", None)),
             "<input>:1: source id 4294967296 does not fit in 32 bits (the largest id is 4294967295)"

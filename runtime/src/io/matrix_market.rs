@@ -100,9 +100,7 @@ impl<'a> MatrixMarketLines<'a> {
         }
         match tokens[2].as_str() {
             "coordinate" => {}
-            "array" => {
-                return Err(self.error(line, "dense `array` format is not supported; only sparse `coordinate` is"))
-            }
+            "array" => return Err(self.error(line, "dense `array` format is not supported; only sparse `coordinate` is")),
             other => return Err(self.error(line, format!("format `{other}` is not supported; only `coordinate` is"))),
         }
         let field = match tokens[3].as_str() {
@@ -110,16 +108,12 @@ impl<'a> MatrixMarketLines<'a> {
             "integer" => Field::Integer,
             "pattern" => Field::Pattern,
             "complex" => return Err(self.error(line, "`complex` values are not supported; accepted: real, integer, pattern")),
-            other => {
-                return Err(self.error(line, format!("field `{other}` is not supported; accepted: real, integer, pattern")))
-            }
+            other => return Err(self.error(line, format!("field `{other}` is not supported; accepted: real, integer, pattern"))),
         };
         let symmetric = match tokens[4].as_str() {
             "general" => false,
             "symmetric" => true,
-            other => {
-                return Err(self.error(line, format!("symmetry `{other}` is not supported; accepted: general, symmetric")))
-            }
+            other => return Err(self.error(line, format!("symmetry `{other}` is not supported; accepted: general, symmetric"))),
         };
         self.kind = Some((field, symmetric));
         Ok(MtxLine::Skip)
@@ -132,10 +126,7 @@ impl<'a> MatrixMarketLines<'a> {
     fn size_line(&mut self, line: usize, text: &str, symmetric: bool) -> Result<MtxLine, GraphError> {
         let tokens: Vec<&str> = text.split_whitespace().collect();
         if tokens.len() != 3 {
-            return Err(self.error(
-                line,
-                format!("expected the size line `rows columns entries`, found {} fields", tokens.len()),
-            ));
+            return Err(self.error(line, format!("expected the size line `rows columns entries`, found {} fields", tokens.len())));
         }
         let rows = self.number(line, tokens[0], "row count")?;
         let cols = self.number(line, tokens[1], "column count")?;
@@ -190,16 +181,12 @@ impl<'a> MatrixMarketLines<'a> {
         let value = match field {
             Field::Pattern => None,
             Field::Real => Some(
-                tokens[2]
-                    .parse::<f64>()
-                    .map_err(|_| self.error(line, format!("value `{}` is not a real number", tokens[2])))?,
+                tokens[2].parse::<f64>().map_err(|_| self.error(line, format!("value `{}` is not a real number", tokens[2])))?,
             ),
-            Field::Integer => Some(
-                tokens[2]
-                    .parse::<i64>()
-                    .map_err(|_| self.error(line, format!("value `{}` is not an integer", tokens[2])))?
-                    as f64,
-            ),
+            Field::Integer => {
+                Some(tokens[2].parse::<i64>().map_err(|_| self.error(line, format!("value `{}` is not an integer", tokens[2])))?
+                    as f64)
+            }
         };
         self.entries += 1;
         // In range 1..=MAX_NODES, so the 0-based ids fit in u32.
@@ -217,10 +204,8 @@ impl<'a> MatrixMarketLines<'a> {
             return Err(self.error(lines, "the file ends before the size line `rows columns entries`"));
         };
         if self.entries < size.nnz {
-            return Err(self.error(
-                lines,
-                format!("the file ends after {} entries, but the size line declares {}", self.entries, size.nnz),
-            ));
+            return Err(self
+                .error(lines, format!("the file ends after {} entries, but the size line declares {}", self.entries, size.nnz)));
         }
         Ok((size.rows, size.cols, field != Field::Pattern))
     }
@@ -289,9 +274,7 @@ mod tests {
     /// out = A·x computed from the graph and values, to check the direction
     /// convention against the matrix written by hand.
     fn spmv(g: &Graph, values: &[f64], x: &[f64]) -> Vec<f64> {
-        (0..g.num_dst())
-            .map(|i| g.row(i).map(|p| values[g.edge_id(p) as usize] * x[g.cols()[p] as usize]).sum())
-            .collect()
+        (0..g.num_dst()).map(|i| g.row(i).map(|p| values[g.edge_id(p) as usize] * x[g.cols()[p] as usize]).sum()).collect()
     }
 
     #[test]
@@ -356,7 +339,10 @@ mod tests {
             err("%%MatrixMarket matrix coordinate real symmetric\n2 3 0\n"),
             "<input>:2: a symmetric matrix must be square, but it is 2 x 3"
         );
-        assert_eq!(err(&format!("{h}2 2 2\n1 1 1.0\n")), "<input>:3: the file ends after 1 entries, but the size line declares 2");
+        assert_eq!(
+            err(&format!("{h}2 2 2\n1 1 1.0\n")),
+            "<input>:3: the file ends after 1 entries, but the size line declares 2"
+        );
         assert_eq!(err(&format!("{h}2 2 1\n1 1 1.0\n2 2 1.0\n")), "<input>:4: more entries than the 1 the size line declares");
         assert_eq!(err(&format!("{h}2 2 1\n3 1 1.0\n")), "<input>:3: row index 3 is out of range 1..=2");
         assert_eq!(err(&format!("{h}2 2 1\n1 0 1.0\n")), "<input>:3: column index 0 is out of range 1..=2");

@@ -357,12 +357,7 @@ impl GfgBuilder {
     /// sources and `num_dst` destinations (every pushed id must be in
     /// range); returns it ready to replace the destination, and what the
     /// build did.
-    pub fn finish(
-        mut self,
-        num_src: u64,
-        num_dst: u64,
-        progress: Progress<'_>,
-    ) -> Result<(PendingGfg, BuildStats), GfgError> {
+    pub fn finish(mut self, num_src: u64, num_dst: u64, progress: Progress<'_>) -> Result<(PendingGfg, BuildStats), GfgError> {
         let name = self.name.clone();
         let bad = |message: String| GfgError::Build { path: name.clone(), message };
         for (what, n) in [("sources", num_src), ("destinations", num_dst)] {
@@ -389,10 +384,8 @@ impl GfgBuilder {
         let e = self.num_edges;
         let edge_ids = !self.dst_sorted;
         let t_edge_ids = self.transpose && !self.pairs_sorted;
-        let mut plan = vec![
-            SectionPlan::new("offsets", ElemType::U64, vec![num_dst + 1]),
-            SectionPlan::new("cols", ElemType::U32, vec![e]),
-        ];
+        let mut plan =
+            vec![SectionPlan::new("offsets", ElemType::U64, vec![num_dst + 1]), SectionPlan::new("cols", ElemType::U32, vec![e])];
         if edge_ids {
             plan.push(SectionPlan::new("edge_ids", ElemType::U64, vec![e]));
         }
@@ -579,9 +572,10 @@ mod tests {
     fn external_build_is_byte_identical_to_save_gfg() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut seed = 7u64;
-        for (case, (n, m, memory)) in [(1u32, 0usize, 4096usize), (5, 3, 4096), (37, 900, 4096), (200, 5000, 1 << 14), (64, 3000, 1 << 30)]
-            .into_iter()
-            .enumerate()
+        for (case, (n, m, memory)) in
+            [(1u32, 0usize, 4096usize), (5, 3, 4096), (37, 900, 4096), (200, 5000, 1 << 14), (64, 3000, 1 << 30)]
+                .into_iter()
+                .enumerate()
         {
             let src: Vec<u32> = (0..m).map(|_| (lcg(&mut seed) % u64::from(n)) as u32).collect();
             let dst: Vec<u32> = (0..m).map(|_| (lcg(&mut seed) % u64::from(n)) as u32).collect();
@@ -604,8 +598,10 @@ mod tests {
         assert!(stats.edge_ids && !stats.t_edge_ids);
         let f = GfgFile::open(&out).expect("open");
         assert!(!f.sections().iter().any(|s| s.name == "t_edge_ids"));
-        let names: Vec<String> =
-            std::fs::read_dir(dir.path()).expect("ls").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
         assert!(names.iter().all(|n| !n.ends_with(".run") && !n.ends_with(".tmp")), "{names:?}");
     }
 

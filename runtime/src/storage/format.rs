@@ -273,19 +273,13 @@ pub fn decode_header(bytes: &[u8], file_len: u64) -> Result<Header, Problem> {
         )));
     }
     let end = h.manifest_offset.checked_add(h.manifest_len).ok_or_else(|| {
-        Problem::Manifest(format!(
-            "the manifest's offset {} plus its length {} overflows",
-            h.manifest_offset, h.manifest_len
-        ))
+        Problem::Manifest(format!("the manifest's offset {} plus its length {} overflows", h.manifest_offset, h.manifest_len))
     })?;
     if end > file_len {
         return Err(Problem::Truncated { what: "the manifest".into(), needed: end });
     }
     if end < file_len {
-        return Err(Problem::Manifest(format!(
-            "{} unexpected bytes after the manifest (it must end the file)",
-            file_len - end
-        )));
+        return Err(Problem::Manifest(format!("{} unexpected bytes after the manifest (it must end the file)", file_len - end)));
     }
     Ok(h)
 }
@@ -326,11 +320,7 @@ impl<'a> Cursor<'a> {
                 self.at = end;
                 Ok(s)
             }
-            _ => Err(Problem::Manifest(format!(
-                "the manifest ends inside {what} (at byte {} of {})",
-                self.at,
-                self.bytes.len()
-            ))),
+            _ => Err(Problem::Manifest(format!("the manifest ends inside {what} (at byte {} of {})", self.at, self.bytes.len()))),
         }
     }
     fn u8(&mut self, what: &str) -> Result<u8, Problem> {
@@ -368,15 +358,12 @@ pub fn decode_manifest(bytes: &[u8], header: &Header) -> Result<Manifest, Proble
             .map_err(|_| Problem::Manifest(format!("the name of section entry {k} is not UTF-8")))?
             .to_string();
         let code = c.u8(&what)?;
-        let elem = ElemType::from_code(code).ok_or_else(|| {
-            Problem::Manifest(format!("section `{name}` has unknown element type code {code}"))
-        })?;
+        let elem = ElemType::from_code(code)
+            .ok_or_else(|| Problem::Manifest(format!("section `{name}` has unknown element type code {code}")))?;
         let rank = c.u8(&what)? as usize;
         c.u16(&what)?;
         if rank > MAX_RANK {
-            return Err(Problem::Manifest(format!(
-                "section `{name}` has rank {rank}; at most {MAX_RANK} is allowed"
-            )));
+            return Err(Problem::Manifest(format!("section `{name}` has rank {rank}; at most {MAX_RANK} is allowed")));
         }
         let mut shape = Vec::with_capacity(rank);
         for _ in 0..rank {
@@ -389,10 +376,7 @@ pub fn decode_manifest(bytes: &[u8], header: &Header) -> Result<Manifest, Proble
     }
     let newer_minor = header.minor > FORMAT_MINOR;
     if c.at != bytes.len() && !newer_minor {
-        return Err(Problem::Manifest(format!(
-            "{} unexpected bytes after the section table",
-            bytes.len() - c.at
-        )));
+        return Err(Problem::Manifest(format!("{} unexpected bytes after the section table", bytes.len() - c.at)));
     }
     Ok(Manifest {
         major: header.major,
@@ -425,11 +409,7 @@ pub fn parse_field_name(section: &str) -> Option<Result<(FieldRole, &str), Strin
     };
     let role = match FieldRole::parse(role) {
         Some(r) => r,
-        None => {
-            return Some(Err(format!(
-                "field section `{section}` has unknown role `{role}` (expected src, dst or edge)"
-            )))
-        }
+        None => return Some(Err(format!("field section `{section}` has unknown role `{role}` (expected src, dst or edge)"))),
     };
     if name.is_empty() {
         return Some(Err(format!("field section `{section}` has an empty name")));
@@ -500,20 +480,12 @@ pub fn check_manifest(m: &Manifest, header: &Header, file_len: u64) -> Result<()
         if let Some(e) = expectation(m, name)? {
             if !e.elem.contains(&s.elem) {
                 let allowed: Vec<&str> = e.elem.iter().map(|t| t.name()).collect();
-                return bad(format!(
-                    "section `{name}` holds {}, but {} must be {}",
-                    s.elem,
-                    e.what,
-                    allowed.join(" or ")
-                ));
+                return bad(format!("section `{name}` holds {}, but {} must be {}", s.elem, e.what, allowed.join(" or ")));
             }
             match e.len {
                 Some(n) => {
                     if s.shape != [n] {
-                        return bad(format!(
-                            "section `{name}` has shape {:?}, but {} must have shape [{n}]",
-                            s.shape, e.what
-                        ));
+                        return bad(format!("section `{name}` has shape {:?}, but {} must have shape [{n}]", s.shape, e.what));
                     }
                 }
                 None => {
@@ -592,12 +564,7 @@ fn expectation(m: &Manifest, name: &str) -> Result<Option<Expect>, Problem> {
                     FieldRole::Dst => (m.num_dst, "num_dst"),
                     FieldRole::Edge => (m.num_edges, "num_edges"),
                 };
-                Ok(Some(Expect {
-                    elem: &[F32, F64],
-                    len: None,
-                    rows,
-                    what: format!("a {role} field ({count} rows)"),
-                }))
+                Ok(Some(Expect { elem: &[F32, F64], len: None, rows, what: format!("a {role} field ({count} rows)") }))
             }
         },
     }

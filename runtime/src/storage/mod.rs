@@ -37,8 +37,8 @@ mod blocks;
 mod external;
 mod format;
 mod reader;
-mod stream;
 mod snapshot;
+mod stream;
 pub mod tensors;
 mod writer;
 
@@ -48,15 +48,13 @@ use thiserror::Error;
 
 use crate::graph::GraphError;
 
-pub use format::{
-    ElemType, Manifest, SectionInfo, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAGIC, SECTION_ALIGN,
-};
-pub use reader::{FieldHandle, FieldInfo, GfgFile, Page};
 pub use external::{BuildOptions, BuildPhase, BuildStats, GfgBuilder};
-pub use stream::{GfgStreamWriter, SectionPlan, SectionSink, StreamElem};
-pub use writer::{save_gfg, GfgWriter, PendingGfg};
+pub use format::{ElemType, Manifest, SectionInfo, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAGIC, SECTION_ALIGN};
+pub use reader::{FieldHandle, FieldInfo, GfgFile, Page};
 pub use snapshot::{Snapshot, SNAPSHOT_EXT};
+pub use stream::{GfgStreamWriter, SectionPlan, SectionSink, StreamElem};
 pub use tensors::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
+pub use writer::{save_gfg, GfgWriter, PendingGfg};
 
 /// Which rows a field is indexed by: sources, destinations or edges (in the
 /// user's edge order).

@@ -19,8 +19,7 @@ use crate::graph::Graph;
 use crate::tensor::{DType, Data, Tensor, TensorView};
 
 use super::format::{
-    check_manifest, decode_header, decode_manifest, parse_field_name, ElemType, Manifest, Problem,
-    SectionInfo, HEADER_LEN,
+    check_manifest, decode_header, decode_manifest, parse_field_name, ElemType, Manifest, Problem, SectionInfo, HEADER_LEN,
 };
 use super::{FieldRole, GfgError};
 
@@ -202,12 +201,7 @@ impl GfgFile {
         file.read_exact(&mut body).map_err(io)?;
         let computed = crc32fast::hash(&body);
         if computed != header.manifest_crc32 {
-            return Err(GfgError::Checksum {
-                path: name,
-                what: "the manifest",
-                stored: header.manifest_crc32,
-                computed,
-            });
+            return Err(GfgError::Checksum { path: name, what: "the manifest", stored: header.manifest_crc32, computed });
         }
         let manifest = decode_manifest(&body, &header).map_err(|p| problem(&name, file_len, p))?;
         check_manifest(&manifest, &header, file_len).map_err(|p| problem(&name, file_len, p))?;
@@ -301,8 +295,7 @@ impl GfgFile {
             if t.coo_in_user_order() != (dst, src) {
                 return Err(self.inner.corrupt(
                     "t_cols",
-                    "the transposed CSR does not hold the reversed edges of the graph with the same edge ids"
-                        .into(),
+                    "the transposed CSR does not hold the reversed edges of the graph with the same edge ids".into(),
                 ));
             }
         }
@@ -344,20 +337,14 @@ impl GfgFile {
     pub fn field(&self, role: FieldRole, name: &str) -> Result<FieldHandle, GfgError> {
         let section = role.section_name(name);
         let Some(&index) = self.inner.index.get(&section) else {
-            let mut names: Vec<String> =
-                self.fields().into_iter().filter(|f| f.role == role).map(|f| f.name).collect();
+            let mut names: Vec<String> = self.fields().into_iter().filter(|f| f.role == role).map(|f| f.name).collect();
             names.sort();
             let available = if names.is_empty() {
                 format!("the file has no {role} fields")
             } else {
                 format!("its {role} fields are: {}", names.join(", "))
             };
-            return Err(GfgError::MissingField {
-                path: self.inner.name.clone(),
-                role,
-                name: name.to_string(),
-                available,
-            });
+            return Err(GfgError::MissingField { path: self.inner.name.clone(), role, name: name.to_string(), available });
         };
         let s = &self.inner.manifest.sections[index];
         let dtype = s.elem.dtype().ok_or_else(|| self.inner.corrupt(&section, "not a float section".into()))?;
@@ -520,8 +507,7 @@ impl Inner {
                 // relies on the file not being truncated or rewritten in
                 // place while mapped; the module doc states that contract
                 // and the writer keeps it (it replaces files by rename).
-                let map = unsafe { MmapOptions::new().offset(s.offset).len(s.length as usize).map(&self.file) }
-                    .map_err(io)?;
+                let map = unsafe { MmapOptions::new().offset(s.offset).len(s.length as usize).map(&self.file) }.map_err(io)?;
                 Some(map)
             };
             // A racing thread may have set it first; either map is the same.
@@ -645,19 +631,17 @@ impl Inner {
         // A maximum first (it vectorizes); the search only names the culprit.
         if !cols.is_empty() && cols.iter().fold(0u32, |m, &s| m.max(s)) as usize >= num_src {
             if let Some(p) = cols.iter().position(|&s| s as usize >= num_src) {
-                return Err(self.corrupt(
-                    c,
-                    format!("{c}[{}] = {} is out of range for {num_src} sources", span.start + p, cols[p]),
-                ));
+                return Err(
+                    self.corrupt(c, format!("{c}[{}] = {} is out of range for {num_src} sources", span.start + p, cols[p]))
+                );
             }
         }
         if let Some(ids) = edge_ids {
             if !ids.is_empty() && ids.iter().fold(0u64, |m, &id| m.max(id)) >= num_edges {
                 if let Some(p) = ids.iter().position(|&id| id >= num_edges) {
-                    return Err(self.corrupt(
-                        e,
-                        format!("{e}[{}] = {} is out of range for {num_edges} edges", span.start + p, ids[p]),
-                    ));
+                    return Err(
+                        self.corrupt(e, format!("{e}[{}] = {} is out of range for {num_edges} edges", span.start + p, ids[p]))
+                    );
                 }
             }
         }

@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 
 use super::blocks::room_to_block;
 use super::format::{
-    check_manifest, encode_manifest, ElemType, Header, Manifest, SectionInfo, COL_WIDTH, EDGE_ID_WIDTH,
-    FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, OFFSET_WIDTH, SECTION_ALIGN,
+    check_manifest, encode_manifest, ElemType, Header, Manifest, SectionInfo, COL_WIDTH, EDGE_ID_WIDTH, FORMAT_MAJOR,
+    FORMAT_MINOR, HEADER_LEN, OFFSET_WIDTH, SECTION_ALIGN,
 };
 use super::reader::problem;
 use super::writer::{create_temp, finish_temp, PendingGfg};
@@ -181,7 +181,8 @@ impl GfgStreamWriter {
         let name = path.display().to_string();
         let mut pos = HEADER_LEN as u64;
         let mut sections = Vec::with_capacity(plan.len());
-        let too_big = || GfgError::Manifest { path: name.clone(), message: "the planned sections overflow a u64 file size".into() };
+        let too_big =
+            || GfgError::Manifest { path: name.clone(), message: "the planned sections overflow a u64 file size".into() };
         for s in plan {
             let elements = s.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)).ok_or_else(too_big)?;
             let length = elements.checked_mul(s.elem.size() as u64).ok_or_else(too_big)?;
@@ -202,13 +203,8 @@ impl GfgStreamWriter {
         };
         // The plan is checked as a reader would check the finished file.
         let body_len = encode_manifest(&manifest).len() as u64;
-        let header = Header {
-            major: FORMAT_MAJOR,
-            minor: FORMAT_MINOR,
-            manifest_offset: pos,
-            manifest_len: body_len,
-            manifest_crc32: 0,
-        };
+        let header =
+            Header { major: FORMAT_MAJOR, minor: FORMAT_MINOR, manifest_offset: pos, manifest_len: body_len, manifest_crc32: 0 };
         check_manifest(&manifest, &header, pos + body_len).map_err(|p| problem(&name, pos + body_len, p))?;
         let io = |source| GfgError::Io { path: name.clone(), source };
         let tmp = create_temp(path).map_err(io)?;

@@ -401,15 +401,7 @@ impl TensorStore {
             let _ = d.sync_all();
         }
         drop(io);
-        Ok(SpilledTensor {
-            name: name.to_string(),
-            path,
-            shape,
-            dtype,
-            crc32,
-            data_offset,
-            data_len,
-        })
+        Ok(SpilledTensor { name: name.to_string(), path, shape, dtype, crc32, data_offset, data_len })
     }
 
     /// Opens the tensor `name` (written by any store value or process on
@@ -580,9 +572,7 @@ fn read_header(file: &File, path: &Path) -> Result<Header> {
         let d = u64_at(&desc, k * 8);
         shape.push(usize::try_from(d).map_err(|_| corrupt(format!("dimension {k} = {d} does not fit in memory")))?);
     }
-    let name = std::str::from_utf8(&desc[rank * 8..])
-        .map_err(|_| corrupt("the name is not UTF-8".into()))?
-        .to_string();
+    let name = std::str::from_utf8(&desc[rank * 8..]).map_err(|_| corrupt("the name is not UTF-8".into()))?.to_string();
     validate_tensor_name(&name).map_err(|e| corrupt(format!("stored name: {e}")))?;
     let count = element_count(&shape).map_err(|e| corrupt(e.to_string()))?;
     let want = (count as u64).checked_mul(dtype.size() as u64);
@@ -592,9 +582,7 @@ fn read_header(file: &File, path: &Path) -> Result<Header> {
             want.map_or("more than 2^64".to_string(), |w| w.to_string())
         )));
     }
-    let end = data_offset
-        .checked_add(data_len)
-        .ok_or_else(|| corrupt("data offset + length overflows".into()))?;
+    let end = data_offset.checked_add(data_len).ok_or_else(|| corrupt("data offset + length overflows".into()))?;
     if file_len < end {
         return Err(truncated("the data", end));
     }
@@ -723,17 +711,13 @@ impl SpilledTensor {
         match self.dtype {
             DType::F32 => {
                 let mut v = Vec::with_capacity(n);
-                self.stream(&file, |b| {
-                    v.extend(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-                })?;
+                self.stream(&file, |b| v.extend(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))))?;
                 Tensor::from_f32(shape, v).map_err(bad)
             }
             DType::F64 => {
                 let mut v = Vec::with_capacity(n);
                 self.stream(&file, |b| {
-                    v.extend(b.chunks_exact(8).map(|c| {
-                        f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])
-                    }))
+                    v.extend(b.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])))
                 })?;
                 Tensor::from_f64(shape, v).map_err(bad)
             }

@@ -19,11 +19,11 @@ use std::path::{Path, PathBuf};
 use crate::graph::Graph;
 use crate::tensor::{Data, TensorView};
 
-use super::format::{
-    encode_manifest, ElemType, Header, Manifest, SectionInfo, COL_WIDTH, EDGE_ID_WIDTH, FORMAT_MAJOR,
-    FORMAT_MINOR, HEADER_LEN, OFFSET_WIDTH, SECTION_ALIGN,
-};
 use super::blocks::BlockWriter;
+use super::format::{
+    encode_manifest, ElemType, Header, Manifest, SectionInfo, COL_WIDTH, EDGE_ID_WIDTH, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN,
+    OFFSET_WIDTH, SECTION_ALIGN,
+};
 use super::{FieldRole, GfgError};
 
 /// The longest field name accepted (section names carry a u16 length).
@@ -167,9 +167,7 @@ impl<W: Write> Write for Budget<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = match self.left {
             None => buf.len(),
-            Some(0) => {
-                return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "simulated crash"))
-            }
+            Some(0) => return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "simulated crash")),
             Some(left) => buf.len().min(usize::try_from(left).unwrap_or(usize::MAX)),
         };
         let n = self.inner.write(&buf[..n])?;
@@ -276,19 +274,12 @@ impl<'a> GfgWriter<'a> {
     fn check_fields(&self, name: &str) -> Result<(), GfgError> {
         let g = self.graph;
         for (k, (role, field, view)) in self.fields.iter().enumerate() {
-            let bad = |message: String| GfgError::BadField {
-                path: name.to_string(),
-                role: *role,
-                name: field.clone(),
-                message,
-            };
+            let bad = |message: String| GfgError::BadField { path: name.to_string(), role: *role, name: field.clone(), message };
             if field.is_empty() {
                 return Err(bad("the name is empty".into()));
             }
             if field.len() > MAX_FIELD_NAME || field.chars().any(char::is_control) {
-                return Err(bad(format!(
-                    "names are at most {MAX_FIELD_NAME} bytes without control characters"
-                )));
+                return Err(bad(format!("names are at most {MAX_FIELD_NAME} bytes without control characters")));
             }
             if self.fields[..k].iter().any(|(r, n, _)| r == role && n == field) {
                 return Err(bad("it is given twice".into()));
@@ -350,14 +341,7 @@ impl<'a> GfgWriter<'a> {
             write_zeros(&mut out, offset - pos)?;
             let (length, crc32) = write_elems(&mut out, data)?;
             pos = offset + length;
-            sections.push(SectionInfo {
-                name: section.clone(),
-                elem: data.elem(),
-                shape: shape.clone(),
-                offset,
-                length,
-                crc32,
-            });
+            sections.push(SectionInfo { name: section.clone(), elem: data.elem(), shape: shape.clone(), offset, length, crc32 });
         }
         let manifest = Manifest {
             major: FORMAT_MAJOR,

@@ -372,13 +372,5 @@ pub fn compile(k: &LoopKernel, key: &VariantKey) -> Result<Variant, BackError> {
     // signature (i64, i64, i64) in the host's default (C) calling
     // convention, which `EntryFn` spells in Rust; pointers are 64-bit.
     let func = unsafe { std::mem::transmute::<*const u8, EntryFn>(code) };
-    Ok(Variant {
-        key: key.clone(),
-        compile_ms: start.elapsed().as_secs_f64() * 1e3,
-        clif,
-        asm,
-        notes,
-        func,
-        _module: guard,
-    })
+    Ok(Variant { key: key.clone(), compile_ms: start.elapsed().as_secs_f64() * 1e3, clif, asm, notes, func, _module: guard })
 }

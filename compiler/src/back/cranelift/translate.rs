@@ -482,7 +482,11 @@ impl<'a> Translator<'a> {
                     if !k.pre_body.is_empty() {
                         t.csr_edges(first, end, cols, edge_ids, &k.pre_body)?;
                     }
-                    if k.body.is_empty() { Ok(()) } else { t.csr_edges(first, end, cols, edge_ids, &k.body) }
+                    if k.body.is_empty() {
+                        Ok(())
+                    } else {
+                        t.csr_edges(first, end, cols, edge_ids, &k.body)
+                    }
                 })?;
             }
             self.block_start = None;
@@ -545,7 +549,9 @@ impl<'a> Translator<'a> {
                 if st.periodic { ", periodic" } else { "" }
             ));
             if let Some(vl) = self.row_vectors {
-                notes.push(format!("interior rows: {vl} at a time as {vty} SIMD lanes (one unaligned load per neighbour), border rows scalar"));
+                notes.push(format!(
+                    "interior rows: {vl} at a time as {vty} SIMD lanes (one unaligned load per neighbour), border rows scalar"
+                ));
             }
         }
         if let (None, Some(vl)) = (&self.key.stencil, self.row_vectors) {
@@ -787,9 +793,7 @@ impl<'a> Translator<'a> {
                         // A loop-invariant boolean selects whole vectors; a mask
                         // made in the loop selects lane by lane.
                         Inst::Select(c, x, y) => {
-                            (!assigned.contains(&c.0) || defined.contains(&c.0))
-                                && readable(x, &defined)
-                                && readable(y, &defined)
+                            (!assigned.contains(&c.0) || defined.contains(&c.0)) && readable(x, &defined) && readable(y, &defined)
                         }
                         Inst::Powi(..) | Inst::Cmp(..) => false,
                     };
@@ -880,13 +884,14 @@ impl<'a> Translator<'a> {
             return Ok(None);
         }
         let (_, vl) = self.vlen();
-        let block = vl * if self.edges_only_add() {
-            BLOCK_VECTORS_ADD_ONLY
-        } else if self.edges_weighted_sum() {
-            BLOCK_VECTORS_WEIGHTED
-        } else {
-            BLOCK_VECTORS
-        };
+        let block = vl
+            * if self.edges_only_add() {
+                BLOCK_VECTORS_ADD_ONLY
+            } else if self.edges_weighted_sum() {
+                BLOCK_VECTORS_WEIGHTED
+            } else {
+                BLOCK_VECTORS
+            };
         let mut width: Option<WidthId> = None;
         for list in [&self.k.init, &self.k.pre_body, &self.k.body, &self.k.finish] {
             for st in list.iter() {
@@ -909,9 +914,10 @@ impl<'a> Translator<'a> {
                     }
                     // Per-edge scalar work that is dear (an attention score's
                     // exp) would be redone in every block.
-                    Stmt::Set(_, Inst::Unary(UnOp::Exp | UnOp::Ln | UnOp::Tanh | UnOp::Sigmoid | UnOp::Sqrt, _) | Inst::Powi(..))
-                        if std::ptr::eq(list, &self.k.body) && self.split.is_none() =>
-                    {
+                    Stmt::Set(
+                        _,
+                        Inst::Unary(UnOp::Exp | UnOp::Ln | UnOp::Tanh | UnOp::Sigmoid | UnOp::Sqrt, _) | Inst::Powi(..),
+                    ) if std::ptr::eq(list, &self.k.body) && self.split.is_none() => {
                         return Ok(None);
                     }
                     Stmt::Store(..) | Stmt::Set(..) => {}
@@ -1047,50 +1053,50 @@ impl<'a> Translator<'a> {
                 (None, None) => return Err("internal: no loop counter".into()),
             };
             self.lanes[l] = Some(k);
-        // Loop-local values live in SSA here: each assignment defines the
-        // vector value of its variable for the rest of the iteration.
-        let mut local: std::collections::HashMap<u32, Value> = std::collections::HashMap::new();
-        for st in body {
-            match st {
-                Stmt::Set(v, Inst::Load(a)) if self.promoted_var(a, chunk).is_some() => {
-                    let pv = self.promoted_var(a, chunk).ok_or("promoted scratch")?;
-                    let val = self.b.use_var(pv);
-                    local.insert(v.0, val);
-                }
-                Stmt::Store(a, v) if self.promoted_var(a, chunk).is_some() => {
-                    let pv = self.promoted_var(a, chunk).ok_or("promoted scratch")?;
-                    let val = self.vector_operand(*v, vty, &local)?;
-                    self.b.def_var(pv, val);
-                }
-                Stmt::Set(acc, Inst::Binary(BinOp::Add, _, x)) if partial.iter().any(|(a, _)| a == acc) => {
-                    let pv = partial.iter().find(|(a, _)| a == acc).map(|(_, p)| *p).ok_or("accumulator")?;
-                    let xv = self.vector_operand(*x, vty, &local)?;
-                    let cur = self.b.use_var(pv);
-                    let sum = self.b.ins().fadd(cur, xv);
-                    self.b.def_var(pv, sum);
-                }
-                Stmt::Set(v, inst) => {
-                    let val = self.vector_inst(inst, Axis::Lane(lane), vty, vflags, little, &local)?;
-                    local.insert(v.0, val);
-                }
-                Stmt::Store(a, v) => {
-                    let val = self.vector_operand(*v, vty, &local)?;
-                    let addr = self.addr(a)?;
-                    match Self::stride(a, lane) {
-                        Some(true) => {
-                            self.b.ins().store(vflags, val, addr, 0);
-                        }
-                        _ => {
-                            // An invariant address: every lane stores the same
-                            // value; the last store wins, as in the scalar loop.
-                            let x = self.b.ins().extractlane(val, (vl - 1) as u8);
-                            self.b.ins().store(flags(), x, addr, 0);
+            // Loop-local values live in SSA here: each assignment defines the
+            // vector value of its variable for the rest of the iteration.
+            let mut local: std::collections::HashMap<u32, Value> = std::collections::HashMap::new();
+            for st in body {
+                match st {
+                    Stmt::Set(v, Inst::Load(a)) if self.promoted_var(a, chunk).is_some() => {
+                        let pv = self.promoted_var(a, chunk).ok_or("promoted scratch")?;
+                        let val = self.b.use_var(pv);
+                        local.insert(v.0, val);
+                    }
+                    Stmt::Store(a, v) if self.promoted_var(a, chunk).is_some() => {
+                        let pv = self.promoted_var(a, chunk).ok_or("promoted scratch")?;
+                        let val = self.vector_operand(*v, vty, &local)?;
+                        self.b.def_var(pv, val);
+                    }
+                    Stmt::Set(acc, Inst::Binary(BinOp::Add, _, x)) if partial.iter().any(|(a, _)| a == acc) => {
+                        let pv = partial.iter().find(|(a, _)| a == acc).map(|(_, p)| *p).ok_or("accumulator")?;
+                        let xv = self.vector_operand(*x, vty, &local)?;
+                        let cur = self.b.use_var(pv);
+                        let sum = self.b.ins().fadd(cur, xv);
+                        self.b.def_var(pv, sum);
+                    }
+                    Stmt::Set(v, inst) => {
+                        let val = self.vector_inst(inst, Axis::Lane(lane), vty, vflags, little, &local)?;
+                        local.insert(v.0, val);
+                    }
+                    Stmt::Store(a, v) => {
+                        let val = self.vector_operand(*v, vty, &local)?;
+                        let addr = self.addr(a)?;
+                        match Self::stride(a, lane) {
+                            Some(true) => {
+                                self.b.ins().store(vflags, val, addr, 0);
+                            }
+                            _ => {
+                                // An invariant address: every lane stores the same
+                                // value; the last store wins, as in the scalar loop.
+                                let x = self.b.ins().extractlane(val, (vl - 1) as u8);
+                                self.b.ins().store(flags(), x, addr, 0);
+                            }
                         }
                     }
+                    Stmt::Loop { .. } => return Err("nested loop in a SIMD feature loop".into()),
                 }
-                Stmt::Loop { .. } => return Err("nested loop in a SIMD feature loop".into()),
             }
-        }
         }
         self.lanes[l] = prev;
         if let Some(lp) = loop_blocks {
@@ -1479,7 +1485,14 @@ impl<'a> Translator<'a> {
     /// `e` loaded for `list` (the body, or the pre-pass, which touches
     /// ahead the source fields it reads when the body touches its rows:
     /// it is the first to gather them).
-    fn csr_edges(&mut self, first: Value, end: Value, cols: Option<Value>, edge_ids: Option<Value>, list: &[Stmt]) -> TResult<()> {
+    fn csr_edges(
+        &mut self,
+        first: Value,
+        end: Value,
+        cols: Option<Value>,
+        edge_ids: Option<Value>,
+        list: &[Stmt],
+    ) -> TResult<()> {
         let main = std::ptr::eq(list, self.k.body.as_slice());
         if main && self.split.is_some() {
             return self.tiled_edges(first, end, cols, edge_ids);
@@ -2026,7 +2039,9 @@ impl<'a> Translator<'a> {
                 // Destination outputs are written per row, edge outputs per
                 // edge (user order), parameter outputs as one array.
                 let row = match decl.role {
-                    Role::Edge => Some(self.cur.edge.ok_or_else(|| format!("edge output {} written outside the edge loop", decl.name))?),
+                    Role::Edge => {
+                        Some(self.cur.edge.ok_or_else(|| format!("edge output {} written outside the edge loop", decl.name))?)
+                    }
                     Role::Param => None,
                     _ => Some(self.cur.row.ok_or("row index missing")?),
                 };
