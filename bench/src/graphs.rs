@@ -3,7 +3,7 @@
 //! Every number in a run must come from the same inputs, so the graphs are
 //! built here rather than read from files another tool wrote: the stencil is
 //! the runtime's own `Graph::stencil_2d_4`, and the power-law graph follows
-//! `shared/peers/make_graph.py` (sources Zipf-like with exponent 1.1 over a
+//! `bench/peers/make_graph.py` (sources Zipf-like with exponent 1.1 over a
 //! random permutation of the nodes, destinations uniform, rows sorted by
 //! destination with the generation order kept inside a row, duplicates kept)
 //! with a small inline RNG, so no crate is needed and a seed always gives

@@ -1,4 +1,7 @@
-//! `tiga-bench`: the benchmark of issue 4, in one run on one machine.
+//! `tiga-bench`: tiga's back ends against hand-written loops and the Python
+//! peers, on the same graphs, side by side in one run on one machine; and,
+//! as `tiga-bench paged`, paged execution against the in-memory run
+//! (`paged.rs`).
 //!
 //! A number about a compiler means little alone: it needs the same
 //! computation written by hand, the tools a user would otherwise pick, and
@@ -6,10 +9,12 @@
 //! same process minutes apart, because these machines are shared and noisy.
 //! So one run builds the graphs once and measures, for each case, tiga's
 //! forward and backward (the gradient of `out.sum()` with respect to the
-//! source field, through `Kernel::grad`), a hand-written Rust loop with the
-//! width fixed at compile time and AVX2+FMA enabled (`hand.rs`), the Python
-//! peers through `shared/peers/peers.py` (`peers.rs`), and a STREAM copy;
-//! then it prints a table and writes JSON (`report.rs`).
+//! source field, through `Kernel::grad`) with the Cranelift JIT and, where
+//! the macro compiled a variant, the ahead-of-time (rustc/LLVM) back end; a
+//! hand-written Rust loop with the width fixed at compile time and AVX2+FMA
+//! enabled (`hand.rs`); the Python peers (SciPy, `torch.sparse`, PyG-style
+//! gather/scatter) through `bench/peers/peers.py` (`peers.rs`); and a STREAM
+//! copy; then it prints a table and writes JSON (`report.rs`).
 //!
 //! Cases (graphs in `graphs.rs`; `--quick` makes them 16× smaller):
 //! - `stencil-csr`: Jacobi smoothing (`Smoothing`, f32, scalar) on a
@@ -25,12 +30,14 @@
 //! Every hand-written result is compared with tiga's (max |diff| printed; a
 //! relative difference above 1e-3 is an error and the run exits non-zero,
 //! after writing its table and JSON). The kernels are read from
-//! `examples/kernels/gnn.rs` as a kernel file, so every call here runs the
-//! Cranelift JIT (the back end the JSON names).
+//! `examples/kernels/gnn.rs` as a kernel file, so every call there runs the
+//! Cranelift JIT (the back end the JSON names); the same file through
+//! `#[message_passing]` gives the ahead-of-time rows.
 //!
 //! ```sh
 //! cargo run --release -p tiga-bench -- --quick          # 16× smaller graphs, 3 repeats
 //! cargo run --release -p tiga-bench -- --threads 2 --json bench.json
+//! cargo run --release -p tiga-bench -- paged --quick    # the paged benchmark
 //! ```
 
 mod graphs;
@@ -40,10 +47,11 @@ mod peers;
 mod report;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::{Parser, Subcommand};
 use tiga::compiler::back::cranelift::VariantKey;
 use tiga::{DType, Graph, Inputs, Kernel, TensorView};
 
@@ -54,24 +62,91 @@ use report::{Case, Check, Report};
 /// every variant is the JIT's).
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 
-const USAGE: &str = "\
-usage: tiga-bench [--quick] [--repeat N] [--threads N] [--json PATH]
-                  [--cases a,b,...] [--no-peers] [--peers-script PATH]
-                  [--no-scaling] [--seed N]
+/// The cases `--cases` takes.
+const CASES: [&str; 6] = ["stencil-csr", "stencil-generated", "powerlaw-sum", "powerlaw-mean", "powerlaw-max", "powerlaw-gat"];
 
-  --quick           graphs 16x smaller, 3 repeats (unless --repeat)
-  --repeat N        timed calls per measurement after 3 warm-ups (default 7;
-                    peers: at most 3 after one warm-up)
-  --threads N       rayon threads (default: all CPUs); peers get the same
-  --json PATH       where the JSON goes, written atomically (default bench.json)
-  --cases LIST      only these: stencil-csr, stencil-generated, powerlaw-sum,
-                    powerlaw-mean, powerlaw-max, powerlaw-gat
-  --no-peers        do not run shared/peers/peers.py
-  --peers-script P  peers.py to run (default /work/shared/peers/peers.py)
-  --no-scaling      skip powerlaw-sum at 1 and 2 threads
-  --seed N          graph and field seed (default 7)
+/// tiga's back ends against hand-written loops and the Python peers, on the
+/// same graphs, side by side in one run (then a table, and JSON).
+#[derive(Debug, Parser)]
+#[command(
+    name = "tiga-bench",
+    version,
+    args_conflicts_with_subcommands = true,
+    args_override_self = true,
+    disable_help_subcommand = true,
+    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    bench: BenchArgs,
+}
 
-       tiga-bench paged [--quick] [--json PATH]   the paged benchmark (src/paged.rs)";
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The paged benchmark: Kernel::run_paged against the in-memory run on a
+    /// stencil saved as a .gfg file, every row in a fresh child process
+    #[command(args_override_self = true)]
+    Paged(paged::Args),
+}
+
+/// The main benchmark's flags.
+#[derive(Debug, Clone, clap::Args)]
+struct BenchArgs {
+    /// Graphs 16x smaller, 3 repeats (unless --repeat)
+    #[arg(long)]
+    quick: bool,
+    /// Timed calls per measurement after 3 warm-ups [default: 7, or 3 with
+    /// --quick] (peers: at most 3 after one warm-up)
+    #[arg(long, value_name = "N", value_parser = positive)]
+    repeat: Option<usize>,
+    /// Rayon threads [default: all CPUs]; the peers get the same
+    #[arg(long, value_name = "N", value_parser = positive)]
+    threads: Option<usize>,
+    /// Where the JSON goes, written atomically
+    #[arg(long, value_name = "PATH", default_value = "bench.json")]
+    json: PathBuf,
+    /// Only these cases, comma-separated: stencil-csr, stencil-generated,
+    /// powerlaw-sum, powerlaw-mean, powerlaw-max, powerlaw-gat
+    #[arg(long, value_name = "LIST", value_parser = parse_cases)]
+    cases: Option<CaseList>,
+    /// Do not run the Python peers (bench/peers/peers.py)
+    #[arg(long)]
+    no_peers: bool,
+    /// The peers.py to run
+    #[arg(long, value_name = "P", default_value_os_t = default_peers_script())]
+    peers_script: PathBuf,
+    /// Skip powerlaw-sum at 1 and 2 threads
+    #[arg(long)]
+    no_scaling: bool,
+    /// Graph and field seed
+    #[arg(long, value_name = "N", default_value_t = 7)]
+    seed: u64,
+}
+
+/// A `--cases` list: names out of [`CASES`].
+#[derive(Debug, Clone, PartialEq)]
+struct CaseList(Vec<String>);
+
+fn parse_cases(s: &str) -> Result<CaseList, String> {
+    let list: Vec<String> = s.split(',').filter(|c| !c.is_empty()).map(String::from).collect();
+    if let Some(bad) = list.iter().find(|c| !CASES.contains(&c.as_str())) {
+        return Err(format!("unknown case `{bad}`; the cases are {}", CASES.join(", ")));
+    }
+    Ok(CaseList(list))
+}
+
+/// A positive integer flag's value.
+fn positive(s: &str) -> Result<usize, String> {
+    s.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| format!("wants a positive integer, got `{s}`"))
+}
+
+/// The peers script of this checkout: `bench/peers/peers.py`, found from
+/// the crate's directory (the benchmark carries its peers with it).
+fn default_peers_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("peers").join("peers.py")
+}
 
 #[derive(Debug, Clone)]
 struct Opts {
@@ -86,56 +161,20 @@ struct Opts {
     seed: u64,
 }
 
-const CASES: [&str; 6] = ["stencil-csr", "stencil-generated", "powerlaw-sum", "powerlaw-mean", "powerlaw-max", "powerlaw-gat"];
-
-fn parse_args() -> Result<Opts, String> {
-    let mut o = Opts {
-        quick: false,
-        repeat: 0,
-        threads: None,
-        json: PathBuf::from("bench.json"),
-        peers: true,
-        peers_script: PathBuf::from("/work/shared/peers/peers.py"),
-        cases: None,
-        scaling: true,
-        seed: 7,
-    };
-    let mut args = std::env::args().skip(1);
-    let value = |name: &str, args: &mut dyn Iterator<Item = String>| -> Result<String, String> {
-        args.next().ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
-    };
-    let number = |name: &str, s: String| -> Result<usize, String> {
-        s.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| format!("{name} wants a positive integer, got `{s}`"))
-    };
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--quick" => o.quick = true,
-            "--repeat" => o.repeat = number("--repeat", value("--repeat", &mut args)?)?,
-            "--threads" => o.threads = Some(number("--threads", value("--threads", &mut args)?)?),
-            "--json" => o.json = PathBuf::from(value("--json", &mut args)?),
-            "--no-peers" => o.peers = false,
-            "--peers-script" => o.peers_script = PathBuf::from(value("--peers-script", &mut args)?),
-            "--no-scaling" => o.scaling = false,
-            "--seed" => o.seed = value("--seed", &mut args)?.parse().map_err(|e| format!("--seed: {e}"))?,
-            "--cases" => {
-                let list: Vec<String> =
-                    value("--cases", &mut args)?.split(',').filter(|s| !s.is_empty()).map(String::from).collect();
-                if let Some(bad) = list.iter().find(|c| !CASES.contains(&c.as_str())) {
-                    return Err(format!("unknown case `{bad}`; the cases are {}", CASES.join(", ")));
-                }
-                o.cases = Some(list);
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
+impl From<BenchArgs> for Opts {
+    fn from(a: BenchArgs) -> Opts {
+        Opts {
+            quick: a.quick,
+            repeat: a.repeat.unwrap_or(if a.quick { 3 } else { 7 }),
+            threads: a.threads,
+            json: a.json,
+            peers: !a.no_peers,
+            peers_script: a.peers_script,
+            cases: a.cases.map(|c| c.0),
+            scaling: !a.no_scaling,
+            seed: a.seed,
         }
     }
-    if o.repeat == 0 {
-        o.repeat = if o.quick { 3 } else { 7 };
-    }
-    Ok(o)
 }
 
 impl Opts {
@@ -919,8 +958,7 @@ fn powerlaw_group(run: &mut Run) -> Result<(), String> {
     Ok(())
 }
 
-fn real_main() -> Result<ExitCode, String> {
-    let o = parse_args()?;
+fn real_main(o: Opts) -> Result<ExitCode, String> {
     if let Some(t) = o.threads {
         rayon::ThreadPoolBuilder::new().num_threads(t).build_global().map_err(|e| e.to_string())?;
     }
@@ -934,10 +972,23 @@ fn real_main() -> Result<ExitCode, String> {
     eprintln!("[bench] STREAM copy: best {stream:.1} GB/s, median {stream_median:.1} GB/s");
     let avail = if o.peers {
         let a = peers::detect(&o.peers_script);
+        // Which peers are missing, grouped by reason (a missing script or
+        // python3 takes them all).
+        let mut missing: Vec<(&str, Vec<&str>)> = Vec::new();
         for (p, r) in &a.peers {
             if let Err(why) = r {
-                eprintln!("[bench] peer {p} missing: {why}");
+                match missing.iter_mut().find(|(w, _)| w == why) {
+                    Some((_, who)) => who.push(p),
+                    None => missing.push((why, vec![p])),
+                }
             }
+        }
+        for (why, who) in &missing {
+            let (s, list) = if who.len() == 1 { ("", who[0].to_string()) } else { ("s", who.join(", ")) };
+            eprintln!("[bench] peer{s} {list} missing: {why}");
+        }
+        if !a.any() {
+            eprintln!("[bench] no peer can run: the table lists them as missing");
         }
         Some(a)
     } else {
@@ -989,10 +1040,11 @@ fn real_main() -> Result<ExitCode, String> {
 }
 
 fn main() -> ExitCode {
-    if std::env::args().nth(1).as_deref() == Some("paged") {
-        return paged::main(std::env::args().skip(2).collect());
+    let cli = Cli::parse();
+    if let Some(Command::Paged(args)) = cli.command {
+        return paged::main(&args);
     }
-    match real_main() {
+    match real_main(cli.bench.into()) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("tiga-bench: {e}");
@@ -1048,4 +1100,107 @@ fn tigac_timing(g: &Graph, x: &[f32], repeat: usize) -> Result<(f64, f64), Strin
     let f = v["run_ms_median"].as_f64().ok_or("no run_ms_median")?;
     let b = v["vjp_ms_median"].as_f64().ok_or("no vjp_ms_median")?;
     Ok((f, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("tiga-bench").chain(args.iter().copied()))
+    }
+
+    fn opts(args: &[&str]) -> Opts {
+        let cli = parse(args).expect("parses");
+        assert!(cli.command.is_none(), "no subcommand");
+        cli.bench.into()
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let o = opts(&[]);
+        assert!(!o.quick);
+        assert_eq!(o.repeat, 7);
+        assert_eq!(o.threads, None);
+        assert_eq!(o.json, PathBuf::from("bench.json"));
+        assert!(o.peers && o.scaling);
+        assert_eq!(o.peers_script, Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/peers.py"));
+        assert!(o.peers_script.exists(), "the benchmark's own peers.py");
+        assert_eq!(o.cases, None);
+        assert_eq!(o.seed, 7);
+        assert_eq!(opts(&["--quick"]).repeat, 3);
+        assert_eq!(opts(&["--quick", "--repeat", "5"]).repeat, 5);
+    }
+
+    #[test]
+    fn every_flag() {
+        let o = opts(&[
+            "--repeat",
+            "4",
+            "--threads",
+            "2",
+            "--json",
+            "out.json",
+            "--cases",
+            "powerlaw-sum,,stencil-csr",
+            "--no-peers",
+            "--peers-script",
+            "elsewhere/peers.py",
+            "--no-scaling",
+            "--seed",
+            "11",
+        ]);
+        assert_eq!((o.repeat, o.threads, o.seed), (4, Some(2), 11));
+        assert_eq!(o.json, PathBuf::from("out.json"));
+        assert_eq!(o.cases, Some(vec!["powerlaw-sum".to_string(), "stencil-csr".to_string()]));
+        assert!(!o.peers && !o.scaling);
+        assert_eq!(o.peers_script, PathBuf::from("elsewhere/peers.py"));
+        assert!(o.wants("stencil-csr") && !o.wants("powerlaw-gat"));
+        // The last of a repeated flag wins.
+        assert_eq!(opts(&["--seed", "1", "--seed", "2"]).seed, 2);
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        for bad in [
+            &["--cases", "nope"][..],
+            &["--cases", "powerlaw-sum,nope"],
+            &["--repeat", "0"],
+            &["--repeat", "x"],
+            &["--threads", "0"],
+            &["--seed", "-1"],
+            &["--json"],
+            &["--bogus"],
+            &["--quick", "paged"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} should not parse");
+        }
+        let e = parse(&["--cases", "nope"]).expect_err("unknown case").to_string();
+        assert!(e.contains("unknown case `nope`") && e.contains("powerlaw-gat"), "{e}");
+    }
+
+    #[test]
+    fn paged_subcommand() {
+        let Some(Command::Paged(a)) = parse(&["paged"]).expect("parses").command else { panic!("paged") };
+        let o = paged::Opts::from(&a);
+        assert_eq!(o.side, 2000);
+        assert_eq!((o.json.to_str(), o.table.to_str()), (Some("bench-paged.json"), Some("bench-paged.txt")));
+        assert!(o.dir.is_none() && !o.keep && o.threads.is_none());
+        let Some(Command::Paged(a)) = parse(&["paged", "--quick"]).expect("parses").command else { panic!("paged") };
+        assert_eq!(paged::Opts::from(&a).side, 500);
+        let args = ["paged", "--quick", "--side", "64", "--json", "j", "--table", "t", "--dir", "d", "--keep", "--threads", "3"];
+        let Some(Command::Paged(a)) = parse(&args).expect("parses").command else { panic!("paged") };
+        let o = paged::Opts::from(&a);
+        assert_eq!((o.side, o.keep, o.threads), (64, true, Some(3)));
+        assert_eq!((o.json, o.table, o.dir), (PathBuf::from("j"), PathBuf::from("t"), Some(PathBuf::from("d"))));
+        for bad in [&["paged", "--side", "0"][..], &["paged", "--threads", "0"], &["paged", "--repeat", "3"], &["paged", "x"]] {
+            assert!(parse(bad).is_err(), "{bad:?} should not parse");
+        }
+    }
 }

@@ -52,67 +52,55 @@ const PAGE_ROWS: usize = 100_000;
 const RSS_TARGET: f64 = 0.35;
 const TIME_TARGET: f64 = 1.15;
 
-const USAGE: &str = "\
-usage: tiga-bench paged [--quick] [--side N] [--json PATH] [--table PATH]
-                        [--dir DIR] [--keep] [--threads N]
-
-  --quick        a 500x500 stencil instead of 2000x2000
-  --side N       an N x N stencil (overrides --quick)
-  --json PATH    where the JSON goes, written atomically (default bench-paged.json)
-  --table PATH   where the table goes, written atomically (default bench-paged.txt)
-  --dir DIR      where the .gfg file is written (default: a new directory in
-                 the temporary directory, removed at the end)
-  --keep         keep the .gfg file
-  --threads N    rayon threads in the children (default: all CPUs)";
-
-#[derive(Debug)]
-struct Opts {
+/// `tiga-bench paged`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// A 500x500 stencil instead of 2000x2000
+    #[arg(long)]
     quick: bool,
-    side: usize,
+    /// An N x N stencil (overrides --quick)
+    #[arg(long, value_name = "N", value_parser = crate::positive)]
+    side: Option<usize>,
+    /// Where the JSON goes, written atomically
+    #[arg(long, value_name = "PATH", default_value = "bench-paged.json")]
     json: PathBuf,
+    /// Where the table goes, written atomically
+    #[arg(long, value_name = "PATH", default_value = "bench-paged.txt")]
     table: PathBuf,
+    /// Where the .gfg file is written [default: a new directory in the
+    /// temporary directory, removed at the end]
+    #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Keep the .gfg file
+    #[arg(long)]
     keep: bool,
+    /// Rayon threads in the children [default: all CPUs]
+    #[arg(long, value_name = "N", value_parser = crate::positive)]
     threads: Option<usize>,
 }
 
-fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts {
-        quick: false,
-        side: 0,
-        json: PathBuf::from("bench-paged.json"),
-        table: PathBuf::from("bench-paged.txt"),
-        dir: None,
-        keep: false,
-        threads: None,
-    };
-    let mut it = args.iter();
-    let value = |name: &str, it: &mut std::slice::Iter<'_, String>| {
-        it.next().cloned().ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
-    };
-    let number = |name: &str, s: String| {
-        s.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| format!("{name} wants a positive integer, got `{s}`"))
-    };
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--quick" => o.quick = true,
-            "--side" => o.side = number("--side", value("--side", &mut it)?)?,
-            "--json" => o.json = PathBuf::from(value("--json", &mut it)?),
-            "--table" => o.table = PathBuf::from(value("--table", &mut it)?),
-            "--dir" => o.dir = Some(PathBuf::from(value("--dir", &mut it)?)),
-            "--keep" => o.keep = true,
-            "--threads" => o.threads = Some(number("--threads", value("--threads", &mut it)?)?),
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
+/// The flags, resolved.
+#[derive(Debug)]
+pub(crate) struct Opts {
+    pub(crate) side: usize,
+    pub(crate) json: PathBuf,
+    pub(crate) table: PathBuf,
+    pub(crate) dir: Option<PathBuf>,
+    pub(crate) keep: bool,
+    pub(crate) threads: Option<usize>,
+}
+
+impl From<&Args> for Opts {
+    fn from(a: &Args) -> Opts {
+        Opts {
+            side: a.side.unwrap_or(if a.quick { 500 } else { 2000 }),
+            json: a.json.clone(),
+            table: a.table.clone(),
+            dir: a.dir.clone(),
+            keep: a.keep,
+            threads: a.threads,
         }
     }
-    if o.side == 0 {
-        o.side = if o.quick { 500 } else { 2000 };
-    }
-    Ok(o)
 }
 
 /// One configuration a child runs.
@@ -303,8 +291,9 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// Entry point of `tiga-bench paged ARGS...` (and of its children).
-pub fn main(args: Vec<String>) -> ExitCode {
+/// Entry point of `tiga-bench paged ARGS...` (and of its children, which
+/// run as `tiga-bench paged` with [`CHILD_ENV`] set and ignore the flags).
+pub fn main(args: &Args) -> ExitCode {
     if let Some(spec) = std::env::var_os(CHILD_ENV) {
         return match child(&spec.to_string_lossy()) {
             Ok(()) => ExitCode::SUCCESS,
@@ -314,7 +303,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
             }
         };
     }
-    match parent(&args) {
+    match parent(&Opts::from(args)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("tiga-bench paged: {e}");
@@ -323,8 +312,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
     }
 }
 
-fn parent(args: &[String]) -> Result<ExitCode, String> {
-    let o = parse(args)?;
+fn parent(o: &Opts) -> Result<ExitCode, String> {
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let threads = o.threads.unwrap_or(cpus);
     let load_avg =

@@ -1,6 +1,8 @@
 //! The peers: the tools a user would pick instead of tiga (SciPy,
 //! `torch.sparse`, PyG-style gather/scatter), timed by
-//! `shared/peers/peers.py` on the very graph this run built.
+//! `bench/peers/peers.py` (the benchmark's own script, found next to this
+//! crate's manifest unless `--peers-script` names another) on the very
+//! graph this run built.
 //!
 //! The graph is written in peers.py's layout (`rowptr.npy` int64, `col.npy`
 //! int32, `x.npy` f32, `a_src.npy`/`a_dst.npy` f32) to a temporary directory
@@ -57,13 +59,22 @@ fn python_imports(module: &str) -> Result<(), String> {
 /// Asks python3 which packages import (installing nothing).
 pub fn detect(script: &Path) -> Availability {
     let mut peers = BTreeMap::new();
-    let base = if !script.exists() {
-        Err(format!("{} not found", script.display()))
-    } else {
-        python_imports("numpy").map_err(|e| format!("{e} (peers.py needs numpy; not installed by the benchmark)"))
+    // Where a missing package's reason points: the script's requirements.
+    let requirements = script.with_file_name("requirements.txt");
+    let install = |e: String| {
+        if requirements.exists() {
+            format!("{e} (not installed by the benchmark: python3 -m pip install -r {})", requirements.display())
+        } else {
+            format!("{e} (not installed by the benchmark)")
+        }
     };
-    let scipy = base.clone().and_then(|_| python_imports("scipy.sparse"));
-    let torch = base.clone().and_then(|_| python_imports("torch"));
+    let base = if !script.exists() {
+        Err(format!("{} not found (--peers-script names another peers.py, --no-peers runs none)", script.display()))
+    } else {
+        python_imports("numpy").map_err(|e| install(format!("{e}; peers.py needs numpy")))
+    };
+    let scipy = base.clone().and_then(|_| python_imports("scipy.sparse").map_err(install));
+    let torch = base.clone().and_then(|_| python_imports("torch").map_err(install));
     peers.insert("scipy", scipy);
     peers.insert("torch_sparse", torch.clone());
     peers.insert("pyg_scatter", torch);
