@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use tiga::runtime::storage::{FieldRole, GfgFile, TensorStore};
 use tiga::runtime::{save_gfg, tensor_crc32};
-use tiga::{Data, Graph, Inputs, PageOptions, Tensor};
+use tiga::{Data, Graph, Inputs, Schedule, Tensor};
 
 mod gnn {
     use tiga::message_passing;
@@ -93,7 +93,7 @@ fn main() -> Res<()> {
         fields.join(", ")
     );
     let kernel = gnn::Smoothing::kernel();
-    let opts = PageOptions { page_rows: Some(page_rows), page_bytes: None, prefetch: Some(prefetch) };
+    let opts = Schedule::new().page_rows(page_rows).prefetch(prefetch);
     let pages = opts.plan(file.offsets()?, 4).len();
 
     let mut paged: Vec<Tensor> = Vec::with_capacity(steps);

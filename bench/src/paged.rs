@@ -38,7 +38,7 @@ use std::time::Instant;
 use serde_json::{json, Value};
 use tiga::runtime::storage::{FieldRole, GfgFile};
 use tiga::runtime::{save_gfg, tensor_crc32};
-use tiga::{Graph, Inputs, Outputs, PageOptions, Tensor};
+use tiga::{Graph, Inputs, Outputs, Schedule, Tensor};
 
 const CHILD_ENV: &str = "TIGA_BENCH_PAGED_CHILD";
 const STEPS: usize = 5;
@@ -213,7 +213,7 @@ fn child(spec: &str) -> Result<(), String> {
     let rss_open_kib;
     let (times, last) = match mode {
         "paged" => {
-            let opts = PageOptions { page_rows: Some(rows), page_bytes: None, prefetch: Some(prefetch) };
+            let opts = Schedule::new().page_rows(rows).prefetch(prefetch);
             pages = Some(opts.plan(file.offsets().map_err(|x| e(&x))?, 4).len());
             rss_open_kib = status_kib("VmRSS");
             // Step 1 reads `x` from the file's own field.

@@ -34,28 +34,6 @@ pub struct ConvertRequest {
     pub memory: u64,
 }
 
-/// clap value parser for `--memory`: bytes, with an optional binary suffix
-/// (`K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB`; case-insensitive).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a byte count; expected e.g. 4096, 512M, 1G"))?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        other => return Err(format!("unknown unit `{other}` in `{s}`; use K, M, G or T (powers of 1024)")),
-    };
-    let bytes = n.checked_mul(1u64 << shift).ok_or_else(|| format!("`{s}` is too large"))?;
-    if bytes == 0 {
-        return Err("the memory budget must be at least 1 byte".into());
-    }
-    Ok(bytes)
-}
-
 /// A minimal progress bar on stderr, drawn only on a terminal.
 struct Bar {
     on: bool,
@@ -291,20 +269,4 @@ fn report_peak_memory() {
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.trim_start_matches("VmHWM:").trim().to_string()));
     let _ = writeln!(std::io::stderr(), "peak RSS (VmHWM): {}", hwm.as_deref().unwrap_or("unknown"));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_bytes;
-
-    #[test]
-    fn byte_counts() {
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
-        assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
-        assert_eq!(parse_bytes("64k"), Ok(64 << 10));
-        assert!(parse_bytes("0").is_err());
-        assert!(parse_bytes("12X").is_err());
-        assert!(parse_bytes("lots").is_err());
-    }
 }

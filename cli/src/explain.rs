@@ -37,6 +37,7 @@ pub fn explain(
         }
     }
     let kernels = load_kernels(file, kernel)?;
+    let schedule = paging.schedule()?;
     let realization = match graph {
         None => "realization: in_memory (CSR in RAM; pass --graph FILE.gfg to see a paged plan)\n".to_string(),
         Some(path) => match open_graph(path, num_nodes)? {
@@ -76,6 +77,7 @@ pub fn explain(
     let _ = out.write_all(text.join("\n").as_bytes());
     let _ = out.write_all(b"\n");
     let _ = out.write_all(realization.as_bytes());
+    let _ = writeln!(out, "schedule: {schedule}");
     let _ = out.flush();
     Ok(())
 }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use tiga::compiler::front::parse_kernel_file;
 use tiga::compiler::ir::Role;
 use tiga::compiler::passes::PassError;
-use tiga::{DType, Graph, Kernel, NpyError, PageOptions, Tensor};
+use tiga::{DType, Graph, Kernel, NpyError, Schedule, Tensor};
 use tiga_runtime::storage::GfgFile;
 
 use crate::report::Failure;
@@ -276,8 +276,20 @@ impl PageArgs {
         }
     }
 
-    pub fn options(&self) -> PageOptions {
-        PageOptions { page_rows: self.page_rows, page_bytes: self.page_bytes, prefetch: self.prefetch }
+    /// The schedule of a call: the `TIGA_*` environment variables
+    /// ([`Schedule::from_env`], parsed as strictly as the flags), then the
+    /// flags over them. A `--page-bytes` flag replaces a page row count from
+    /// the environment, as `--page-rows` would.
+    pub fn schedule(&self) -> Result<Schedule, Failure> {
+        let mut s = Schedule::from_env().map_err(|e| Failure::new(format!("environment: {e}")))?;
+        if self.page_rows.is_some() || self.page_bytes.is_some() {
+            s.page_rows = self.page_rows;
+            s.page_bytes = self.page_bytes;
+        }
+        if self.prefetch.is_some() {
+            s.prefetch = self.prefetch;
+        }
+        Ok(s)
     }
 
     /// The page plan over `file` for kernels that read its edge ids or not
@@ -287,18 +299,19 @@ impl PageArgs {
         let offsets = file.offsets().map_err(|e| Failure::new(e.to_string()))?;
         let edge_ids = edge_ids && file.has_edge_ids();
         let edge_bytes = 4 + if edge_ids { 8 } else { 0 };
-        let plan = self.options().plan(offsets, edge_bytes);
+        let schedule = self.schedule()?;
+        let plan = schedule.plan(offsets, edge_bytes);
         let (min, max) = plan.iter().fold((usize::MAX, 0), |(lo, hi), r| (lo.min(r.len()), hi.max(r.len())));
         let rows = match (plan.len(), plan.last()) {
             (0, _) => "no rows".to_string(),
             (1, _) => format!("{max} rows per page"),
-            (_, Some(last)) if self.page_bytes.is_none() && last.len() != max => {
+            (_, Some(last)) if schedule.page_bytes.is_none() && last.len() != max => {
                 format!("{max} rows per page (last page {} rows)", last.len())
             }
             _ if min == max => format!("{max} rows per page"),
             _ => format!("{min} to {max} rows per page"),
         };
-        let cut = match self.page_bytes {
+        let cut = match schedule.page_bytes {
             Some(b) => format!(", pages of at most {b} bytes of adjacency"),
             None => String::new(),
         };
@@ -306,6 +319,6 @@ impl PageArgs {
             (true, false) => ", edge ids not read (no edge fields or outputs)",
             _ => "",
         };
-        Ok(format!("{} page(s), {rows}{cut}, prefetch depth {}{ids}", plan.len(), self.options().prefetch_depth()))
+        Ok(format!("{} page(s), {rows}{cut}, prefetch depth {}{ids}", plan.len(), schedule.prefetch_depth()))
     }
 }

@@ -64,7 +64,7 @@ struct ConvertArgs {
     #[arg(long)]
     transpose: bool,
     /// The memory budget in bytes (suffixes K, M, G: powers of 1024). Half holds the edges being sorted.
-    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = convert::parse_bytes)]
+    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = tiga::runtime::schedule::parse_bytes)]
     memory: u64,
 }
 

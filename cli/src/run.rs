@@ -319,14 +319,14 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         prepare_dir(dir)?;
     }
 
-    let page_opts = req.paging.options();
+    let schedule = req.paging.schedule()?;
     let mut times = Vec::with_capacity(req.repeat);
     let mut outputs = None;
     for _ in 0..req.repeat.max(1) {
         let start = Instant::now();
         let o = match &graph {
-            GraphSource::Memory(g) => kernel.run(g, &inputs),
-            GraphSource::Paged(f) => kernel.run_paged(f, &inputs, &page_opts),
+            GraphSource::Memory(g) => kernel.run_with(g, &inputs, &schedule),
+            GraphSource::Paged(f) => tiga::with_schedule(&schedule, || kernel.run_paged(f, &inputs, &schedule)),
         }
         .map_err(explain_call)?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
@@ -366,11 +366,11 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         for _ in 0..req.repeat.max(1) {
             let start = Instant::now();
             let g = match &graph {
-                GraphSource::Memory(g) => kernel.vjp(g, &inputs, &views),
+                GraphSource::Memory(g) => kernel.vjp_with(g, &inputs, &views, &schedule),
                 // Every adjoint stage paged; the source stage reads the file's
                 // stored transpose (`tigac convert --transpose`), except a
                 // max/min's scatter, which reads the forward pages.
-                GraphSource::Paged(f) => kernel.vjp_paged(f, &inputs, &views, &page_opts),
+                GraphSource::Paged(f) => kernel.vjp_paged(f, &inputs, &views, &schedule),
             }
             .map_err(|e| Failure::new(format!("gradients of kernel `{}`: {e}", kernel.name())))?;
             vjp_times.push(start.elapsed().as_secs_f64() * 1e3);

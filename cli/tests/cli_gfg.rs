@@ -266,14 +266,21 @@ fn paged_runs_match_in_memory_runs_bit_for_bit() {
     assert_eq!(line["runs"], 2);
 }
 
+/// The run fixture converted to `g.gfg` in a new directory, and the path
+/// of the kernel file.
+fn converted_fixture() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    run_fixture(dir.path());
+    ok(&tigac(dir.path(), &["convert", "g.txt", "g.gfg", "--num-nodes", "40"]));
+    let gnn = gnn_path().to_str().expect("utf8 path").to_string();
+    (dir, gnn)
+}
+
 #[test]
 fn explain_shows_the_realization() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (dir, gnn) = converted_fixture();
     let d = dir.path();
-    run_fixture(d);
-    ok(&tigac(d, &["convert", "g.txt", "g.gfg", "--num-nodes", "40"]));
-    let gnn = gnn_path();
-    let gnn = gnn.to_str().expect("utf8 path");
+    let gnn = gnn.as_str();
     let o = tigac(d, &["explain", gnn, "--kernel", "VecSum", "--graph", "g.gfg", "--page-rows", "16", "--prefetch", "3"]);
     ok(&o);
     let out = stdout(&o);
@@ -369,4 +376,38 @@ fn bad_inputs_are_clear_errors() {
     fails_with(&tigac(d, &["run", gnn, "--kernel", "VecSum", "--out", "o.npy", "--graph", "keep.gfg"]), &["h", "keep.gfg"]);
     let o = tigac(d, &[&base[..], &["keep.gfg", "--page-rows", "1", "--page-bytes", "8"]].concat());
     assert_eq!(o.status.code(), Some(2), "conflicting page flags are a usage error: {}", stderr(&o));
+}
+
+/// The `TIGA_*` variables are read by `tigac` (never by the library), with
+/// the flags' rules: the page plan they describe shows in `explain`, with
+/// the schedule, and a value that does not parse is an error naming it.
+#[test]
+fn environment_schedule_follows_the_flag_rules() {
+    let (dir, gnn) = converted_fixture();
+    let d = dir.path();
+    let gnn = gnn.as_str();
+    let explain = |vars: &[(&str, &str)], flags: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tigac"));
+        c.current_dir(d).args(["explain", gnn, "--kernel", "VecSum", "--graph", "g.gfg"]).args(flags);
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c.output().expect("spawn tigac")
+    };
+    let o = explain(&[("TIGA_PAGED_PAGE_ROWS", "16"), ("TIGA_PAGED_PREFETCH_DEPTH", "3")], &[]);
+    ok(&o);
+    let out = stdout(&o);
+    for w in
+        ["3 page(s), 16 rows per page", "prefetch depth 3", "schedule: threads", "pages of 16 rows, prefetch 3, back end auto"]
+    {
+        assert!(out.contains(w), "explain lacks `{w}`:\n{out}");
+    }
+    // A flag wins over the environment.
+    let out = stdout(&explain(&[("TIGA_PAGED_PAGE_ROWS", "16")], &["--page-rows", "20"]));
+    assert!(out.contains("2 page(s), 20 rows per page"), "{out}");
+    // `TIGA_PAGED_PAGE_ROWS=0` is refused as `--page-rows 0` is; junk is
+    // never ignored.
+    for (var, value) in [("TIGA_PAGED_PAGE_ROWS", "0"), ("TIGA_PAGED_PREFETCH_DEPTH", "two"), ("TIGA_GRAPH_RAM_BUDGET", "5Q")] {
+        fails_with(&explain(&[(var, value)], &[]), &[var, value]);
+    }
 }

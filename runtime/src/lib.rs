@@ -18,10 +18,12 @@
 //! mistake (a bad file, a wrong length, an id out of range) is an error value
 //! whose message names the problem, never a panic.
 
+pub use tiga_abi as abi;
 pub mod exec;
 pub mod graph;
 pub mod io;
 pub mod npy;
+pub mod schedule;
 pub mod storage;
 pub mod tensor;
 
@@ -29,6 +31,7 @@ pub use exec::{balanced_row_chunks, for_each_row_chunk};
 pub use graph::{Graph, GraphError, StencilPlan, MAX_NODES};
 pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_matrix_market};
 pub use npy::{encode_npy, parse_npy, read_npy, write_npy, NpyError};
+pub use schedule::{Backend, Schedule, ScheduleError};
 pub use storage::tensors::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
 pub use storage::{save_gfg, FieldHandle, FieldInfo, FieldRole, GfgError, GfgFile, GfgWriter, Page, PendingGfg};
 pub use tensor::{Buffer, DType, Data, DataMut, Tensor, TensorError, TensorView};

@@ -3,12 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use tiga_compiler::back::abi::Stencil2d;
-use tiga_compiler::back::cranelift::{RawArgs, VariantKey};
+use tiga_compiler::back::cranelift::VariantKey;
 use tiga_compiler::bind::{bind_shapes, output_shapes, Extents};
 use tiga_compiler::interp::{interpret_in_order, Array};
 use tiga_compiler::ir::{self, Role};
 use tiga_compiler::loops::LoopKernel;
+use tiga_runtime::abi::Stencil2d;
+use tiga_runtime::abi::{EntryFn, RawArgs};
+use tiga_runtime::exec::{self, ParamPartials, RowRunner};
+use tiga_runtime::{Backend, Schedule};
 use tiga_runtime::{DType, Data, Graph, Tensor, TensorView};
 
 use crate::{Error, Kernel, Result};
@@ -172,63 +175,10 @@ pub(crate) fn bind_extents<'b, 'a>(k: &ir::Kernel, extents: Extents, inputs: &'b
     Ok(Bound { views, dtype, widths, extents })
 }
 
-/// How many row chunks a call with parameter outputs uses: fixed, so that
-/// parameter sums are reduced in the same order on every machine.
-const PARAM_CHUNKS: usize = 64;
-
-pub(crate) fn data_ptr(t: &mut Tensor) -> *mut u8 {
-    match t.data_mut() {
-        tiga_runtime::DataMut::F32(s) => s.as_mut_ptr() as *mut u8,
-        tiga_runtime::DataMut::F64(s) => s.as_mut_ptr() as *mut u8,
-    }
-}
-
-fn add_into(acc: &mut Tensor, part: &Tensor) {
-    match (acc.data_mut(), part.data()) {
-        (tiga_runtime::DataMut::F32(a), Data::F32(p)) => a.iter_mut().zip(p).for_each(|(x, y)| *x += y),
-        (tiga_runtime::DataMut::F64(a), Data::F64(p)) => a.iter_mut().zip(p).for_each(|(x, y)| *x += y),
-        _ => {}
-    }
-}
-
-struct SharedPtrs(Vec<*mut u8>);
-// SAFETY: only copied per piece of work; each piece swaps in its own
-// parameter buffers and writes destination/edge rows no other piece writes.
-unsafe impl Sync for SharedPtrs {}
-unsafe impl Send for SharedPtrs {}
-
-/// Partial sums of parameter outputs: one set of buffers per fixed block of
-/// rows. Blocks depend only on the number of rows (64 of them), each block
-/// accumulates its rows in order, and the blocks are added in order at the
-/// end, so a parameter gradient has the same bits however the rows were
-/// visited: all at once in memory, or page by page from disk.
-pub(crate) struct ParamPartials {
-    block_rows: usize,
-    outs: Vec<usize>,
-    parts: Vec<std::sync::Mutex<BlockPart>>,
-    /// Whether rows longer than [`SPLIT_EDGES`] may be cut into segments
-    /// summed afterwards (see [`splittable`]).
-    split: bool,
-}
-
-/// One block's partial sums, and the row its next piece must start at: a
-/// block cut by a page boundary is run as two pieces, which may be picked by
-/// two workers, and the second waits for the first so that the block's rows
-/// are added in order.
-struct BlockPart {
-    next_row: usize,
-    sums: Option<Vec<Tensor>>,
-}
-
-/// A row with more edges than this is cut into segments of this many edges
-/// (when the kernel allows it), so one huge row (a power-law hub, or the
-/// transpose of one) does not leave one worker doing it alone. Fixed, so
-/// results do not depend on the machine.
-const SPLIT_EDGES: u64 = 1 << 16;
-
 /// A kernel whose output row is the plain sum of its messages (reducer
 /// `sum`, no `node` or an identity one, destination outputs only): a row's
-/// edges can be cut into segments whose partial outputs add up.
+/// edges can be cut into segments whose partial outputs add up
+/// ([`ParamPartials::with_split`]).
 pub(crate) fn splittable(k: &ir::Kernel) -> bool {
     let identity_node = match &k.node {
         None => true,
@@ -243,290 +193,79 @@ pub(crate) fn splittable(k: &ir::Kernel) -> bool {
         && k.outputs.len() == k.message_types().len()
 }
 
-/// `BlockPart::next_row` of a block whose earlier piece failed.
-const FAILED_BLOCK: usize = usize::MAX;
-
-/// One piece of a call's rows (absolute row numbers), in the order a paged
-/// run claims them.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Work {
-    /// Whole rows.
-    Rows(std::ops::Range<usize>),
-    /// Rows of one parameter block (its index), added to that block's sums.
-    Block(usize, std::ops::Range<usize>),
-    /// One row longer than [`SPLIT_EDGES`], cut into edge segments.
-    Split(usize),
+/// What every call shares once its fields are bound: the compiled entry
+/// (the macro's ahead-of-time variant, or the JIT's, as the schedule
+/// prefers), the output shapes and buffers, and the row executor's
+/// partials. The JIT variant is held so that its code outlives the call.
+pub(crate) struct Prepared {
+    pub entry: EntryFn,
+    _jit: Option<std::sync::Arc<tiga_compiler::back::cranelift::Variant>>,
+    pub shapes: Vec<Vec<usize>>,
+    pub param_outs: Vec<usize>,
 }
 
-impl ParamPartials {
-    pub(crate) fn new(num_rows: usize, param_outs: &[usize]) -> ParamPartials {
-        let block_rows = num_rows.div_ceil(PARAM_CHUNKS).max(1);
-        let blocks = num_rows.div_ceil(block_rows);
-        let parts = (0..blocks).map(|b| std::sync::Mutex::new(BlockPart { next_row: b * block_rows, sums: None })).collect();
-        ParamPartials { block_rows, outs: param_outs.to_vec(), parts, split: false }
+impl Kernel {
+    /// Pick the variant for a bound call: `edge_ids` whether edge fields go
+    /// through the realization's edge ids, `stencil` the generated
+    /// realization (JIT only: the macro compiles CSR variants).
+    pub(crate) fn prepare(
+        &self,
+        b: &Bound<'_, '_>,
+        edge_ids: bool,
+        stencil: Option<&Stencil2d>,
+        backend: Backend,
+    ) -> Result<Prepared> {
+        let aot = match (backend, stencil) {
+            (Backend::Jit, _) | (_, Some(_)) => None,
+            _ => self.aot_variant(b.dtype, &b.widths),
+        };
+        let (entry, jit) = match (aot, backend) {
+            (Some(v), _) => (v.entry, None),
+            (None, Backend::Aot) => {
+                return Err(Error::Call(format!(
+                    "the schedule asks for the ahead-of-time back end, but kernel `{}` has no ahead-of-time variant for {} \
+                     at widths {:?}{}",
+                    self.name(),
+                    b.dtype,
+                    b.widths,
+                    if stencil.is_some() { " on a generated stencil (only the JIT compiles those)" } else { "" }
+                )))
+            }
+            (None, _) => {
+                let key =
+                    VariantKey { stencil: stencil.cloned(), ..self.variant_key(ir_dtype(b.dtype), b.widths.clone(), edge_ids) };
+                let v = crate::jit().variant(self.loop_kernel(), &key)?.0;
+                (v.entry(), Some(v))
+            }
+        };
+        let shapes = output_shapes(self.captured(), &b.extents, &b.widths);
+        let param_outs = self.captured().outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
+        Ok(Prepared { entry, _jit: jit, shapes, param_outs })
     }
 
-    /// Allow cutting huge rows (for kernels that are [`splittable`]).
-    pub(crate) fn with_split(mut self, split: bool) -> ParamPartials {
-        self.split = split;
-        self
-    }
-
-    /// The work for rows `base .. base + offsets.len() - 1` (`offsets` is
-    /// their slice of row offsets), in row order: the parameter blocks they
-    /// meet when the kernel has parameter outputs; otherwise chunks balanced
-    /// by edge count (about four per thread), huge rows apart.
-    pub(crate) fn work(&self, offsets: &[u64], base: usize) -> Vec<Work> {
-        let n = offsets.len().saturating_sub(1);
-        let end = base + n;
-        if !self.outs.is_empty() {
-            let br = self.block_rows;
-            return (base / br..end.div_ceil(br))
-                .map(|b| Work::Block(b, (b * br).max(base)..((b + 1) * br).min(end)))
-                .filter(|w| matches!(w, Work::Block(_, r) if !r.is_empty()))
-                .collect();
-        }
-        let mut work = Vec::new();
-        for rows in tiga_runtime::exec::row_chunks(offsets) {
-            let mut s = rows.start;
-            if self.split {
-                for r in rows.clone() {
-                    if offsets[r + 1] - offsets[r] > SPLIT_EDGES {
-                        if s < r {
-                            work.push(Work::Rows(base + s..base + r));
-                        }
-                        work.push(Work::Split(base + r));
-                        s = r + 1;
-                    }
-                }
-            }
-            if s < rows.end {
-                work.push(Work::Rows(base + s..base + rows.end));
-            }
-        }
-        work
-    }
-
-    /// Add every block's partials into `outs`, in block order.
-    pub(crate) fn finish(self, outs: &mut [Tensor]) {
-        for part in self.parts {
-            let part = part.into_inner().unwrap_or_else(|p| p.into_inner());
-            for (t, &o) in part.sums.iter().flatten().zip(&self.outs) {
-                add_into(&mut outs[o], t);
-            }
-        }
+    /// The outputs, named in declaration order.
+    pub(crate) fn outputs(&self, outs: Vec<Tensor>) -> Outputs {
+        let names = self.captured().outputs.iter().map(|o| o.name.clone());
+        Outputs { items: names.zip(outs).collect() }
     }
 }
-
-/// What runs pieces of work: the compiled entry, the output buffers and the
-/// parameter partials. Shared by the workers of a call.
-pub(crate) struct RowRunner<'a> {
-    pub(crate) entry: tiga_compiler::back::abi::EntryFn,
-    pub(crate) shapes: &'a [Vec<usize>],
-    pub(crate) dtype: DType,
-    out_ptrs: SharedPtrs,
-    pub(crate) partials: ParamPartials,
-}
-
-impl<'a> RowRunner<'a> {
-    /// A runner writing `outs`, which must outlive every [`RowRunner::run`]
-    /// and not be touched otherwise until the runner is finished.
-    pub(crate) fn new(
-        entry: tiga_compiler::back::abi::EntryFn,
-        shapes: &'a [Vec<usize>],
-        dtype: DType,
-        outs: &mut [Tensor],
-        partials: ParamPartials,
-    ) -> RowRunner<'a> {
-        RowRunner { entry, shapes, dtype, out_ptrs: SharedPtrs(outs.iter_mut().map(data_ptr).collect()), partials }
-    }
-
-    /// Run one piece of work. `offsets` is the slice of row offsets for the
-    /// rows `base ..` that hold the piece's rows.
-    ///
-    /// # Safety
-    /// `raw` (except `outputs`, set here) must hold pointers valid for every
-    /// row and edge position of the piece's rows, as `entry`'s variant
-    /// expects; pieces running at the same time must not share rows; the
-    /// outputs given to [`RowRunner::new`] must still be alive.
-    pub(crate) unsafe fn run(&self, mut raw: RawArgs, offsets: &[u64], base: usize, work: &Work) -> Result<()> {
-        match work {
-            Work::Rows(rows) => {
-                raw.outputs = self.out_ptrs.0.as_ptr();
-                // SAFETY: the caller's contract; these rows are this piece's.
-                unsafe { (self.entry)(&raw, rows.start as u64, rows.end as u64) };
-                Ok(())
-            }
-            Work::Split(r) => {
-                let (first, last) = (offsets[r - base], offsets[r - base + 1]);
-                // SAFETY: the caller's contract, for the row's edge segments.
-                unsafe { self.split_row(raw, first, last, *r) }
-            }
-            Work::Block(b, rows) => {
-                let slot = self.partials.parts.get(*b).ok_or_else(|| Error::Call("internal: missing partials".into()))?;
-                // The block's earlier piece runs first (it was claimed
-                // first, and is running or done).
-                let mut part = loop {
-                    let part = slot.lock().map_err(|_| Error::Call("internal: a worker panicked".into()))?;
-                    if part.next_row == rows.start {
-                        break part;
-                    }
-                    if part.next_row == FAILED_BLOCK {
-                        return Err(Error::Call(format!("rows {rows:?}: an earlier piece of their parameter block failed")));
-                    }
-                    drop(part);
-                    std::thread::yield_now();
-                };
-                if part.sums.is_none() {
-                    let sums = self
-                        .partials
-                        .outs
-                        .iter()
-                        .map(|&o| Tensor::zeros(self.dtype, self.shapes[o].clone()).map_err(|er| Error::Call(er.to_string())))
-                        .collect::<Result<_>>();
-                    match sums {
-                        Ok(s) => part.sums = Some(s),
-                        Err(e) => {
-                            // The block's later pieces would wait forever.
-                            part.next_row = FAILED_BLOCK;
-                            return Err(e);
-                        }
-                    }
-                }
-                let mut ptrs = self.out_ptrs.0.clone();
-                for (t, &o) in part.sums.iter_mut().flatten().zip(&self.partials.outs) {
-                    ptrs[o] = data_ptr(t);
-                }
-                raw.outputs = ptrs.as_ptr();
-                // SAFETY: the caller's contract; this block's parameter
-                // outputs point at buffers only this piece writes now (the
-                // lock is held), its rows are its own.
-                unsafe { (self.entry)(&raw, rows.start as u64, rows.end as u64) };
-                part.next_row = rows.end;
-                Ok(())
-            }
-        }
-    }
-
-    /// One huge row `i` of a [`splittable`] kernel, in segments of
-    /// [`SPLIT_EDGES`] edges run in parallel: each sees a one-row CSR (its
-    /// `offsets[i], offsets[i+1]` are the segment's bounds) and writes row
-    /// `i` of private outputs; the segments' rows are then added in order.
-    ///
-    /// # Safety
-    /// As [`RowRunner::run`].
-    unsafe fn split_row(&self, raw: RawArgs, first: u64, last: u64, i: usize) -> Result<()> {
-        use rayon::prelude::*;
-        let (entry, dtype) = (self.entry, self.dtype);
-        let widths: Vec<usize> = self.shapes.iter().map(|s| s.iter().skip(1).product::<usize>()).collect();
-        let segs: Vec<(u64, u64)> =
-            (first..last).step_by(SPLIT_EDGES as usize).map(|a| (a, (a + SPLIT_EDGES).min(last))).collect();
-        let shared = SharedArgs(raw);
-        let shared = &shared;
-        let parts: Vec<Result<Vec<Tensor>>> = segs
-            .par_iter()
-            .map(|&(a, b)| -> Result<Vec<Tensor>> {
-                let mut mine: Vec<Tensor> = widths
-                    .iter()
-                    .map(|&w| Tensor::zeros(dtype, vec![w.max(1)]).map_err(|e| Error::Call(e.to_string())))
-                    .collect::<Result<_>>()?;
-                let bounds = [a, b];
-                // Row i of these arrays is element 0 of the segment's buffers.
-                let ptrs: Vec<*mut u8> =
-                    mine.iter_mut().zip(&widths).map(|(t, &w)| data_ptr(t).wrapping_sub(i * w * dtype.size())).collect();
-                let mut args = shared.0;
-                args.offsets = bounds.as_ptr().wrapping_sub(i);
-                args.outputs = ptrs.as_ptr();
-                // SAFETY: the kernel reads offsets[i], offsets[i+1] (the
-                // bounds), edges a..b of the real CSR and row i of the real
-                // fields, and writes row i of the outputs (the private
-                // buffers).
-                unsafe { entry(&args, i as u64, i as u64 + 1) };
-                Ok(mine)
-            })
-            .collect();
-        let parts = parts.into_iter().collect::<Result<Vec<_>>>()?;
-        for (o, (&out, &w)) in self.out_ptrs.0.iter().zip(&widths).enumerate() {
-            // Row i starts from zero here, not from what the output held: an
-            // output the kernel overwrites comes without a zero fill
-            // (`output_buffers`).
-            // SAFETY: row i of each output is this piece's alone, and the
-            // output holds it (the caller's contract).
-            match dtype {
-                DType::F32 => {
-                    let row = unsafe { std::slice::from_raw_parts_mut((out as *mut f32).add(i * w), w) };
-                    sum_into(row, parts.iter().filter_map(|p| p[o].as_f32()));
-                }
-                DType::F64 => {
-                    let row = unsafe { std::slice::from_raw_parts_mut((out as *mut f64).add(i * w), w) };
-                    sum_into(row, parts.iter().filter_map(|p| p[o].as_f64()));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Add the parameter partials into the outputs.
-    pub(crate) fn finish(self, outs: &mut [Tensor]) {
-        self.partials.finish(outs);
-    }
-}
-
-/// `row = Σ parts`, in order, from zero.
-fn sum_into<'p, T: Copy + Default + std::ops::AddAssign + 'p>(row: &mut [T], parts: impl Iterator<Item = &'p [T]>) {
-    row.fill(T::default());
-    for p in parts {
-        row.iter_mut().zip(p).for_each(|(x, y)| *x += *y);
-    }
-}
-
-/// Run `entry` over the rows `base .. base + offsets.len() - 1` (absolute
-/// row numbers; `offsets` is the slice of row offsets for them), every piece
-/// of [`ParamPartials::work`] in parallel.
-///
-/// # Safety
-/// As [`RowRunner::run`], for every row.
-pub(crate) unsafe fn execute_rows(runner: &RowRunner<'_>, raw: RawArgs, offsets: &[u64], base: usize) -> Result<()> {
-    use rayon::prelude::*;
-    let shared = SharedArgs(raw);
-    let shared = &shared;
-    runner
-        .partials
-        .work(offsets, base)
-        .into_par_iter()
-        // SAFETY: the caller's contract; pieces have disjoint rows.
-        .map(|w| unsafe { runner.run(shared.0, offsets, base, &w) })
-        .collect::<Result<Vec<()>>>()?;
-    Ok(())
-}
-
-/// Raw pointers handed to compiled code. Rows are disjoint across chunks, so
-/// concurrent calls write disjoint output rows.
-pub(crate) struct SharedArgs(pub(crate) RawArgs);
-// SAFETY: the pointers stay valid for the whole parallel loop (they borrow
-// buffers owned by the caller's frame), inputs are only read, and each chunk
-// writes only its own output rows.
-unsafe impl Sync for SharedArgs {}
-unsafe impl Send for SharedArgs {}
 
 impl Kernel {
     /// Run the kernel on `graph` with these fields. Returns the outputs in
     /// the call's dtype.
     pub fn run(&self, graph: &Graph, inputs: &Inputs<'_>) -> Result<Outputs> {
+        self.run_with(graph, inputs, &Schedule::default())
+    }
+
+    /// [`Kernel::run`] as `schedule` says (threads, back end).
+    pub fn run_with(&self, graph: &Graph, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
+        if schedule.backend == Backend::Reference {
+            return self.run_reference(graph, inputs);
+        }
         let b = bind(self.captured(), graph, inputs)?;
-        // The macro's ahead-of-time variant when one fits, else the JIT's.
-        let jit_variant;
-        let entry: tiga_compiler::back::abi::EntryFn = match self.aot_variant(b.dtype, &b.widths) {
-            Some(v) => v.entry,
-            None => {
-                jit_variant = self.variant(b.dtype, &b.widths, graph.edge_ids().is_some())?.0;
-                jit_variant.entry()
-            }
-        };
-        let shapes = output_shapes(self.captured(), &b.extents, &b.widths);
-        let mut outs = output_buffers(self.loop_kernel(), b.dtype, &shapes)?;
+        let p = self.prepare(&b, graph.edge_ids().is_some(), None, schedule.backend)?;
+        let mut outs = output_buffers(self.loop_kernel(), b.dtype, &p.shapes)?;
         let field_ptrs = b.field_ptrs();
-        let param_outs: Vec<usize> = self.captured().outputs_of(Role::Param).iter().map(|(i, _)| *i).collect();
         let raw = RawArgs {
             offsets: graph.offsets().as_ptr(),
             cols: graph.cols().as_ptr(),
@@ -534,16 +273,15 @@ impl Kernel {
             fields: field_ptrs.as_ptr(),
             outputs: std::ptr::null(),
         };
-        let partials = ParamPartials::new(graph.num_dst(), &param_outs).with_split(splittable(self.captured()));
-        let runner = RowRunner::new(entry, &shapes, b.dtype, &mut outs, partials);
+        let partials = ParamPartials::new(graph.num_dst(), &p.param_outs).with_split(splittable(self.captured()));
+        let runner = RowRunner::new(p.entry, &p.shapes, b.dtype, &mut outs, partials);
         // SAFETY: the variant was compiled for this kernel, dtype, widths and
         // edge-order flag; `bind` checked every field's length against the
         // graph, and the graph's CSR was validated when built; `outs` lives
         // until the runner is finished.
-        unsafe { execute_rows(&runner, raw, graph.offsets(), 0)? };
+        unsafe { exec::execute_rows(&runner, raw, graph.offsets(), 0, schedule.threads)? };
         runner.finish(&mut outs);
-        let names = self.captured().outputs.iter().map(|o| o.name.clone());
-        Ok(Outputs { items: names.zip(outs).collect() })
+        Ok(self.outputs(outs))
     }
 
     /// Run the f64 reference interpreter on the same call (slow; for tests
@@ -606,38 +344,38 @@ impl Kernel {
     /// numbers, bit for bit, as [`Kernel::run`] on `Graph::stencil` of the same
     /// shape and offsets. Kernels with edge fields need the CSR realization.
     pub fn run_stencil(&self, st: &Stencil2d, inputs: &Inputs<'_>) -> Result<Outputs> {
+        self.run_stencil_with(st, inputs, &Schedule::default())
+    }
+
+    /// [`Kernel::run_stencil`] as `schedule` says (threads; the JIT, or the
+    /// reference over the stencil's CSR).
+    pub fn run_stencil_with(&self, st: &Stencil2d, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
         let k = self.captured();
         let extents = stencil_extents(k, st)?;
         let n = extents.num_dst;
+        if schedule.backend == Backend::Reference {
+            return self.run_reference(&stencil_graph(st)?, inputs);
+        }
         let b = bind_extents(k, extents, inputs)?;
-        let key = VariantKey { stencil: Some(st.clone()), ..self.variant_key(ir_dtype(b.dtype), b.widths.clone(), false) };
-        let (variant, _) = crate::jit().variant(self.loop_kernel(), &key)?;
-        let shapes = output_shapes(k, &b.extents, &b.widths);
-        let mut outs = output_buffers(self.loop_kernel(), b.dtype, &shapes)?;
         if !k.outputs_of(Role::Param).is_empty() {
             return Err(Error::Call("parameter outputs are not supported on generated stencils yet".into()));
         }
+        let p = self.prepare(&b, false, Some(st), schedule.backend)?;
+        let mut outs = output_buffers(self.loop_kernel(), b.dtype, &p.shapes)?;
         let field_ptrs = b.field_ptrs();
-        let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(data_ptr).collect();
-        let args = SharedArgs(RawArgs {
-            offsets: std::ptr::null(),
-            cols: std::ptr::null(),
-            edge_ids: std::ptr::null(),
-            fields: field_ptrs.as_ptr(),
-            outputs: out_ptrs.as_ptr(),
-        });
-        let args = &args;
-        // Uniform rows: equal row ranges balance.
-        let parts = (rayon::current_num_threads() * 4).max(1);
-        let step = n.div_ceil(parts).max(1);
-        use rayon::prelude::*;
-        (0..n).step_by(step).collect::<Vec<_>>().par_iter().for_each(|&start| {
-            let end = (start + step).min(n);
-            // SAFETY: compiled for this kernel, dtype, widths and stencil;
-            // `bind_extents` checked every field against the grid's size.
-            unsafe { variant.run(&args.0, start as u64..end as u64) };
-        });
-        let names = k.outputs.iter().map(|o| o.name.clone());
-        Ok(Outputs { items: names.zip(outs).collect() })
+        let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(exec::data_ptr).collect();
+        let raw = RawArgs { fields: field_ptrs.as_ptr(), outputs: out_ptrs.as_ptr(), ..RawArgs::empty() };
+        // SAFETY: compiled for this kernel, dtype, widths and stencil;
+        // `bind_extents` checked every field against the grid's size.
+        unsafe { exec::execute_generated(p.entry, raw, n, schedule.threads)? };
+        Ok(self.outputs(outs))
     }
+}
+
+/// The CSR of a generated stencil (what the reference interpreter walks).
+fn stencil_graph(st: &Stencil2d) -> Result<Graph> {
+    let rows = usize::try_from(st.rows).map_err(|_| Error::Call("stencil too large".into()))?;
+    let cols = usize::try_from(st.cols).map_err(|_| Error::Call("stencil too large".into()))?;
+    let neighbors: Vec<Vec<i64>> = st.offsets.iter().map(|&(dr, dc)| vec![dr, dc]).collect();
+    Ok(Graph::stencil(&[rows, cols], &neighbors, st.periodic)?)
 }

@@ -45,7 +45,7 @@ pub use tiga_runtime::{
 };
 
 pub use call::{Inputs, Outputs};
-pub use tiga_compiler::back::abi::{RawArgs, Stencil2d};
+pub use tiga_runtime::abi::{RawArgs, Stencil2d};
 
 /// A variant the macro compiled ahead of time: the kernel's loops as Rust,
 /// for one dtype and one set of widths.
@@ -53,12 +53,12 @@ pub use tiga_compiler::back::abi::{RawArgs, Stencil2d};
 pub struct AotVariant {
     pub dtype: DType,
     pub widths: &'static [usize],
-    pub entry: tiga_compiler::back::abi::EntryFn,
+    pub entry: tiga_runtime::abi::EntryFn,
 }
-pub use offload::{with_ram_budget, AnyGraph};
-pub use paged::PageOptions;
+pub use offload::{with_ram_budget, with_schedule, AnyGraph};
 pub use tiga_compiler as compiler;
 pub use tiga_runtime as runtime;
+pub use tiga_runtime::{Backend, Schedule};
 pub use vjp::{AdjointPlan, Gradients};
 
 use tiga_compiler::back::cranelift::{Jit, VariantKey};
@@ -74,7 +74,7 @@ pub enum Error {
     #[error(transparent)]
     Pass(#[from] tiga_compiler::passes::PassError),
     #[error(transparent)]
-    Schedule(#[from] tiga_compiler::loops::ScheduleError),
+    LoopSchedule(#[from] tiga_compiler::loops::ScheduleError),
     #[error(transparent)]
     Back(#[from] tiga_compiler::back::cranelift::BackError),
     #[error(transparent)]
@@ -90,6 +90,13 @@ pub enum Error {
     Artifact { path: String, message: String },
     #[error(transparent)]
     Graph(#[from] tiga_runtime::GraphError),
+    /// The rows could not run: memory for outputs, a page of a file, a
+    /// worker.
+    #[error(transparent)]
+    Exec(#[from] tiga_runtime::exec::ExecError),
+    /// A schedule setting (from the environment) that does not parse.
+    #[error(transparent)]
+    Schedule(#[from] tiga_runtime::ScheduleError),
     #[error("no kernel named `{name}`{hint}")]
     UnknownKernel { name: String, hint: String },
 }

@@ -15,9 +15,9 @@
 //! one name; [`Scope::restore_snapshot`] brings them back, in this or
 //! another process, lazily (disk tier, read on first use).
 //!
-//! Spilled tensors go to a [`TensorStore`]: `TIGA_SPILL_DIR` when set (they
-//! outlive the process and can be reattached by name), else a per-process
-//! directory.
+//! Spilled tensors go to a [`TensorStore`]: a directory the caller names
+//! ([`Scope::with_store`]; the tensors outlive the process and can be
+//! reattached by name), else a per-process directory.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -138,9 +138,12 @@ fn tensor_bytes(t: &Tensor) -> u64 {
 }
 
 impl Scope {
-    /// A scope spilling to `TIGA_SPILL_DIR` (or a per-process directory).
+    /// A scope spilling to a per-process directory, removed at exit. For a
+    /// directory that outlives the process, [`Scope::with_store`] with
+    /// [`TensorStore::at`] (or [`TensorStore::from_env`], which reads
+    /// `TIGA_SPILL_DIR`).
     pub fn new(host_budget: u64, disk_budget: u64, policy: Eviction) -> Result<Scope> {
-        let store = TensorStore::from_env().map_err(|e| Error::Call(e.to_string()))?;
+        let store = TensorStore::process().map_err(|e| Error::Call(e.to_string()))?;
         Ok(Scope::with_store(host_budget, disk_budget, policy, store))
     }
 

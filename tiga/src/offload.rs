@@ -1,12 +1,15 @@
 //! Automatic offload: graphs over a RAM budget live on disk.
 //!
-//! Inside [`with_ram_budget`] (or with `TIGA_GRAPH_RAM_BUDGET` set, in
-//! bytes), the builders here return an [`AnyGraph`]: the CSR in memory when
-//! it fits the budget, else persisted as a `.gfg` (with its transpose, so
-//! gradients run paged too) and reopened paged. Offloaded files go to
-//! `TIGA_SPILL_DIR` when set (they outlive the process; the path is kept in
-//! the handle) or to a private temporary directory removed when the last
-//! handle to the graph is dropped.
+//! Inside [`with_ram_budget`] (or [`with_schedule`], whose schedule names a
+//! budget), the builders here return an [`AnyGraph`]: the CSR in memory
+//! when it fits the budget, else persisted as a `.gfg` (with its transpose,
+//! so gradients run paged too) and reopened paged. Offloaded files go to
+//! the schedule's spill directory when it names one (they outlive the
+//! process; the path is kept in the handle) or to a private temporary
+//! directory removed when the last handle to the graph is dropped. The
+//! library reads no environment variable: a program that wants
+//! `TIGA_GRAPH_RAM_BUDGET` and `TIGA_SPILL_DIR` passes
+//! [`tiga_runtime::Schedule::from_env`] to [`with_schedule`].
 //!
 //! The kernel is the same either way: [`Kernel::run_any`] and
 //! [`Kernel::vjp_any`] dispatch to the in-memory or the paged runner, and
@@ -23,45 +26,77 @@
 //! too. `from_csr` gets the CSR already built by the caller; what it avoids
 //! is a second copy (the transpose).
 
-use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tiga_runtime::storage::tensors::spill_dir_from_env;
 use tiga_runtime::storage::{BuildOptions, GfgBuilder, GfgFile};
-use tiga_runtime::{Graph, StencilPlan, TensorView};
+use tiga_runtime::{Graph, Schedule, StencilPlan, TensorView};
 
 use crate::call::{Inputs, Outputs};
 use crate::vjp::Gradients;
-use crate::{Error, Kernel, PageOptions, Result};
+use crate::{Error, Kernel, Result};
 
 thread_local! {
-    static BUDGET: Cell<Option<u64>> = const { Cell::new(None) };
+    /// The budget and spill directory in force on this thread, innermost
+    /// scope last.
+    static AMBIENT: std::cell::RefCell<Vec<(Option<u64>, Option<PathBuf>)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Run `f` with a RAM budget for graphs built inside it (on this thread).
+/// Ends its scope when dropped: on return and on a panic alike.
+struct AmbientGuard;
+
+impl Drop for AmbientGuard {
+    fn drop(&mut self) {
+        AMBIENT.with(|a| a.borrow_mut().pop());
+    }
+}
+
+fn with_ambient<R>(budget: Option<u64>, spill_dir: Option<PathBuf>, f: impl FnOnce() -> R) -> R {
+    AMBIENT.with(|a| a.borrow_mut().push((budget, spill_dir)));
+    let _guard = AmbientGuard;
+    f()
+}
+
+/// Run `f` with a RAM budget for graphs built inside it and for the row
+/// outputs of paged calls made inside it (sugar for a [`Schedule`] with
+/// that budget, for code that builds graphs far from where it calls
+/// kernels). The budget holds on this thread while `f` runs (the calls
+/// made from it read it before their rows go to the workers) and ends when
+/// `f` returns or panics; the innermost scope wins. A graph built on
+/// another thread (inside a `par_iter` of `f`, say) does not see it: pass
+/// that thread a [`Schedule`] and [`with_schedule`].
 pub fn with_ram_budget<R>(bytes: u64, f: impl FnOnce() -> R) -> R {
-    let prev = BUDGET.with(|b| b.replace(Some(bytes)));
-    let r = f();
-    BUDGET.with(|b| b.set(prev));
-    r
+    with_ambient(Some(bytes), None, f)
 }
 
-/// The budget in force: the innermost [`with_ram_budget`], else
-/// `TIGA_GRAPH_RAM_BUDGET`, else none.
+/// Run `f` with the RAM budget and spill directory of `schedule` in force,
+/// as [`with_ram_budget`] does.
+pub fn with_schedule<R>(schedule: &Schedule, f: impl FnOnce() -> R) -> R {
+    with_ambient(schedule.ram_budget, schedule.spill_dir.clone(), f)
+}
+
+/// The budget in force: the innermost [`with_ram_budget`] or
+/// [`with_schedule`] that names one, else none.
 pub fn ram_budget() -> Option<u64> {
-    BUDGET.with(|b| b.get()).or_else(|| std::env::var("TIGA_GRAPH_RAM_BUDGET").ok().and_then(|v| v.trim().parse().ok()))
+    AMBIENT.with(|a| a.borrow().iter().rev().find_map(|(b, _)| *b))
+}
+
+/// The spill directory in force: the innermost [`with_schedule`] that
+/// names one, else none.
+fn ambient_spill_dir() -> Option<PathBuf> {
+    AMBIENT.with(|a| a.borrow().iter().rev().find_map(|(_, d)| d.clone()))
 }
 
 /// Where a paged call puts row outputs that are over the budget together
-/// (`bytes`): `TIGA_SPILL_DIR` when set, else the system's temporary
-/// directory. `None` (keep them in memory) without a budget or under it.
-pub(crate) fn output_spill_dir(bytes: u64) -> Option<PathBuf> {
-    let budget = ram_budget()?;
+/// (`bytes`): the schedule's spill directory, else the ambient one, else
+/// the system's temporary directory. `None` (keep them in memory) without a
+/// budget or under it.
+pub(crate) fn output_spill_dir(bytes: u64, schedule: &Schedule) -> Option<PathBuf> {
+    let budget = schedule.ram_budget.or_else(ram_budget)?;
     if bytes <= budget {
         return None;
     }
-    Some(spill_dir_from_env().unwrap_or_else(std::env::temp_dir))
+    Some(schedule.spill_dir.clone().or_else(ambient_spill_dir).unwrap_or_else(std::env::temp_dir))
 }
 
 /// Bytes a CSR graph holds in memory.
@@ -77,7 +112,8 @@ pub enum AnyGraph {
 }
 
 /// An offloaded graph: its file, and the temporary directory that holds it
-/// when it is not in `TIGA_SPILL_DIR` (removed with the last handle).
+/// when it is not in the schedule's spill directory (removed with the last
+/// handle).
 #[derive(Debug)]
 pub struct PagedGraph {
     pub file: GfgFile,
@@ -164,9 +200,9 @@ fn stream_to_disk(
 ) -> Result<AnyGraph> {
     let n = SPILL_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = format!("graph-{}-{n}.gfg", std::process::id());
-    let (dir, path) = match spill_dir_from_env() {
+    let (dir, path) = match ambient_spill_dir() {
         Some(d) => {
-            std::fs::create_dir_all(&d).map_err(|e| Error::Call(format!("TIGA_SPILL_DIR {}: {e}", d.display())))?;
+            std::fs::create_dir_all(&d).map_err(|e| Error::Call(format!("spill directory {}: {e}", d.display())))?;
             (None, d.join(name))
         }
         None => {
@@ -272,11 +308,11 @@ pub mod build {
 }
 
 impl Kernel {
-    /// Run on a graph in memory or offloaded (paged with `opts`).
-    pub fn run_any(&self, g: &AnyGraph, inputs: &Inputs<'_>, opts: &PageOptions) -> Result<Outputs> {
+    /// Run on a graph in memory or offloaded (paged as `schedule` says).
+    pub fn run_any(&self, g: &AnyGraph, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
         match g {
-            AnyGraph::Memory(m) => self.run(m, inputs),
-            AnyGraph::Paged(p) => self.run_paged(&p.file, inputs, opts),
+            AnyGraph::Memory(m) => self.run_with(m, inputs, schedule),
+            AnyGraph::Paged(p) => self.run_paged(&p.file, inputs, schedule),
         }
     }
 
@@ -286,11 +322,11 @@ impl Kernel {
         g: &AnyGraph,
         inputs: &Inputs<'_>,
         cotangents: &[(&str, TensorView<'_>)],
-        opts: &PageOptions,
+        schedule: &Schedule,
     ) -> Result<Gradients> {
         match g {
-            AnyGraph::Memory(m) => self.vjp(m, inputs, cotangents),
-            AnyGraph::Paged(p) => self.vjp_paged(&p.file, inputs, cotangents, opts),
+            AnyGraph::Memory(m) => self.vjp_with(m, inputs, cotangents, schedule),
+            AnyGraph::Paged(p) => self.vjp_paged(&p.file, inputs, cotangents, schedule),
         }
     }
 }

@@ -5,15 +5,16 @@
 use std::sync::Arc;
 
 use tiga_compiler::adjoint::kernel::{generate_adjoint, Adjoint, Binding, GraphUse};
-use tiga_compiler::back::abi::Stencil2d;
 use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
+use tiga_runtime::abi::Stencil2d;
 use tiga_runtime::{DType, Data, DataMut, Graph, Tensor, TensorView};
 
 use crate::call::{Inputs, Outputs};
-use crate::paged::{PageOptions, Side};
 use crate::{Error, Kernel, Result};
+use tiga_runtime::exec::Side;
 use tiga_runtime::storage::GfgFile;
+use tiga_runtime::{Backend, Schedule};
 
 /// The adjoint of a kernel, compiled: its stages as runnable kernels.
 #[derive(Debug)]
@@ -67,7 +68,7 @@ fn ones_like(dtype: DType, shape: &[usize]) -> Result<Tensor> {
 #[derive(Clone, Copy)]
 enum Target<'a> {
     Memory(&'a Graph),
-    Paged(&'a GfgFile, &'a PageOptions),
+    Paged(&'a GfgFile),
     /// A generated stencil: each stage runs on the stencil of its graph
     /// (the transposed one for source gradients).
     Stencil(&'a Stencil2d),
@@ -80,7 +81,7 @@ impl Target<'_> {
         let e = |x: tiga_runtime::storage::GfgError| Error::Call(x.to_string());
         Ok(match self {
             Target::Memory(g) => (g.offsets(), g.edge_ids()),
-            Target::Paged(f, _) => (f.offsets().map_err(e)?, f.edge_ids().map_err(e)?),
+            Target::Paged(f) => (f.offsets().map_err(e)?, f.edge_ids().map_err(e)?),
             Target::Stencil(_) => return Err(no_csr()),
         })
     }
@@ -117,6 +118,7 @@ fn release_unread(stage_outs: &mut [Outputs], adjoint: &Adjoint, si: usize, curr
 /// stage's pages are), and which sources have out-edges.
 fn winner_sums(
     target: Target<'_>,
+    schedule: &Schedule,
     extents: &Extents,
     winner: TensorView<'_>,
     value: TensorView<'_>,
@@ -124,9 +126,9 @@ fn winner_sums(
     let mut sc = crate::scatter::WinnerScatter::new(extents.num_src, extents.num_dst, winner, value)?;
     match target {
         Target::Memory(g) => sc.add_rows(0, g.offsets(), g.cols())?,
-        Target::Paged(f, opts) => {
+        Target::Paged(f) => {
             let e = |x: tiga_runtime::storage::GfgError| Error::Call(x.to_string());
-            for rows in opts.plan(f.offsets().map_err(e)?, 4) {
+            for rows in schedule.plan(f.offsets().map_err(e)?, 4) {
                 let page = f.page_without_ids(rows.clone(), false).map_err(e)?;
                 let added = sc.add_rows(rows.start, page.offsets, page.cols);
                 f.release_page(&page);
@@ -215,7 +217,19 @@ impl Kernel {
     /// name), the gradient of every input (source, destination, edge and
     /// parameter fields), computed by the JIT in the call's dtype.
     pub fn vjp(&self, graph: &Graph, inputs: &Inputs<'_>, cotangents: &[(&str, TensorView<'_>)]) -> Result<Gradients> {
-        self.run_vjp(graph, inputs, cotangents, false)
+        self.vjp_with(graph, inputs, cotangents, &Schedule::default())
+    }
+
+    /// [`Kernel::vjp`] as `schedule` says (threads; the back end of every
+    /// stage, the reference interpreter included).
+    pub fn vjp_with(
+        &self,
+        graph: &Graph,
+        inputs: &Inputs<'_>,
+        cotangents: &[(&str, TensorView<'_>)],
+        schedule: &Schedule,
+    ) -> Result<Gradients> {
+        self.run_vjp_on(Target::Memory(graph), inputs, cotangents, schedule)
     }
 
     /// The VJP on a generated stencil ([`Kernel::run_stencil`]): every
@@ -225,12 +239,12 @@ impl Kernel {
     /// kernels whose backward reads degrees or edge ranks, need the CSR
     /// realization (a clear error says so).
     pub fn vjp_stencil(&self, st: &Stencil2d, inputs: &Inputs<'_>, cotangents: &[(&str, TensorView<'_>)]) -> Result<Gradients> {
-        self.run_vjp_on(Target::Stencil(st), inputs, cotangents, false)
+        self.run_vjp_on(Target::Stencil(st), inputs, cotangents, &Schedule::default())
     }
 
     /// The same VJP, every stage run by the f64 reference interpreter.
     pub fn vjp_reference(&self, graph: &Graph, inputs: &Inputs<'_>, cotangents: &[(&str, TensorView<'_>)]) -> Result<Gradients> {
-        self.run_vjp(graph, inputs, cotangents, true)
+        self.vjp_with(graph, inputs, cotangents, &Schedule::new().backend(Backend::Reference))
     }
 
     /// The gradient of `sum(output)` with respect to every input, like
@@ -263,8 +277,8 @@ impl Kernel {
     /// (the source stage over the file's stored transpose, a monoid's suffix
     /// stage over reversed rows). Fields not in `inputs` are read from the
     /// file. Gradients are accumulated in RAM, except a stage's row
-    /// outputs over the RAM budget ([`crate::with_ram_budget`],
-    /// `TIGA_GRAPH_RAM_BUDGET`): those, such as a large source gradient, are
+    /// outputs over the RAM budget (the schedule's, or
+    /// [`crate::with_ram_budget`]'s): those, such as a large source gradient, are
     /// file-backed tensors ([`Tensor::is_file_backed`]) whose pages leave
     /// the resident set as the rows are done.
     ///
@@ -278,19 +292,9 @@ impl Kernel {
         file: &GfgFile,
         inputs: &Inputs<'_>,
         cotangents: &[(&str, TensorView<'_>)],
-        opts: &PageOptions,
+        schedule: &Schedule,
     ) -> Result<Gradients> {
-        self.run_vjp_on(Target::Paged(file, opts), inputs, cotangents, false)
-    }
-
-    fn run_vjp(
-        &self,
-        graph: &Graph,
-        inputs: &Inputs<'_>,
-        cotangents: &[(&str, TensorView<'_>)],
-        reference: bool,
-    ) -> Result<Gradients> {
-        self.run_vjp_on(Target::Memory(graph), inputs, cotangents, reference)
+        self.run_vjp_on(Target::Paged(file), inputs, cotangents, schedule)
     }
 
     fn run_vjp_on(
@@ -298,17 +302,18 @@ impl Kernel {
         target: Target<'_>,
         inputs: &Inputs<'_>,
         cotangents: &[(&str, TensorView<'_>)],
-        reference: bool,
+        schedule: &Schedule,
     ) -> Result<Gradients> {
+        let reference = schedule.backend == Backend::Reference;
         let k = self.captured();
         let extents = match target {
             Target::Memory(g) => Extents { num_src: g.num_src(), num_dst: g.num_dst(), num_edges: g.num_edges() },
-            Target::Paged(f, _) => Extents { num_src: f.num_src(), num_dst: f.num_dst(), num_edges: f.num_edges() },
+            Target::Paged(f) => Extents { num_src: f.num_src(), num_dst: f.num_dst(), num_edges: f.num_edges() },
             Target::Stencil(st) => crate::call::stencil_extents(k, st)?,
         };
         // Over a file, fields not given are the file's own (mapped lazily).
         let handles = match target {
-            Target::Paged(file, _) => crate::paged::file_fields(k, file, inputs),
+            Target::Paged(file) => crate::paged::file_fields(k, file, inputs),
             Target::Memory(_) | Target::Stencil(_) => Vec::new(),
         };
         let with_file = crate::paged::with_file_fields(inputs, &handles)?;
@@ -383,7 +388,7 @@ impl Kernel {
                 .map(|(_, v)| (v.len() * dtype.size()) as u64)
                 .sum();
             let to_file = match target {
-                Target::Paged(f, _) => f.has_transpose() && crate::offload::output_spill_dir(src_grad_bytes).is_some(),
+                Target::Paged(f) => f.has_transpose() && crate::offload::output_spill_dir(src_grad_bytes, schedule).is_some(),
                 Target::Memory(_) | Target::Stencil(_) => false,
             };
             if to_file {
@@ -444,7 +449,7 @@ impl Kernel {
                             stage.kernel.name, fd.name
                         )));
                     };
-                    let (sums, has_edges) = winner_sums(target, &extents, w, v)?;
+                    let (sums, has_edges) = winner_sums(target, schedule, &extents, w, v)?;
                     scattered.push(sums);
                     sources_with_edges.get_or_insert(has_edges);
                 }
@@ -492,8 +497,8 @@ impl Kernel {
                 }
                 match (target, g_ref) {
                     (_, Some(g)) if reference => plan.stages[si].run_reference(g, &ins)?,
-                    (_, Some(g)) => plan.stages[si].run(g, &ins)?,
-                    (Target::Paged(file, opts), None) => {
+                    (_, Some(g)) => plan.stages[si].run_with(g, &ins, schedule)?,
+                    (Target::Paged(file), None) => {
                         let side = match stage.graph {
                             GraphUse::Forward => Side::Forward,
                             GraphUse::Transposed => Side::Transposed,
@@ -502,7 +507,7 @@ impl Kernel {
                                 return Err(Error::Call("internal: a node-wise adjoint stage has no pages".into()))
                             }
                         };
-                        plan.stages[si].run_paged_side(file, side, &ins, opts)?
+                        plan.stages[si].run_paged_side(file, side, &ins, schedule)?
                     }
                     (Target::Stencil(st), None) => {
                         let st = match stage.graph {
@@ -517,7 +522,7 @@ impl Kernel {
                             GraphUse::RowReversed => st.row_reversed(),
                             GraphUse::SelfLoops => return Err(no_csr()),
                         };
-                        plan.stages[si].run_stencil(&st, &ins)?
+                        plan.stages[si].run_stencil_with(&st, &ins, schedule)?
                     }
                     (Target::Memory(_), None) => return Err(Error::Call("internal: no graph for an adjoint stage".into())),
                 }

@@ -4,7 +4,7 @@
 //! reference, and paged runs match in-memory runs bit for bit.
 
 use tiga::runtime::storage::{save_gfg, GfgFile};
-use tiga::{Graph, Inputs, Kernel, PageOptions, Tensor};
+use tiga::{Graph, Inputs, Kernel, Schedule, Tensor};
 
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 
@@ -52,7 +52,7 @@ fn hub_rows_are_split_and_still_exact() {
         let path = dir.path().join("g.gfg");
         save_gfg(&path, &g, true, &[]).expect("save");
         let file = GfgFile::open(&path).expect("open");
-        let opts = PageOptions { page_rows: Some(100), page_bytes: None, prefetch: Some(1) };
+        let opts = Schedule::new().page_rows(100).prefetch(1);
         let paged = k.run_paged(&file, &ins, &opts).expect("paged");
         assert_eq!(got.items[0].1.as_f64(), paged.items[0].1.as_f64(), "{name}");
         let gp = k.vjp_paged(&file, &ins, &[("out", cot.view())], &opts).expect("paged vjp");

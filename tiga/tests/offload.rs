@@ -1,7 +1,7 @@
 //! Automatic offload: under a RAM budget, builders return a paged graph
 //! (persisted with its transpose) and kernels give the same numbers.
 
-use tiga::{with_ram_budget, Inputs, Kernel, PageOptions, Tensor};
+use tiga::{with_ram_budget, Inputs, Kernel, Schedule, Tensor};
 
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 
@@ -22,7 +22,7 @@ fn graphs_over_the_budget_run_paged_with_the_same_numbers() {
     let cd = Tensor::from_f64(vec![n], (0..n).map(|i| (i % 7) as f64 * 0.3).collect()).expect("cd");
     let w = Tensor::from_f64(vec![e], (0..e).map(|i| (i % 11) as f64 * 0.05).collect()).expect("w");
     let ins = Inputs::new().src("h", &h).src("cs", &cs).dst("cd", &cd).edge("w", &w);
-    let opts = PageOptions { page_rows: Some(100), page_bytes: None, prefetch: Some(2) };
+    let opts = Schedule::new().page_rows(100).prefetch(2);
     let a = k.run_any(&small, &ins, &opts).expect("in memory");
     let b = k.run_any(&big, &ins, &opts).expect("paged");
     assert_eq!(a.items[0].1.as_f64(), b.items[0].1.as_f64());

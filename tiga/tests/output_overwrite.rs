@@ -140,7 +140,7 @@ fn split_rows_start_from_zero_in_a_reused_output() {
 fn paged_and_generated_stencil_outputs_show_no_stale_values() {
     let _turn = serial();
     use tiga::runtime::storage::{save_gfg, GfgFile};
-    use tiga::{PageOptions, Stencil2d};
+    use tiga::{Schedule, Stencil2d};
     // A 1,500 x 1,500 grid: scalar outputs of 9 MB, over the mapping threshold.
     let side = 1500usize;
     let n = side * side;
@@ -163,7 +163,7 @@ fn paged_and_generated_stencil_outputs_show_no_stale_values() {
     let path = dir.path().join("grid.gfg");
     save_gfg(&path, &g, true, &[]).expect("save");
     let file = GfgFile::open(&path).expect("open");
-    let opts = PageOptions { page_rows: Some(5000), page_bytes: None, prefetch: Some(2) };
+    let opts = Schedule::new().page_rows(5000).prefetch(2);
     poison(&[n]);
     let paged = k.run_paged(&file, &ins, &opts).expect("paged run");
     same("paged forward", &want.items[0].1, &paged.items[0].1);

@@ -4,7 +4,7 @@
 
 use tiga::compiler::ir::Role;
 use tiga::runtime::storage::{save_gfg, GfgFile};
-use tiga::{Graph, Inputs, Kernel, PageOptions, Tensor};
+use tiga::{Graph, Inputs, Kernel, Schedule, Tensor};
 
 mod common;
 use common::{disk_fields, params_only, random_edges, random_fields, Rng};
@@ -42,7 +42,7 @@ fn paged_equals_in_memory() {
         for rows in [1usize, 2, 7, n] {
             for prefetch in 0..=4usize {
                 for fields_in_ram in [true, false] {
-                    let opts = PageOptions { page_rows: Some(rows), page_bytes: None, prefetch: Some(prefetch) };
+                    let opts = Schedule::new().page_rows(rows).prefetch(prefetch);
                     let inputs = if fields_in_ram { &ins } else { &params_only };
                     let got = k.run_paged(&file, inputs, &opts).expect("paged run");
                     for ((o, a), (_, b)) in want.items.iter().zip(&got.items) {
@@ -57,7 +57,7 @@ fn paged_equals_in_memory() {
             }
         }
         // A page budget in bytes plans pages too.
-        let opts = PageOptions { page_rows: None, page_bytes: Some(64), prefetch: Some(1) };
+        let opts = Schedule::new().page_bytes(64).prefetch(1);
         let got = k.run_paged(&file, &ins, &opts).expect("paged by bytes");
         assert_eq!(want.items[0].1.as_f32(), got.items[0].1.as_f32(), "{} by bytes", k.name());
     }
@@ -107,7 +107,7 @@ fn paged_vjp_equals_in_memory() {
         for rows in [1usize, 2, 7, n] {
             for prefetch in 0..=4usize {
                 for fields_in_ram in [true, false] {
-                    let opts = PageOptions { page_rows: Some(rows), page_bytes: None, prefetch: Some(prefetch) };
+                    let opts = Schedule::new().page_rows(rows).prefetch(prefetch);
                     let inputs = if fields_in_ram { &ins } else { &params_only };
                     let got = k.vjp_paged(&file, inputs, &cot_v, &opts).expect("paged vjp");
                     for ((role, name, a), (_, _, b)) in want.items.iter().zip(&got.items) {
@@ -152,7 +152,7 @@ fn paged_max_backward_needs_no_transpose() {
     assert!(!file.has_transpose());
     for rows in [1usize, 5, n] {
         for prefetch in [0usize, 2] {
-            let opts = PageOptions { page_rows: Some(rows), page_bytes: None, prefetch: Some(prefetch) };
+            let opts = Schedule::new().page_rows(rows).prefetch(prefetch);
             let got = k.vjp_paged(&file, &ins, &[("out", cot.view())], &opts).expect("paged max vjp without a transpose");
             assert_eq!(
                 got.src("h").expect("grad").to_f64_vec(),
@@ -162,7 +162,7 @@ fn paged_max_backward_needs_no_transpose() {
         }
     }
     let sum = Kernel::from_source(GNN, "VecSum").expect("kernel");
-    let opts = PageOptions { page_rows: Some(4), page_bytes: None, prefetch: Some(1) };
+    let opts = Schedule::new().page_rows(4).prefetch(1);
     let err = sum.vjp_paged(&file, &ins, &[("out", cot.view())], &opts).expect_err("VecSum's source side reads the transpose");
     assert!(err.to_string().contains("transpose"), "{err}");
 }
@@ -188,7 +188,7 @@ fn paged_max_source_gradient_over_the_budget_lives_in_a_file() {
     let (with_t, without_t) = (dir.path().join("t.gfg"), dir.path().join("no_t.gfg"));
     save_gfg(&with_t, &g, true, &[]).expect("save");
     save_gfg(&without_t, &g, false, &[]).expect("save");
-    let opts = PageOptions { page_rows: Some(41), page_bytes: None, prefetch: Some(2) };
+    let opts = Schedule::new().page_rows(41).prefetch(2);
     // The source gradient is 300 × 8 × 4 = 9,600 bytes.
     for (path, budget, on_disk) in [(&with_t, 4096u64, true), (&with_t, 1 << 20, false), (&without_t, 4096, false)] {
         let file = GfgFile::open(path).expect("open");
@@ -231,7 +231,7 @@ impl GateCase {
         GateCase { dir, k, h, w, p, cot, want }
     }
 
-    fn paged(&self, opts: &PageOptions) -> tiga::Gradients {
+    fn paged(&self, opts: &Schedule) -> tiga::Gradients {
         let file = GfgFile::open(self.dir.path().join("gate.gfg")).expect("open");
         let ins = Inputs::new().src("h", &self.h).edge("w", &self.w).param("p", &self.p);
         self.k.vjp_paged(&file, &ins, &[("out", self.cot.view())], opts).expect("paged vjp")
@@ -254,7 +254,7 @@ fn parameter_blocks_cut_by_pages_sum_in_order() {
     let case = GateCase::new(320, 8, 3000, 31);
     for rows in [7usize, 13, 64] {
         for prefetch in [0usize, 1, 3] {
-            let opts = PageOptions { page_rows: Some(rows), page_bytes: None, prefetch: Some(prefetch) };
+            let opts = Schedule::new().page_rows(rows).prefetch(prefetch);
             case.check(&case.paged(&opts), &format!("pages of {rows} rows, prefetch {prefetch}"));
         }
     }
@@ -267,7 +267,7 @@ fn parameter_blocks_cut_by_pages_sum_in_order() {
 fn source_gradient_over_the_budget_lives_in_a_file() {
     // The source gradient is 400 × 16 × 4 = 25,600 bytes.
     let case = GateCase::new(400, 16, 5000, 5);
-    let opts = PageOptions { page_rows: Some(37), page_bytes: None, prefetch: Some(2) };
+    let opts = Schedule::new().page_rows(37).prefetch(2);
     for (budget, on_disk) in [(4096u64, true), (1 << 20, false)] {
         let got = tiga::with_ram_budget(budget, || case.paged(&opts));
         assert_eq!(got.get(Role::Src, "h").expect("gradient of h").is_file_backed(), on_disk, "budget {budget}");

@@ -12,9 +12,10 @@
 //!   constant, for the macro path: the user's rustc/LLVM compiles it with the
 //!   user's target features (wider vectors than Cranelift's, unrolling).
 //!
-//! Both compile to the same ABI ([`abi`]), so the runtime calls either.
+//! Both compile to the same interface ([`tiga_abi`], re-exported here as
+//! [`abi`]), so the runtime calls either.
 
-pub mod abi;
+pub use tiga_abi as abi;
 #[cfg(feature = "cranelift")]
 pub mod cranelift;
 pub mod rust_source;

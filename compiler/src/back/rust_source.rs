@@ -8,7 +8,7 @@
 //! Cranelift's x64 vectors are 128-bit). The runtime prefers such a variant
 //! when one matches the call and falls back to the Cranelift JIT otherwise.
 //!
-//! The emitted function has the same ABI as the JIT's ([`crate::back::abi`])
+//! The emitted function has the same ABI as the JIT's ([`tiga_abi`])
 //! and the same scalar semantics (`interp::apply_unary`/`apply_binary`:
 //! relu and leaky_relu by comparison, min/max as Rust's, `powi` as
 //! `f32::powi`, `exp`/`ln`/`tanh` from std).
@@ -279,7 +279,7 @@ fn prefetched_rows(e: &Emitter<'_>, dtype: DType) -> Result<[Prefetched; 2], Rus
 }
 
 /// The source of one variant: an `unsafe extern "C" fn NAME(args, begin,
-/// end)` with the ABI of [`crate::back::abi`]. `abi_path` is how the emitted
+/// end)` with the ABI of [`tiga_abi`]. `abi_path` is how the emitted
 /// code names `RawArgs` (e.g. `::tiga::RawArgs`). With `edge_ids = false`
 /// the function reads `edge_ids` only when it is non-null, so it serves
 /// graphs with and without an edge permutation.

@@ -93,14 +93,7 @@ pub const MAX_TENSOR_NAME: usize = 200;
 pub const MAX_TENSOR_RANK: usize = 8;
 /// The file name extension of a stored tensor.
 pub const TENSOR_EXT: &str = "tensor";
-/// The environment variable naming a spill directory that outlives the process.
-pub const SPILL_DIR_ENV: &str = "TIGA_SPILL_DIR";
-
-/// `TIGA_SPILL_DIR` when set and not empty: where whatever tiga spills goes
-/// when it is to outlive the process.
-pub fn spill_dir_from_env() -> Option<PathBuf> {
-    std::env::var_os(SPILL_DIR_ENV).filter(|d| !d.is_empty()).map(PathBuf::from)
-}
+pub use crate::schedule::SPILL_DIR_ENV;
 
 const CODE_F32: u8 = 3;
 const CODE_F64: u8 = 4;
@@ -271,10 +264,12 @@ impl TensorStore {
     }
 
     /// `TIGA_SPILL_DIR` when set and not empty (tensors outlive the
-    /// process), else [`TensorStore::process`].
+    /// process), else [`TensorStore::process`]: for programs that ask for
+    /// the environment, as [`crate::Schedule::from_env`] is (the library
+    /// itself never reads it).
     pub fn from_env() -> Result<TensorStore> {
-        match spill_dir_from_env() {
-            Some(d) => TensorStore::at(d),
+        match std::env::var_os(SPILL_DIR_ENV).filter(|d| !d.is_empty()) {
+            Some(d) => TensorStore::at(PathBuf::from(d)),
             None => TensorStore::process(),
         }
     }

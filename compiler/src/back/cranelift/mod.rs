@@ -14,37 +14,12 @@
 //!
 //! # ABI
 //!
-//! The compiled function is
-//! `unsafe extern "C" fn(args: *const RawArgs, row_begin: u64, row_end: u64)`
-//! and runs the skeleton of [`crate::loops`] for the destination rows
-//! `row_begin..row_end`:
-//!
-//! ```text
-//! for i in row_begin..row_end:
-//!     deg = offsets[i+1] - offsets[i]
-//!     <init>
-//!     for p in offsets[i]..offsets[i+1]:
-//!         j = cols[p]; e = if edge_ids { edge_ids[p] } else { p }
-//!         <body>
-//!     <finish>
-//! ```
-//!
-//! [`RawArgs`] holds five pointers (see its fields). Arrays of numbers are
-//! dense, row-major, in the variant's dtype, aligned to it:
-//!
-//! | what                        | shape              | element read       |
-//! |-----------------------------|--------------------|--------------------|
-//! | source field, scalar/vector | `[num_src]`, `[num_src, F]` | `j*F + k`  |
-//! | destination field           | `[num_dst]`, `[num_dst, F]` | `i*F + k`  |
-//! | edge field                  | `[num_edges]`, `[num_edges, F]` | `e*F + k` |
-//! | parameter, scalar           | `[1]`              | `0`                |
-//! | parameter, vector           | `[F]`              | `k`                |
-//! | parameter, matrix           | `[R, C]`           | `r*C + c`          |
-//! | output                      | `[num_dst]`, `[num_dst, F]` | `i*F + k`  |
-//!
-//! Calls on disjoint row ranges write disjoint output rows and may run in
-//! parallel. Per-row scratch buffers live in the function's stack frame
-//! (at most [`MAX_SCRATCH_BYTES`] in total).
+//! The compiled function is a [`tiga_abi::EntryFn`] over a
+//! [`tiga_abi::RawArgs`] (the crate doc gives the loop skeleton and the
+//! layout of every array); the argument block's fields are loaded at the
+//! offsets that crate computes from the struct. Per-row scratch buffers
+//! live in the function's stack frame (at most [`MAX_SCRATCH_BYTES`] in
+//! total).
 //!
 //! # Translation
 //!
@@ -79,7 +54,8 @@ use cranelift_module::{default_libcall_names, Linkage, Module, ModuleError, Modu
 use crate::ir::DType;
 use crate::loops::LoopKernel;
 
-pub use super::abi::RawArgs;
+use tiga_abi::EntryFn;
+pub use tiga_abi::RawArgs;
 
 /// Everything that selects one compiled function for a loop kernel.
 ///
@@ -97,7 +73,7 @@ pub struct VariantKey {
     pub edge_ids: bool,
     /// `Some`: the generated-stencil realization (neighbours computed from
     /// the node index, no CSR read); `None`: CSR rows.
-    pub stencil: Option<super::abi::Stencil2d>,
+    pub stencil: Option<tiga_abi::Stencil2d>,
 }
 
 /// The cap on the per-row scratch of one variant (stack memory).
@@ -121,8 +97,6 @@ pub enum BackError {
     #[error("cranelift module error in `{kernel}`: {message}")]
     Module { kernel: String, message: String },
 }
-
-type EntryFn = unsafe extern "C" fn(*const RawArgs, u64, u64);
 
 /// Owns a `JITModule` and frees its code memory when dropped.
 struct ModuleGuard(Option<JITModule>);
@@ -186,7 +160,7 @@ impl Variant {
     }
 
     /// The entry point; valid only while `self` is alive.
-    pub fn entry(&self) -> unsafe extern "C" fn(*const RawArgs, u64, u64) {
+    pub fn entry(&self) -> EntryFn {
         self.func
     }
 }

@@ -38,15 +38,9 @@ use super::math::MathRefs;
 use super::VariantKey;
 use crate::ir::{BinOp, CmpOp, DType, Role, Type, UnOp, WidthId};
 use crate::loops::{Addr, Inst, LoopKernel, LoopVar, Stmt, Var, VarKind};
+use tiga_abi::RawArgs;
 
 type TResult<T> = Result<T, String>;
-
-/// Byte offsets of the `RawArgs` fields.
-const ARG_OFFSETS: i32 = 0;
-const ARG_COLS: i32 = 8;
-const ARG_EDGE_IDS: i32 = 16;
-const ARG_FIELDS: i32 = 24;
-const ARG_OUTPUTS: i32 = 32;
 
 /// The size in bytes of each scratch buffer of `k` in variant `key`.
 pub(super) fn scratch_sizes(k: &LoopKernel, key: &VariantKey) -> TResult<Vec<u64>> {
@@ -309,29 +303,29 @@ impl<'a> Translator<'a> {
         };
 
         // Base pointers, once per call.
-        let offsets = self.b.ins().load(types::I64, flags(), args, ARG_OFFSETS);
+        let offsets = self.b.ins().load(types::I64, flags(), args, RawArgs::OFFSETS);
         let (mut used_fields, mut used_outputs) = (vec![false; self.k.fields.len()], vec![false; self.k.outputs.len()]);
         for list in [&self.k.init, &self.k.pre_body, &self.k.body, &self.k.finish] {
             mark_used(list, &mut used_fields, &mut used_outputs)?;
         }
         if used_fields.iter().any(|&u| u) {
-            let table = self.b.ins().load(types::I64, flags(), args, ARG_FIELDS);
+            let table = self.b.ins().load(types::I64, flags(), args, RawArgs::FIELDS);
             for (f, _) in used_fields.iter().enumerate().filter(|(_, &u)| u) {
                 let off = i32::try_from(f * 8).map_err(|_| "too many fields")?;
                 self.fields[f] = Some(self.b.ins().load(types::I64, flags(), table, off));
             }
         }
         if used_outputs.iter().any(|&u| u) {
-            let table = self.b.ins().load(types::I64, flags(), args, ARG_OUTPUTS);
+            let table = self.b.ins().load(types::I64, flags(), args, RawArgs::OUTPUTS);
             for (o, _) in used_outputs.iter().enumerate().filter(|(_, &u)| u) {
                 let off = i32::try_from(o * 8).map_err(|_| "too many outputs")?;
                 self.outputs[o] = Some(self.b.ins().load(types::I64, flags(), table, off));
             }
         }
         let reads_src = self.k.reads_role(Role::Src);
-        let cols = if reads_src { Some(self.b.ins().load(types::I64, flags(), args, ARG_COLS)) } else { None };
+        let cols = if reads_src { Some(self.b.ins().load(types::I64, flags(), args, RawArgs::COLS)) } else { None };
         let edge_ids = if self.key.edge_ids && self.k.reads_role(Role::Edge) {
-            Some(self.b.ins().load(types::I64, flags(), args, ARG_EDGE_IDS))
+            Some(self.b.ins().load(types::I64, flags(), args, RawArgs::EDGE_IDS))
         } else {
             None
         };
@@ -1792,7 +1786,7 @@ impl<'a> Translator<'a> {
     /// (all but a border as wide as the largest offset) take a copy of the
     /// body with no tests and a constant degree; the rest take the tested
     /// (or, periodic, wrapped) path.
-    fn generated_neighbours(&mut self, st: &crate::back::abi::Stencil2d, i: Value, r: Value, c: Value) -> TResult<()> {
+    fn generated_neighbours(&mut self, st: &tiga_abi::Stencil2d, i: Value, r: Value, c: Value) -> TResult<()> {
         let k = self.k;
         if k.reads_role(Role::Edge) {
             return Err("a generated stencil has no edge fields: use the CSR realization".into());
@@ -1805,7 +1799,7 @@ impl<'a> Translator<'a> {
 
     /// One pass of [`Translator::generated_neighbours`] running `list` per
     /// neighbour; it leaves the degree (the neighbours visited) set.
-    fn generated_pass(&mut self, st: &crate::back::abi::Stencil2d, i: Value, r: Value, c: Value, list: &[Stmt]) -> TResult<()> {
+    fn generated_pass(&mut self, st: &tiga_abi::Stencil2d, i: Value, r: Value, c: Value, list: &[Stmt]) -> TResult<()> {
         let (rows, cols) = (st.rows as i64, st.cols as i64);
         let count = self.b.declare_var(types::I64);
         let zero = self.b.ins().iconst(types::I64, 0);
@@ -1940,7 +1934,7 @@ impl<'a> Translator<'a> {
 
     /// The rows per vector of a generated stencil's interior, when it has
     /// room for one and the kernel allows ([`Translator::rows_vectorizable`]).
-    fn row_vector_lanes(&mut self, st: &crate::back::abi::Stencil2d) -> Option<i64> {
+    fn row_vector_lanes(&mut self, st: &tiga_abi::Stencil2d) -> Option<i64> {
         let (_, vl) = self.vlen();
         let (_, _, inner_r, inner_c) = st.interior();
         let ok = inner_r > 0 && inner_c >= vl && !st.offsets.is_empty() && self.rows_vectorizable();
@@ -1970,7 +1964,7 @@ impl<'a> Translator<'a> {
     /// pass: the row's statements with every variable a vector, one lane
     /// per row, and the body once per neighbour offset (whose source rows
     /// `i + off .. i + off + vl` are one unaligned load).
-    fn vector_rows(&mut self, st: Option<&crate::back::abi::Stencil2d>, i: Value) -> TResult<()> {
+    fn vector_rows(&mut self, st: Option<&tiga_abi::Stencil2d>, i: Value) -> TResult<()> {
         let k = self.k;
         let (vty, _) = self.vlen();
         let vflags = MemFlagsData::new().with_notrap();

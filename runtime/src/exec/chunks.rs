@@ -1,4 +1,4 @@
-//! The parallel row executor: destination rows split across rayon workers.
+//! Balanced row chunks: destination rows split across rayon workers.
 //!
 //! Rows are independent (each destination folds only its own in-edges), so a
 //! kernel parallelizes by handing each worker a contiguous range of rows; no

@@ -1,0 +1,151 @@
+//! A `.gfg` file as a [`PageSource`]: pages viewed in place in the file's
+//! mapping ([`GfgFile::page`]: read ahead with `WillNeed` unless already in
+//! memory, checked against the counts on first visit) and unmapped again
+//! once the kernel has passed them ([`GfgFile::release_page`]), so the
+//! resident set holds about two pages of adjacency, not the pages passed.
+//! Copying pages into buffers with positioned reads was measured first: on
+//! a warm page cache the copy cost as much as the kernel. Rows with
+//! reversed edges, which the file does not store, are copied out of the
+//! mapped page into buffers recycled from page to page (a fresh
+//! multi-megabyte allocation per page costs a page fault per 4 KiB).
+
+use std::ops::Range;
+use std::sync::Mutex;
+
+use super::pages::{PageData, PageSource, PageView};
+use super::rows::ExecError;
+use crate::storage::{GfgFile, Page};
+
+/// Which CSR of a graph a run walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// Rows are destinations (a file's `offsets`/`cols`/`edge_ids`).
+    Forward,
+    /// Rows are sources (the transposed graph; a file's stored transpose).
+    Transposed,
+    /// Forward rows with each row's edges in reverse order (a right fold).
+    RowReversed,
+}
+
+/// The pages of one side of a `.gfg` file.
+pub struct GfgPages<'f> {
+    file: &'f GfgFile,
+    side: Side,
+    /// Whether pages carry their edge ids (the kernel reads edge fields or
+    /// writes edge outputs; rows reversed always do).
+    edge_ids: bool,
+    /// Reversed-row buffers of released pages, for the next pages.
+    pool: Mutex<Vec<ReversedPage>>,
+}
+
+impl<'f> GfgPages<'f> {
+    /// The pages of `side`; `edge_ids` whether the call reads edge ids (a
+    /// page without them maps 8 bytes per edge less).
+    pub fn new(file: &'f GfgFile, side: Side, edge_ids: bool) -> GfgPages<'f> {
+        GfgPages { file, side, edge_ids: edge_ids || side == Side::RowReversed, pool: Mutex::new(Vec::new()) }
+    }
+}
+
+impl Drop for GfgPages<'_> {
+    /// The call is over: the offsets the file mapped whole leave the
+    /// resident set too.
+    fn drop(&mut self) {
+        self.file.release_adjacency();
+    }
+}
+
+/// A page mapped in place, released from the resident set when dropped.
+struct Mapped<'f> {
+    file: &'f GfgFile,
+    page: Page<'f>,
+}
+
+impl PageData for Mapped<'_> {
+    fn view(&self) -> PageView<'_> {
+        PageView {
+            first_row: self.page.rows.start,
+            offsets: self.page.offsets,
+            cols: self.page.cols,
+            edge_ids: self.page.edge_ids,
+        }
+    }
+}
+
+impl Drop for Mapped<'_> {
+    fn drop(&mut self) {
+        self.file.release_page(&self.page);
+    }
+}
+
+/// One page's adjacency with each row's edges in reverse order (and their
+/// user edge ids; absent ids are the positions themselves): what a right
+/// fold walks, which the file does not store.
+#[derive(Default)]
+struct ReversedPage {
+    rows: Range<usize>,
+    offsets: Vec<u64>,
+    cols: Vec<u32>,
+    edge_ids: Vec<u64>,
+}
+
+impl ReversedPage {
+    fn fill(&mut self, page: &Page<'_>) {
+        let first = page.offsets[0] as usize;
+        self.rows = page.rows.clone();
+        self.offsets.clear();
+        self.offsets.extend_from_slice(page.offsets);
+        self.cols.clear();
+        self.cols.extend_from_slice(page.cols);
+        self.edge_ids.clear();
+        match page.edge_ids {
+            Some(ids) => self.edge_ids.extend_from_slice(ids),
+            None => self.edge_ids.extend(first as u64..(first + page.cols.len()) as u64),
+        }
+        for w in page.offsets.windows(2) {
+            let (s, e) = (w[0] as usize - first, w[1] as usize - first);
+            self.cols[s..e].reverse();
+            self.edge_ids[s..e].reverse();
+        }
+    }
+}
+
+/// A reversed page, whose buffers go back to the pool when dropped.
+struct Reversed<'p> {
+    pool: &'p Mutex<Vec<ReversedPage>>,
+    page: Option<ReversedPage>,
+}
+
+impl PageData for Reversed<'_> {
+    fn view(&self) -> PageView<'_> {
+        match &self.page {
+            Some(p) => PageView { first_row: p.rows.start, offsets: &p.offsets, cols: &p.cols, edge_ids: Some(&p.edge_ids) },
+            None => PageView { first_row: 0, offsets: &[], cols: &[], edge_ids: None },
+        }
+    }
+}
+
+impl Drop for Reversed<'_> {
+    fn drop(&mut self) {
+        if let (Some(p), Ok(mut pool)) = (self.page.take(), self.pool.lock()) {
+            pool.push(p);
+        }
+    }
+}
+
+impl PageSource for GfgPages<'_> {
+    fn page(&self, rows: Range<usize>) -> Result<Box<dyn PageData + '_>, ExecError> {
+        let transposed = self.side == Side::Transposed;
+        let page = match (transposed, self.edge_ids) {
+            (true, true) => self.file.transposed_page(rows)?,
+            (false, true) => self.file.page(rows)?,
+            (_, false) => self.file.page_without_ids(rows, transposed)?,
+        };
+        if self.side != Side::RowReversed {
+            return Ok(Box::new(Mapped { file: self.file, page }));
+        }
+        let mut reversed = self.pool.lock().ok().and_then(|mut p| p.pop()).unwrap_or_default();
+        reversed.fill(&page);
+        self.file.release_page(&page);
+        Ok(Box::new(Reversed { pool: &self.pool, page: Some(reversed) }))
+    }
+}

@@ -1,0 +1,462 @@
+//! The page stream: a call's rows taken from a [`PageSource`] one page of
+//! rows at a time, run by every pool thread from one stream of pieces.
+//!
+//! Every pool thread takes pieces of rows from one stream, in row order,
+//! with no barrier between pages; the read-ahead of the next `prefetch`
+//! pages is the first piece of each page. A barrier per page (every thread
+//! joining before the next page starts) put threads to sleep and woke them
+//! again 200 times per five 4M-row steps in 100k-row pages, a fifth of a
+//! paged run's extra time. Pieces are handed out at most one page past the
+//! first page not yet released, which bounds the pages held at once (about
+//! two); a worker that gets ahead of that sleeps until a page is released.
+//!
+//! The kernel sees absolute CSR positions: its `offsets`, `cols` and
+//! `edge_ids` pointers are offset so that row `i` and position `p` of the
+//! page land on the page's data.
+//!
+//! Outputs are bit-identical to a run over the whole graph at once for any
+//! page plan: every row is computed by the same code over the same edges in
+//! the same order, and parameter outputs are grouped in fixed row blocks
+//! that do not depend on the plan ([`super::ParamPartials`]).
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use tiga_abi::RawArgs;
+
+use super::rows::{ExecError, RowRunner, Work};
+use crate::Tensor;
+
+/// One page of rows as the kernel reads it: rows `rows`, their row offsets
+/// (`rows.len() + 1` absolute CSR positions), and the columns (and user
+/// edge ids, when the call reads them) of positions `offsets[0] ..
+/// offsets[rows.len()]`.
+#[derive(Clone, Copy, Debug)]
+pub struct PageView<'p> {
+    pub first_row: usize,
+    pub offsets: &'p [u64],
+    pub cols: &'p [u32],
+    pub edge_ids: Option<&'p [u64]>,
+}
+
+impl PageView<'_> {
+    /// The adjacency pointers of the argument block (fields and outputs are
+    /// the caller's), offset so that absolute rows and positions land on
+    /// this page.
+    pub fn args(&self) -> RawArgs {
+        let first = self.offsets.first().copied().unwrap_or(0) as usize;
+        RawArgs {
+            offsets: self.offsets.as_ptr().wrapping_sub(self.first_row),
+            cols: self.cols.as_ptr().wrapping_sub(first),
+            edge_ids: self.edge_ids.map(|e| e.as_ptr().wrapping_sub(first)).unwrap_or(std::ptr::null()),
+            ..RawArgs::empty()
+        }
+    }
+}
+
+/// A page held for as long as its rows run; dropping it releases it (a
+/// file's page leaves the resident set, a copied page's buffers go back to
+/// a pool).
+pub trait PageData: Send + Sync {
+    fn view(&self) -> PageView<'_>;
+}
+
+/// Where a paged run's pages come from. A page must hold every position
+/// of its rows, and its offsets must be non-decreasing: the kernel reads
+/// them unchecked. A source checks what it hands out (a `.gfg` page is
+/// checked against the file's counts on its first visit).
+pub trait PageSource: Sync {
+    fn page(&self, rows: Range<usize>) -> Result<Box<dyn PageData + '_>, ExecError>;
+}
+
+/// A page of the stream: read by whoever needs it first (the read-ahead,
+/// or the first worker to claim its rows), released (in page order) once
+/// its pieces are done.
+struct PageState<'a> {
+    state: Mutex<Held<'a>>,
+    /// Pieces of its work not finished yet (set when it is read).
+    left: AtomicUsize,
+    done: AtomicBool,
+}
+
+enum Held<'a> {
+    Pending,
+    Ready(Arc<Ready<'a>>),
+    Released,
+}
+
+/// A read page and its work, in row order.
+struct Ready<'a> {
+    page: Box<dyn PageData + 'a>,
+    work: Vec<Work>,
+}
+
+/// What a worker takes next: read pages ahead, or run a piece of a page.
+enum Claim<'a> {
+    ReadAhead(usize),
+    Piece(usize, Arc<Ready<'a>>, usize),
+    /// Pages ahead are held back until an earlier one is released; the
+    /// release count seen before looking.
+    Wait(u64),
+    Done,
+}
+
+/// Where the workers are: the page whose pieces are being handed out, the
+/// next piece, and whether that page's read-ahead was handed out.
+#[derive(Default)]
+struct Cursor {
+    page: usize,
+    piece: usize,
+    /// The page's piece count, once it was read.
+    pieces: Option<usize>,
+    read_ahead: bool,
+}
+
+/// The call's rows as one stream of pieces (see the module doc).
+struct Stream<'s, 'a> {
+    source: &'a dyn PageSource,
+    plan: &'s [Range<usize>],
+    depth: usize,
+    pages: Vec<PageState<'a>>,
+    cursor: Mutex<Cursor>,
+    /// Pages before this one are released. Pieces are handed out only up
+    /// to the page after it.
+    first_held: AtomicUsize,
+    /// Taken while releasing, so that pages are released in order.
+    releasing: Mutex<()>,
+    /// How many times `first_held` moved or the stream failed, and the
+    /// condition a held-back worker sleeps on until it changes.
+    progress: Mutex<u64>,
+    progressed: Condvar,
+    runner: &'s RowRunner<'s>,
+    fields: SharedFields,
+    /// Outputs with a row per page row: (address, bytes per row).
+    touch: &'s [(usize, usize)],
+    /// File-backed outputs, whose rows leave the resident set with their
+    /// page.
+    spilled: &'s [&'s Tensor],
+    error: Mutex<Option<ExecError>>,
+    failed: AtomicBool,
+}
+
+thread_local! {
+    /// Whether this thread is running a piece of a paged stream.
+    static IN_PIECE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as inside a piece, and fails the stream if the piece
+/// panics (so that the other workers stop instead of waiting for a page
+/// that will never be done; the panic then surfaces from the scope).
+struct PieceGuard<'g, 's, 'a> {
+    stream: &'g Stream<'s, 'a>,
+}
+
+impl<'g, 's, 'a> PieceGuard<'g, 's, 'a> {
+    fn enter(stream: &'g Stream<'s, 'a>) -> Self {
+        IN_PIECE.with(|f| f.set(true));
+        PieceGuard { stream }
+    }
+}
+
+impl Drop for PieceGuard<'_, '_, '_> {
+    fn drop(&mut self) {
+        IN_PIECE.with(|f| f.set(false));
+        if std::thread::panicking() {
+            self.stream.fail(ExecError::WorkerPanicked);
+        }
+    }
+}
+
+/// The kernel's field pointers, read by every worker.
+struct SharedFields(*const *const u8);
+// SAFETY: the pointers borrow the caller's field buffers, which outlive the
+// stream (its workers end before `run_pages` returns); they are only read.
+unsafe impl Sync for SharedFields {}
+unsafe impl Send for SharedFields {}
+
+impl<'a> Stream<'_, 'a> {
+    fn fail(&self, e: ExecError) {
+        if let Ok(mut first) = self.error.lock() {
+            first.get_or_insert(e);
+        }
+        self.failed.store(true, Ordering::Release);
+        self.progress();
+    }
+
+    /// Wake the held-back workers: a page was released, or the stream
+    /// failed.
+    fn progress(&self) {
+        let mut n = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        *n += 1;
+        self.progressed.notify_all();
+    }
+
+    fn progress_seen(&self) -> u64 {
+        *self.progress.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sleep until the progress count moves past `seen`.
+    fn wait_for_progress(&self, seen: u64) {
+        let mut n = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        while *n == seen {
+            n = self.progressed.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Page `p`, read (and its work listed) now if no one has. `None` when
+    /// it was released already: a read-ahead that was overtaken (the
+    /// worker holding it was descheduled while the others went on). A
+    /// read-ahead (`ahead`) also touches the page's output rows.
+    fn ensure(&self, p: usize, ahead: bool) -> Result<Option<Arc<Ready<'a>>>, ExecError> {
+        let ps = &self.pages[p];
+        let mut held = ps.state.lock().map_err(|_| ExecError::WorkerPanicked)?;
+        match &*held {
+            Held::Ready(r) => return Ok(Some(r.clone())),
+            Held::Released => return Ok(None),
+            Held::Pending => {}
+        }
+        let page = self.source.page(self.plan[p].clone())?;
+        let work = {
+            let v = page.view();
+            if v.first_row != self.plan[p].start || v.offsets.len() != self.plan[p].len() + 1 {
+                return Err(ExecError::Internal("a page source gave rows other than the page's"));
+            }
+            self.runner.work(v.offsets, v.first_row)
+        };
+        ps.left.store(work.len(), Ordering::Release);
+        if ahead {
+            self.touch_outputs(self.plan[p].clone());
+        }
+        let ready = Arc::new(Ready { page, work });
+        *held = Held::Ready(ready.clone());
+        Ok(Some(ready))
+    }
+
+    /// Fault in the memory of these rows' outputs: one byte per OS page
+    /// written back as it is (an output may hold zeros, or a reused
+    /// mapping's old values that the kernel overwrites). A fresh output is
+    /// faulted in by its first write, and a fault inside a piece holds back
+    /// the release of its page and so the other workers; in the read-ahead
+    /// it holds back nothing.
+    fn touch_outputs(&self, rows: Range<usize>) {
+        const OS_PAGE: usize = 4096;
+        for &(base, row_bytes) in self.touch {
+            let (start, end) = (base + rows.start * row_bytes, base + rows.end * row_bytes);
+            let mut at = start.div_ceil(OS_PAGE) * OS_PAGE;
+            while at < end {
+                // SAFETY: `at` lies in these rows of a live output, which no
+                // piece writes yet (the page's pieces are handed out after
+                // it is read); other threads write other bytes only. The
+                // byte keeps its value.
+                unsafe { std::ptr::write_volatile(at as *mut u8, std::ptr::read_volatile(at as *const u8)) };
+                at += OS_PAGE;
+            }
+        }
+    }
+
+    fn claim(&self) -> Claim<'a> {
+        let Ok(mut c) = self.cursor.lock() else { return Claim::Done };
+        loop {
+            if self.failed.load(Ordering::Acquire) || c.page >= self.plan.len() {
+                return Claim::Done;
+            }
+            // Every piece of this page was handed out (and the page may be
+            // done and released since): go on to the next.
+            if c.pieces.is_some_and(|n| c.piece >= n) {
+                *c = Cursor { page: c.page + 1, ..Cursor::default() };
+                continue;
+            }
+            // Read before looking, so that a release between the look and
+            // the sleep is not missed.
+            let seen = self.progress_seen();
+            if c.page > self.first_held.load(Ordering::Acquire) + 1 {
+                return Claim::Wait(seen);
+            }
+            if !c.read_ahead && self.depth > 0 {
+                c.read_ahead = true;
+                return Claim::ReadAhead(c.page);
+            }
+            let ready = match self.ensure(c.page, false) {
+                Ok(Some(r)) => r,
+                // Pages are released only after all their pieces ran.
+                Ok(None) => {
+                    self.fail(ExecError::Internal("a page was released before it ran"));
+                    return Claim::Done;
+                }
+                Err(e) => {
+                    self.fail(e);
+                    return Claim::Done;
+                }
+            };
+            c.pieces = Some(ready.work.len());
+            if ready.work.is_empty() {
+                self.finished(c.page);
+                continue;
+            }
+            c.piece += 1;
+            return Claim::Piece(c.page, ready, c.piece - 1);
+        }
+    }
+
+    /// Take pieces until the stream is done. A no-op on a thread already
+    /// inside a piece: a piece that calls into rayon (a split row's
+    /// segments, a spare zeroed in parallel) may be handed another of this
+    /// stream's worker jobs while it waits, and that worker, stacked on the
+    /// unfinished piece, could wait for it forever (for the release it holds
+    /// back, or its block's lock). The caller runs [`Stream::worker`] once
+    /// more after the workers, in case every job was taken that way.
+    fn worker(&self) {
+        if IN_PIECE.with(|f| f.get()) {
+            return;
+        }
+        loop {
+            match self.claim() {
+                Claim::Done => return,
+                Claim::Wait(seen) => self.wait_for_progress(seen),
+                Claim::ReadAhead(p) => {
+                    for q in p + 1..(p + 1 + self.depth).min(self.plan.len()) {
+                        if let Err(e) = self.ensure(q, true) {
+                            self.fail(e);
+                        }
+                    }
+                }
+                Claim::Piece(p, ready, i) => {
+                    let view = ready.page.view();
+                    let mut raw = view.args();
+                    raw.fields = self.fields.0;
+                    // SAFETY: the variant matches the kernel, dtype, widths
+                    // and edge-id realization; the page holds every position
+                    // of its rows (its source checked it) and stays held
+                    // until its pieces are done; fields and outputs were
+                    // checked against the graph's sizes; pieces have
+                    // disjoint rows.
+                    let guard = PieceGuard::enter(self);
+                    let ran = unsafe { self.runner.run(raw, view.offsets, view.first_row, &ready.work[i]) };
+                    drop(guard);
+                    drop(ready);
+                    if let Err(e) = ran {
+                        self.fail(e);
+                    }
+                    if self.pages[p].left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        self.finished(p);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Page `p`'s work is done: release the done pages, in order.
+    fn finished(&self, p: usize) {
+        self.pages[p].done.store(true, Ordering::Release);
+        let Ok(_order) = self.releasing.lock() else { return };
+        let mut r = self.first_held.load(Ordering::Acquire);
+        let moved = r;
+        while r < self.pages.len() && self.pages[r].done.load(Ordering::Acquire) {
+            self.release(r);
+            r += 1;
+            self.first_held.store(r, Ordering::Release);
+        }
+        if r != moved {
+            self.progress();
+        }
+    }
+
+    /// Drop the stream's hold on page `p` (the page itself goes when its
+    /// last piece has dropped it too) and its rows of file-backed outputs.
+    fn release(&self, p: usize) {
+        for t in self.spilled {
+            t.release_rows(self.plan[p].clone());
+        }
+        let Ok(mut held) = self.pages[p].state.lock() else { return };
+        *held = Held::Released;
+    }
+}
+
+/// Run `runner` over the rows of `plan` (row ranges covering the call's
+/// rows once, in order), each page taken from `source`, with the
+/// schedule's read-ahead and threads. `fields` is the kernel's field table;
+/// `touch` lists the outputs with a row per row (address, bytes per row),
+/// faulted in by the read-ahead; `spilled` the file-backed outputs, whose
+/// rows are dropped from the resident set with their page.
+///
+/// # Safety
+/// `fields` must point at the kernel's field pointers, valid and sized for
+/// the graph the pages belong to, until this returns; the runner's outputs
+/// must be alive and `touch` must name memory inside them.
+pub unsafe fn run_pages(
+    source: &dyn PageSource,
+    plan: &[Range<usize>],
+    schedule: &crate::Schedule,
+    runner: &RowRunner<'_>,
+    fields: *const *const u8,
+    touch: &[(usize, usize)],
+    spilled: &[&Tensor],
+) -> Result<(), ExecError> {
+    let stream = Stream {
+        source,
+        plan,
+        depth: schedule.prefetch_depth(),
+        pages: plan
+            .iter()
+            .map(|_| PageState { state: Mutex::new(Held::Pending), left: AtomicUsize::new(0), done: AtomicBool::new(false) })
+            .collect(),
+        cursor: Mutex::new(Cursor::default()),
+        first_held: AtomicUsize::new(0),
+        releasing: Mutex::new(()),
+        progress: Mutex::new(0),
+        progressed: Condvar::new(),
+        runner,
+        fields: SharedFields(fields),
+        touch,
+        spilled,
+        error: Mutex::new(None),
+        failed: AtomicBool::new(false),
+    };
+    super::in_pool(schedule.threads, || {
+        let workers = rayon::current_num_threads().max(1);
+        rayon::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|_| stream.worker());
+            }
+        });
+        // Pieces left when every worker job was taken by a thread inside a
+        // piece (see `Stream::worker`): this thread finishes them.
+        stream.worker();
+    })?;
+    if !stream.failed.load(Ordering::Acquire) && !stream.pages.iter().all(|p| p.done.load(Ordering::Acquire)) {
+        stream.fail(ExecError::Internal("a paged run ended with pages not run"));
+    }
+    for p in 0..plan.len() {
+        stream.release(p);
+    }
+    match stream.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// A page plan by rows alone: `rows_per_page` rows a page (at least one).
+pub fn plan_rows(num_rows: usize, rows_per_page: usize) -> Vec<Range<usize>> {
+    let rows = rows_per_page.max(1);
+    (0..num_rows).step_by(rows).map(|s| s..(s + rows).min(num_rows)).collect()
+}
+
+/// A page plan by adjacency bytes: each page as many rows as keep its
+/// edges' bytes (`edge_bytes` per edge) within `budget`, and at least one
+/// row.
+pub fn plan_bytes(offsets: &[u64], edge_bytes: usize, budget: usize) -> Vec<Range<usize>> {
+    let n = offsets.len().saturating_sub(1);
+    let budget = budget.max(1);
+    let mut pages = Vec::new();
+    let mut start = 0;
+    while start < n {
+        let mut end = start + 1;
+        while end < n && ((offsets[end + 1] - offsets[start]) as usize).saturating_mul(edge_bytes) <= budget {
+            end += 1;
+        }
+        pages.push(start..end);
+        start = end;
+    }
+    pages
+}

@@ -1,0 +1,279 @@
+//! How a call runs, as a plain value passed with the call: threads, the
+//! page plan of a graph read from disk, read-ahead, the back end, the RAM
+//! budget and where spilled outputs go. A schedule changes when and where
+//! work happens, never the kernel and never the numbers.
+//!
+//! The library reads no environment variable. A program that wants the
+//! `TIGA_*` variables asks for them with [`Schedule::from_env`] (`tigac`
+//! does), which parses them with the same rules, and the same errors, as
+//! `tigac`'s flags.
+
+use std::path::PathBuf;
+
+/// Rows per page when a schedule names neither rows nor bytes.
+pub const DEFAULT_PAGE_ROWS: usize = 1_000_000;
+/// Pages read ahead when a schedule does not say.
+pub const DEFAULT_PREFETCH: usize = 2;
+
+/// The environment variables [`Schedule::from_env`] reads.
+pub const PAGE_ROWS_ENV: &str = "TIGA_PAGED_PAGE_ROWS";
+pub const PREFETCH_ENV: &str = "TIGA_PAGED_PREFETCH_DEPTH";
+pub const RAM_BUDGET_ENV: &str = "TIGA_GRAPH_RAM_BUDGET";
+pub const SPILL_DIR_ENV: &str = "TIGA_SPILL_DIR";
+
+/// Which back end runs a call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// The macro's ahead-of-time variant when it compiled one for the
+    /// call's dtype and widths, else the Cranelift JIT.
+    #[default]
+    Auto,
+    /// The ahead-of-time variant, or an error saying there is none.
+    Aot,
+    /// The Cranelift JIT, even where an ahead-of-time variant exists.
+    Jit,
+    /// The f64 reference interpreter (slow; for checking).
+    Reference,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::Aot => "aot",
+            Backend::Jit => "jit",
+            Backend::Reference => "reference",
+        }
+    }
+}
+
+/// How a call runs. `Schedule::default()` is what a call without one gets:
+/// every thread of the current rayon pool, pages of a million rows, two
+/// pages read ahead, the fastest back end, no RAM budget.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Schedule {
+    /// Worker threads (`None`: the current rayon pool).
+    pub threads: Option<usize>,
+    /// Destination rows per page of a graph read in pages (default
+    /// [`DEFAULT_PAGE_ROWS`]).
+    pub page_rows: Option<usize>,
+    /// Or: the most bytes of column indices and edge ids per page.
+    pub page_bytes: Option<usize>,
+    /// Pages read ahead (default [`DEFAULT_PREFETCH`]); 0 reads each page
+    /// when it is needed.
+    pub prefetch: Option<usize>,
+    pub backend: Backend,
+    /// Outputs with a row per row that are together larger than this go to
+    /// file-backed tensors (`None`: the innermost `with_ram_budget`, else
+    /// no budget).
+    pub ram_budget: Option<u64>,
+    /// Where those spilled outputs go (default: the system's temporary
+    /// directory).
+    pub spill_dir: Option<PathBuf>,
+}
+
+/// One line: every setting, defaults spelled out (what `tigac explain`
+/// prints as the schedule a call runs with).
+impl std::fmt::Display for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.threads {
+            Some(n) => write!(f, "threads {n}")?,
+            None => write!(f, "threads {} (the rayon pool)", rayon::current_num_threads())?,
+        }
+        match self.page_bytes {
+            Some(b) => write!(f, ", pages of at most {b} bytes of adjacency")?,
+            None => write!(f, ", pages of {} rows", self.rows_per_page())?,
+        }
+        write!(f, ", prefetch {}, back end {}", self.prefetch_depth(), self.backend.name())?;
+        match self.ram_budget {
+            Some(b) => write!(f, ", RAM budget {b} bytes")?,
+            None => write!(f, ", no RAM budget")?,
+        }
+        match &self.spill_dir {
+            Some(d) => write!(f, ", spill directory {}", d.display()),
+            None => write!(f, ", spill directory: the system's temporary directory"),
+        }
+    }
+}
+
+/// A schedule setting that does not parse: which, the value, and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}={value:?}: {rule}")]
+pub struct ScheduleError {
+    pub name: String,
+    pub value: String,
+    pub rule: String,
+}
+
+impl Schedule {
+    pub fn new() -> Schedule {
+        Schedule::default()
+    }
+    pub fn threads(mut self, n: usize) -> Schedule {
+        self.threads = Some(n);
+        self
+    }
+    pub fn page_rows(mut self, n: usize) -> Schedule {
+        self.page_rows = Some(n);
+        self
+    }
+    pub fn page_bytes(mut self, n: usize) -> Schedule {
+        self.page_bytes = Some(n);
+        self
+    }
+    pub fn prefetch(mut self, depth: usize) -> Schedule {
+        self.prefetch = Some(depth);
+        self
+    }
+    pub fn backend(mut self, b: Backend) -> Schedule {
+        self.backend = b;
+        self
+    }
+    pub fn ram_budget(mut self, bytes: u64) -> Schedule {
+        self.ram_budget = Some(bytes);
+        self
+    }
+    pub fn spill_dir(mut self, dir: impl Into<PathBuf>) -> Schedule {
+        self.spill_dir = Some(dir.into());
+        self
+    }
+
+    /// Pages read ahead.
+    pub fn prefetch_depth(&self) -> usize {
+        self.prefetch.unwrap_or(DEFAULT_PREFETCH)
+    }
+
+    /// Rows per page, when the plan goes by rows.
+    pub fn rows_per_page(&self) -> usize {
+        self.page_rows.unwrap_or(DEFAULT_PAGE_ROWS).max(1)
+    }
+
+    /// The page plan over a graph with these row offsets, `edge_bytes`
+    /// bytes of adjacency per edge: by bytes when the schedule says so,
+    /// else by rows.
+    pub fn plan(&self, offsets: &[u64], edge_bytes: usize) -> Vec<std::ops::Range<usize>> {
+        match self.page_bytes {
+            Some(b) => crate::exec::pages::plan_bytes(offsets, edge_bytes, b),
+            None => crate::exec::pages::plan_rows(offsets.len().saturating_sub(1), self.rows_per_page()),
+        }
+    }
+
+    /// The schedule the `TIGA_*` environment variables describe, over the
+    /// default: `TIGA_PAGED_PAGE_ROWS` (rows per page, a positive integer),
+    /// `TIGA_PAGED_PREFETCH_DEPTH` (pages read ahead, 0 or more),
+    /// `TIGA_GRAPH_RAM_BUDGET` (bytes, with an optional K, M, G or T suffix
+    /// in powers of 1024; at least 1) and `TIGA_SPILL_DIR` (a directory).
+    /// A variable that is unset or empty is not set; one that does not parse
+    /// is an error naming it, never ignored.
+    pub fn from_env() -> Result<Schedule, ScheduleError> {
+        Schedule::from_vars(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    /// [`Schedule::from_env`] over any source of variables (for tests, and
+    /// for tools that keep settings elsewhere).
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Schedule, ScheduleError> {
+        let get = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+        let mut s = Schedule::default();
+        if let Some(v) = get(PAGE_ROWS_ENV) {
+            s.page_rows = Some(parse_count(PAGE_ROWS_ENV, &v, 1)?);
+        }
+        if let Some(v) = get(PREFETCH_ENV) {
+            s.prefetch = Some(parse_count(PREFETCH_ENV, &v, 0)?);
+        }
+        if let Some(v) = get(RAM_BUDGET_ENV) {
+            s.ram_budget = Some(parse_bytes(&v).map_err(|rule| ScheduleError { name: RAM_BUDGET_ENV.into(), value: v, rule })?);
+        }
+        if let Some(v) = get(SPILL_DIR_ENV) {
+            s.spill_dir = Some(PathBuf::from(v));
+        }
+        Ok(s)
+    }
+}
+
+/// An integer of at least `min` (`usize`).
+fn parse_count(name: &str, v: &str, min: usize) -> Result<usize, ScheduleError> {
+    let rule = if min == 0 { "wants an integer, 0 or more" } else { "wants a positive integer" }.to_string();
+    v.trim().parse::<usize>().ok().filter(|&n| n >= min).ok_or_else(|| ScheduleError {
+        name: name.to_string(),
+        value: v.to_string(),
+        rule,
+    })
+}
+
+/// Bytes, with an optional binary suffix (`K`/`KiB`, `M`/`MiB`, `G`/`GiB`,
+/// `T`/`TiB`, powers of 1024; case-insensitive), at least 1: the rule of
+/// `TIGA_GRAPH_RAM_BUDGET` and of `tigac convert --memory`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a byte count; expected e.g. 4096, 512M, 1G"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        other => return Err(format!("unknown unit `{other}` in `{s}`; use K, M, G or T (powers of 1024)")),
+    };
+    let bytes = n.checked_mul(1u64 << shift).ok_or_else(|| format!("`{s}` is too large"))?;
+    if bytes == 0 {
+        return Err("a byte budget must be at least 1 byte".into());
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn environment_values_follow_the_flag_rules() {
+        let s = Schedule::from_vars(vars(&[
+            (PAGE_ROWS_ENV, "100"),
+            (PREFETCH_ENV, "0"),
+            (RAM_BUDGET_ENV, "3M"),
+            (SPILL_DIR_ENV, "spill"),
+        ]))
+        .expect("valid");
+        assert_eq!(s, Schedule::new().page_rows(100).prefetch(0).ram_budget(3 << 20).spill_dir("spill"));
+        // Zero rows per page is refused, as `--page-rows 0` is; junk is an
+        // error, never ignored.
+        for (name, v) in
+            [(PAGE_ROWS_ENV, "0"), (PAGE_ROWS_ENV, "ten"), (PREFETCH_ENV, "-1"), (RAM_BUDGET_ENV, "0"), (RAM_BUDGET_ENV, "5Q")]
+        {
+            let e = Schedule::from_vars(vars(&[(name, v)])).expect_err(v);
+            assert_eq!((e.name.as_str(), e.value.as_str()), (name, v));
+        }
+        // Unset and empty are the default.
+        assert_eq!(Schedule::from_vars(vars(&[(PAGE_ROWS_ENV, " ")])).expect("empty"), Schedule::default());
+    }
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(parse_bytes("1"), Ok(1));
+        assert_eq!(parse_bytes("2K"), Ok(2048));
+        assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_bytes("1t"), Ok(1 << 40));
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("64k"), Ok(64 << 10));
+        assert!(parse_bytes("99999999999T").is_err());
+        assert!(parse_bytes("").is_err());
+        assert!(parse_bytes("0").is_err());
+        assert!(parse_bytes("12X").is_err());
+        assert!(parse_bytes("lots").is_err());
+    }
+
+    #[test]
+    fn plans_cover_rows_once() {
+        let offsets = [0u64, 3, 3, 10, 11];
+        assert_eq!(Schedule::new().page_rows(3).plan(&offsets, 4), vec![0..3, 3..4]);
+        // 12 bytes a page at 4 bytes an edge: rows while at most 3 edges.
+        assert_eq!(Schedule::new().page_bytes(12).plan(&offsets, 4), vec![0..2, 2..3, 3..4]);
+        assert_eq!(Schedule::new().plan(&offsets, 4), vec![0..4]);
+    }
+}
