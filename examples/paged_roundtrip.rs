@@ -6,7 +6,7 @@
 //!    file in a temporary directory.
 //! 2. Reopen it with `GfgFile::open` (reads the header and manifest only)
 //!    and run 5 Jacobi steps (`Smoothing` from `examples/kernels/gnn.rs`)
-//!    with `run_paged` in 100k-row pages, prefetching 2 pages: the first
+//!    with `run` over the `GfgFile` in 100k-row pages, prefetching 2 pages: the first
 //!    step reads `x` from the file's own field, each later step feeds the
 //!    previous output back as `x`.
 //! 3. Run the same 5 steps in memory (`Kernel::run` on the `Graph`) and
@@ -101,8 +101,8 @@ fn main() -> Res<()> {
     for step in 0..steps {
         let outs = match paged.last() {
             // Step 1: `x` is the file's own field, read lazily.
-            None => kernel.run_paged(&file, &Inputs::new(), &opts)?,
-            Some(prev) => kernel.run_paged(&file, &Inputs::new().src("x", prev), &opts)?,
+            None => kernel.run_with(&file, &Inputs::new(), &opts)?,
+            Some(prev) => kernel.run_with(&file, &Inputs::new().src("x", prev), &opts)?,
         };
         paged.push(outs.out().ok_or_else(|| format!("step {step}: no output"))?.clone());
     }

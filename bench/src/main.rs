@@ -20,8 +20,8 @@
 //! - `stencil-csr`: Jacobi smoothing (`Smoothing`, f32, scalar) on a
 //!   2000×2000 four-neighbour grid materialized as CSR;
 //! - `stencil-generated`: the same step with neighbours from index
-//!   arithmetic (`Kernel::run_stencil`, and `Kernel::vjp_stencil` for the
-//!   backward), side by side with a hand-written grid loop;
+//!   arithmetic (`Kernel::run` and `Kernel::vjp` over a `Stencil2d`),
+//!   side by side with a hand-written grid loop;
 //! - `powerlaw-sum`/`-mean`/`-max` (`VecSum`, `SageMean`, `MaxPool`) and
 //!   `powerlaw-gat` (`GatAttention`) at F = 64 on a 1M-node, 16M-edge
 //!   power-law graph; `powerlaw-sum` again at F = 16 and F = 128; and
@@ -85,7 +85,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The paged benchmark: Kernel::run_paged against the in-memory run on a
+    /// The paged benchmark: a kernel over a `.gfg` file, paged, against the in-memory run on a
     /// stencil saved as a .gfg file, every row in a fresh child process
     #[command(args_override_self = true)]
     Paged(paged::Args),
@@ -623,12 +623,12 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
         };
         let before = variants();
         let t0 = Instant::now();
-        let first = k.run_stencil(&st, &ins).map_err(|e| e.to_string())?;
+        let first = k.run(&st, &ins).map_err(|e| e.to_string())?;
         let gen_first = t0.elapsed().as_secs_f64() * 1e3;
         drop(first);
         let gen_compile = new_compile_ms(&before);
         let mut contenders: Vec<Contender<'_>> = vec![
-            Box::new(|| k.run_stencil(&st, &ins).map(Produced::Outputs).map_err(|e| e.to_string())),
+            Box::new(|| k.run(&st, &ins).map(Produced::Outputs).map_err(|e| e.to_string())),
             Box::new(|| Ok(Produced::Hand(hand::Out(hand::stencil_generated(side, &x))))),
         ];
         let timed = time_rounds(repeat, &mut contenders)?;
@@ -646,12 +646,12 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
         let cot = [("out", ones.view())];
         let before = variants();
         let t0 = Instant::now();
-        let first = k.vjp_stencil(&st, &ins, &cot).map_err(|e| e.to_string())?;
+        let first = k.vjp(&st, &ins, &cot).map_err(|e| e.to_string())?;
         let gen_bwd_first = t0.elapsed().as_secs_f64() * 1e3;
         drop(first);
         let gen_bwd_compile = new_compile_ms(&before);
         let mut contenders: Vec<Contender<'_>> = vec![
-            Box::new(|| k.vjp_stencil(&st, &ins, &cot).map(Produced::Grads).map_err(|e| e.to_string())),
+            Box::new(|| k.vjp(&st, &ins, &cot).map(Produced::Grads).map_err(|e| e.to_string())),
             Box::new(|| Ok(Produced::Hand(hand::Out(hand::stencil_generated(side, &gout))))),
         ];
         let timed = time_rounds(repeat, &mut contenders)?;

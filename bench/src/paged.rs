@@ -3,7 +3,7 @@
 //! 500×500) saved once as a `.gfg` file.
 //!
 //! Rows: the in-memory reference (`Kernel::run` on the graph loaded from the
-//! file), then `Kernel::run_paged` with pages of all rows and of 100k rows,
+//! file), then the kernel over the `GfgFile` with pages of all rows and of 100k rows,
 //! each with prefetch off (0) and on (2). Every row runs in a fresh child
 //! process (this binary re-executed with `TIGA_BENCH_PAGED_CHILD` set), so
 //! its peak RSS is its own: the child reads `VmHWM` from `/proc/self/status`
@@ -218,8 +218,8 @@ fn child(spec: &str) -> Result<(), String> {
             rss_open_kib = status_kib("VmRSS");
             // Step 1 reads `x` from the file's own field.
             timed_steps(|x| match x {
-                None => kernel.run_paged(&file, &Inputs::new(), &opts),
-                Some(p) => kernel.run_paged(&file, &Inputs::new().src("x", p), &opts),
+                None => kernel.run_with(&file, &Inputs::new(), &opts),
+                Some(p) => kernel.run_with(&file, &Inputs::new().src("x", p), &opts),
             })?
         }
         "memory" => {

@@ -15,12 +15,12 @@
 //! calls alone.
 //!
 //! A `.gfg` graph (by extension or content) is not loaded: the call runs
-//! paged (`Kernel::run_paged`), streaming pages of destination rows from
+//! paged (`Kernel::run_with` over the `GfgFile`), streaming pages of destination rows from
 //! the file (`--page-rows` or `--page-bytes`, `--prefetch`). Fields not
 //! given on the command line are read from the file's own fields of the
 //! same role and name; edge fields are in the order of the edge list the
 //! file was built from (its stored edge ids). `--grads` on a `.gfg` runs
-//! the backward paged too (`Kernel::vjp_paged`): the file needs its
+//! the backward paged too (`Kernel::vjp_with` over the file): the file needs its
 //! transpose (`tigac convert --transpose`) unless the kernel is a max/min
 //! whose messages read only source fields (its source gradient is a
 //! scatter over the forward pages), and fields must be given on the
@@ -326,7 +326,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         let start = Instant::now();
         let o = match &graph {
             GraphSource::Memory(g) => kernel.run_with(g, &inputs, &schedule),
-            GraphSource::Paged(f) => tiga::with_schedule(&schedule, || kernel.run_paged(f, &inputs, &schedule)),
+            GraphSource::Paged(f) => tiga::with_schedule(&schedule, || kernel.run_with(f, &inputs, &schedule)),
         }
         .map_err(explain_call)?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
@@ -370,7 +370,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
                 // Every adjoint stage paged; the source stage reads the file's
                 // stored transpose (`tigac convert --transpose`), except a
                 // max/min's scatter, which reads the forward pages.
-                GraphSource::Paged(f) => kernel.vjp_paged(f, &inputs, &views, &schedule),
+                GraphSource::Paged(f) => kernel.vjp_with(f, &inputs, &views, &schedule),
             }
             .map_err(|e| Failure::new(format!("gradients of kernel `{}`: {e}", kernel.name())))?;
             vjp_times.push(start.elapsed().as_secs_f64() * 1e3);

@@ -10,8 +10,9 @@ use tiga_compiler::ir::{self, Role};
 use tiga_compiler::loops::LoopKernel;
 use tiga_runtime::abi::Stencil2d;
 use tiga_runtime::abi::{EntryFn, RawArgs};
-use tiga_runtime::exec::{self, ParamPartials, RowRunner};
-use tiga_runtime::{Backend, Schedule};
+use tiga_runtime::exec::{self, ParamPartials, RowRunner, Side};
+use tiga_runtime::storage::{FieldHandle, FieldRole};
+use tiga_runtime::{Backend, Realization, Rows, Schedule};
 use tiga_runtime::{DType, Data, Graph, Tensor, TensorView};
 
 use crate::{Error, Kernel, Result};
@@ -251,17 +252,73 @@ impl Kernel {
 }
 
 impl Kernel {
-    /// Run the kernel on `graph` with these fields. Returns the outputs in
-    /// the call's dtype.
-    pub fn run(&self, graph: &Graph, inputs: &Inputs<'_>) -> Result<Outputs> {
-        self.run_with(graph, inputs, &Schedule::default())
+    /// Run the kernel over a realization of a graph (a [`Graph`] in memory,
+    /// a `.gfg` file read in pages, a generated [`Stencil2d`], an offloaded
+    /// [`crate::AnyGraph`], or any other [`Realization`]) with these
+    /// fields, as [`Schedule::default`] says. Fields the call does not pass
+    /// come from the realization's own (a `.gfg`'s stored fields). Returns
+    /// the outputs in the call's dtype; every realization gives the same
+    /// numbers, bit for bit.
+    pub fn run(&self, r: &dyn Realization, inputs: &Inputs<'_>) -> Result<Outputs> {
+        self.run_with(r, inputs, &Schedule::default())
     }
 
-    /// [`Kernel::run`] as `schedule` says (threads, back end).
-    pub fn run_with(&self, graph: &Graph, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
-        if schedule.backend == Backend::Reference {
-            return self.run_reference(graph, inputs);
+    /// [`Kernel::run`] as `schedule` says (threads, page plan, read-ahead,
+    /// back end, RAM budget for row outputs).
+    pub fn run_with(&self, r: &dyn Realization, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
+        self.run_side(r, Side::Forward, inputs, schedule)
+    }
+
+    /// Run the f64 reference interpreter on the same call (slow; for tests
+    /// and for checking a result): [`Kernel::run_with`] with
+    /// [`Backend::Reference`].
+    pub fn run_reference(&self, r: &dyn Realization, inputs: &Inputs<'_>) -> Result<Outputs> {
+        self.run_with(r, inputs, &Schedule::new().backend(Backend::Reference))
+    }
+
+    /// Run over the rows of `side` of `r` (an adjoint stage's graph).
+    pub(crate) fn run_side(&self, r: &dyn Realization, side: Side, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
+        // Fields not given are the realization's own (a forward run's;
+        // adjoint stages get theirs from the VJP).
+        let handles = if side == Side::Forward { stored_fields(self.captured(), r, inputs) } else { Vec::new() };
+        let all = with_stored_fields(inputs, &handles)?;
+        let (ns, nd) = match side {
+            Side::Transposed => (r.num_dst(), r.num_src()),
+            _ => (r.num_src(), r.num_dst()),
+        };
+        let extents = Extents { num_src: ns, num_dst: nd, num_edges: r.num_edges() };
+        let out = r
+            .rows(side, self.reads_edge_ids())
+            .map_err(Error::from)
+            .and_then(|rows| self.run_rows(&rows, extents, &all, schedule));
+        // A field read from the file does not stay resident after the call.
+        for (_, _, h) in &handles {
+            h.release();
         }
+        out
+    }
+
+    /// The one shape of a call, once its rows are known: bind, pick the
+    /// variant, shape the outputs, build the arguments, execute, collect.
+    pub(crate) fn run_rows(
+        &self,
+        rows: &Rows<'_>,
+        extents: Extents,
+        inputs: &Inputs<'_>,
+        schedule: &Schedule,
+    ) -> Result<Outputs> {
+        if schedule.backend == Backend::Reference {
+            let g = rows.to_graph(extents.num_src, schedule)?;
+            return self.interpret(&g, inputs);
+        }
+        match rows {
+            Rows::Memory(g) => self.run_memory(g, inputs, schedule),
+            Rows::Pages(p) => self.run_pages(p.as_ref(), extents, inputs, schedule),
+            Rows::Generated(st) => self.run_generated(st, inputs, schedule),
+        }
+    }
+
+    fn run_memory(&self, graph: &Graph, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
         let b = bind(self.captured(), graph, inputs)?;
         let p = self.prepare(&b, graph.edge_ids().is_some(), None, schedule.backend)?;
         let mut outs = output_buffers(self.loop_kernel(), b.dtype, &p.shapes)?;
@@ -284,9 +341,31 @@ impl Kernel {
         Ok(self.outputs(outs))
     }
 
-    /// Run the f64 reference interpreter on the same call (slow; for tests
-    /// and for checking a result).
-    pub fn run_reference(&self, graph: &Graph, inputs: &Inputs<'_>) -> Result<Outputs> {
+    /// A generated stencil: each node's neighbours are computed from its
+    /// index (no CSR is built or read), with the numbers of the same
+    /// stencil's CSR (`Graph::stencil`) bit for bit. Kernels with edge
+    /// fields need the CSR realization.
+    fn run_generated(&self, st: &Stencil2d, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
+        let k = self.captured();
+        let extents = stencil_extents(k, st)?;
+        let n = extents.num_dst;
+        let b = bind_extents(k, extents, inputs)?;
+        if !k.outputs_of(Role::Param).is_empty() {
+            return Err(Error::Call("parameter outputs are not supported on generated stencils yet".into()));
+        }
+        let p = self.prepare(&b, false, Some(st), schedule.backend)?;
+        let mut outs = output_buffers(self.loop_kernel(), b.dtype, &p.shapes)?;
+        let field_ptrs = b.field_ptrs();
+        let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(exec::data_ptr).collect();
+        let raw = RawArgs { fields: field_ptrs.as_ptr(), outputs: out_ptrs.as_ptr(), ..RawArgs::empty() };
+        // SAFETY: compiled for this kernel, dtype, widths and stencil;
+        // `bind_extents` checked every field against the grid's size.
+        unsafe { exec::execute_generated(p.entry, raw, n, schedule.threads)? };
+        Ok(self.outputs(outs))
+    }
+
+    /// The f64 reference interpreter over one CSR in RAM.
+    fn interpret(&self, graph: &Graph, inputs: &Inputs<'_>) -> Result<Outputs> {
         let b = bind(self.captured(), graph, inputs)?;
         // Rows are visited in this graph's CSR order (a row-reversed graph
         // folds right to left); edge fields follow the user's edge ids.
@@ -300,22 +379,20 @@ impl Kernel {
         }
         let arrays: Vec<Array> = b.views.iter().map(|v| Array::new(v.shape().to_vec(), v.to_f64_vec())).collect();
         let outs = interpret_in_order(self.captured(), graph.num_src(), graph.num_dst(), &edges, Some(&ids), &arrays)?;
-        let names = self.captured().outputs.iter().map(|o| o.name.clone());
         let tensors = outs
             .into_iter()
             .map(|a| Tensor::from_f64(a.shape, a.data).map_err(|e| Error::Call(e.to_string())))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Outputs { items: names.zip(tensors).collect() })
+        Ok(self.outputs(tensors))
     }
-}
 
-/// The number of in-grid neighbours of a generated stencil: its edge count.
-fn stencil_edges(st: &Stencil2d) -> usize {
-    let (r, c) = (st.rows as i64, st.cols as i64);
-    st.offsets
-        .iter()
-        .map(|&(dr, dc)| if st.periodic { (r * c) as usize } else { ((r - dr.abs()).max(0) * (c - dc.abs()).max(0)) as usize })
-        .sum()
+    /// Whether a call reads the graph's edge ids: only a kernel with edge
+    /// fields or edge outputs looks at them (they are 8 bytes per edge,
+    /// twice the column indices, so a page of the others is smaller).
+    pub fn reads_edge_ids(&self) -> bool {
+        let k = self.captured();
+        k.fields.iter().any(|f| f.role == Role::Edge) || k.outputs.iter().any(|o| o.role == Role::Edge)
+    }
 }
 
 /// The extents of kernel `k`'s call on a generated stencil (checked: a
@@ -335,47 +412,32 @@ pub(crate) fn stencil_extents(k: &ir::Kernel, st: &Stencil2d) -> Result<Extents>
         .zip(usize::try_from(st.cols).ok())
         .and_then(|(r, c)| r.checked_mul(c))
         .ok_or_else(|| Error::Call(format!("a {}x{} stencil is too large for this machine", st.rows, st.cols)))?;
-    Ok(Extents { num_src: n, num_dst: n, num_edges: stencil_edges(st) })
+    Ok(Extents { num_src: n, num_dst: n, num_edges: tiga_runtime::realization::stencil_edges(st) })
 }
 
-impl Kernel {
-    /// Run on a generated two-dimensional stencil: each node's neighbours are
-    /// computed from its index (no CSR is built or read). Gives the same
-    /// numbers, bit for bit, as [`Kernel::run`] on `Graph::stencil` of the same
-    /// shape and offsets. Kernels with edge fields need the CSR realization.
-    pub fn run_stencil(&self, st: &Stencil2d, inputs: &Inputs<'_>) -> Result<Outputs> {
-        self.run_stencil_with(st, inputs, &Schedule::default())
-    }
-
-    /// [`Kernel::run_stencil`] as `schedule` says (threads; the JIT, or the
-    /// reference over the stencil's CSR).
-    pub fn run_stencil_with(&self, st: &Stencil2d, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
-        let k = self.captured();
-        let extents = stencil_extents(k, st)?;
-        let n = extents.num_dst;
-        if schedule.backend == Backend::Reference {
-            return self.run_reference(&stencil_graph(st)?, inputs);
-        }
-        let b = bind_extents(k, extents, inputs)?;
-        if !k.outputs_of(Role::Param).is_empty() {
-            return Err(Error::Call("parameter outputs are not supported on generated stencils yet".into()));
-        }
-        let p = self.prepare(&b, false, Some(st), schedule.backend)?;
-        let mut outs = output_buffers(self.loop_kernel(), b.dtype, &p.shapes)?;
-        let field_ptrs = b.field_ptrs();
-        let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(exec::data_ptr).collect();
-        let raw = RawArgs { fields: field_ptrs.as_ptr(), outputs: out_ptrs.as_ptr(), ..RawArgs::empty() };
-        // SAFETY: compiled for this kernel, dtype, widths and stencil;
-        // `bind_extents` checked every field against the grid's size.
-        unsafe { exec::execute_generated(p.entry, raw, n, schedule.threads)? };
-        Ok(self.outputs(outs))
-    }
+/// The realization's own fields for the kernel's fields not in `inputs`
+/// (a file's are mapped lazily, when viewed).
+pub(crate) fn stored_fields(k: &ir::Kernel, r: &dyn Realization, inputs: &Inputs<'_>) -> Vec<(Role, String, FieldHandle)> {
+    k.fields
+        .iter()
+        .filter(|f| !inputs.has(f.role, &f.name))
+        .filter_map(|f| {
+            let role = match f.role {
+                Role::Src => FieldRole::Src,
+                Role::Dst => FieldRole::Dst,
+                Role::Edge => FieldRole::Edge,
+                Role::Param => return None,
+            };
+            r.stored_field(role, &f.name).map(|h| (f.role, f.name.clone(), h))
+        })
+        .collect()
 }
 
-/// The CSR of a generated stencil (what the reference interpreter walks).
-fn stencil_graph(st: &Stencil2d) -> Result<Graph> {
-    let rows = usize::try_from(st.rows).map_err(|_| Error::Call("stencil too large".into()))?;
-    let cols = usize::try_from(st.cols).map_err(|_| Error::Call("stencil too large".into()))?;
-    let neighbors: Vec<Vec<i64>> = st.offsets.iter().map(|&(dr, dc)| vec![dr, dc]).collect();
-    Ok(Graph::stencil(&[rows, cols], &neighbors, st.periodic)?)
+/// `inputs` plus the views of these stored fields.
+pub(crate) fn with_stored_fields<'a>(inputs: &Inputs<'a>, handles: &'a [(Role, String, FieldHandle)]) -> Result<Inputs<'a>> {
+    let mut all = inputs.clone();
+    for (r, n, h) in handles {
+        all = all.with_role(*r, n, h.view().map_err(|e| Error::Call(e.to_string()))?);
+    }
+    Ok(all)
 }

@@ -58,6 +58,8 @@ pub struct AotVariant {
 pub use offload::{with_ram_budget, with_schedule, AnyGraph};
 pub use tiga_compiler as compiler;
 pub use tiga_runtime as runtime;
+pub use tiga_runtime::exec::Side;
+pub use tiga_runtime::realization::{self, GraphRows, PagedRows, Realization, Rows};
 pub use tiga_runtime::{Backend, Schedule};
 pub use vjp::{AdjointPlan, Gradients};
 

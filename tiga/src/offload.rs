@@ -11,9 +11,9 @@
 //! `TIGA_GRAPH_RAM_BUDGET` and `TIGA_SPILL_DIR` passes
 //! [`tiga_runtime::Schedule::from_env`] to [`with_schedule`].
 //!
-//! The kernel is the same either way: [`Kernel::run_any`] and
-//! [`Kernel::vjp_any`] dispatch to the in-memory or the paged runner, and
-//! give the same numbers (see `tests/paged.rs`).
+//! The kernel is the same either way: an [`AnyGraph`] is a
+//! [`Realization`], so `kernel.run(&any, ..)` and `kernel.vjp(&any, ..)`
+//! run in memory or paged, with the same numbers (see `tests/paged.rs`).
 //!
 //! A builder whose CSR would be over the budget never builds it: it streams
 //! the edges (in the user's order) through the external sort of `tigac
@@ -29,12 +29,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tiga_runtime::storage::{BuildOptions, GfgBuilder, GfgFile};
-use tiga_runtime::{Graph, Schedule, StencilPlan, TensorView};
+use tiga_runtime::exec::{ExecError, Side};
+use tiga_runtime::storage::{BuildOptions, FieldHandle, FieldRole, GfgBuilder, GfgFile};
+use tiga_runtime::{Graph, Realization, Rows, Schedule, StencilPlan};
 
-use crate::call::{Inputs, Outputs};
-use crate::vjp::Gradients;
-use crate::{Error, Kernel, Result};
+use crate::{Error, Result};
 
 thread_local! {
     /// The budget and spill directory in force on this thread, innermost
@@ -307,26 +306,39 @@ pub mod build {
     }
 }
 
-impl Kernel {
-    /// Run on a graph in memory or offloaded (paged as `schedule` says).
-    pub fn run_any(&self, g: &AnyGraph, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
-        match g {
-            AnyGraph::Memory(m) => self.run_with(m, inputs, schedule),
-            AnyGraph::Paged(p) => self.run_paged(&p.file, inputs, schedule),
+/// A graph in memory or offloaded runs as the one it holds.
+impl Realization for AnyGraph {
+    fn num_src(&self) -> usize {
+        AnyGraph::num_src(self)
+    }
+    fn num_dst(&self) -> usize {
+        AnyGraph::num_dst(self)
+    }
+    fn num_edges(&self) -> usize {
+        AnyGraph::num_edges(self)
+    }
+    fn rows(&self, side: Side, edge_ids: bool) -> std::result::Result<Rows<'_>, ExecError> {
+        match self {
+            AnyGraph::Memory(g) => g.rows(side, edge_ids),
+            AnyGraph::Paged(p) => p.file.rows(side, edge_ids),
         }
     }
-
-    /// The VJP on a graph in memory or offloaded.
-    pub fn vjp_any(
-        &self,
-        g: &AnyGraph,
-        inputs: &Inputs<'_>,
-        cotangents: &[(&str, TensorView<'_>)],
-        schedule: &Schedule,
-    ) -> Result<Gradients> {
-        match g {
-            AnyGraph::Memory(m) => self.vjp_with(m, inputs, cotangents, schedule),
-            AnyGraph::Paged(p) => self.vjp_paged(&p.file, inputs, cotangents, schedule),
+    fn has_side(&self, side: Side) -> bool {
+        match self {
+            AnyGraph::Memory(g) => g.has_side(side),
+            AnyGraph::Paged(p) => p.file.has_side(side),
+        }
+    }
+    fn stored_field(&self, role: FieldRole, name: &str) -> Option<FieldHandle> {
+        match self {
+            AnyGraph::Memory(g) => g.stored_field(role, name),
+            AnyGraph::Paged(p) => p.file.stored_field(role, name),
+        }
+    }
+    fn describe(&self) -> String {
+        match self {
+            AnyGraph::Memory(g) => g.describe(),
+            AnyGraph::Paged(p) => p.file.describe(),
         }
     }
 }

@@ -7,14 +7,11 @@ use std::sync::Arc;
 use tiga_compiler::adjoint::kernel::{generate_adjoint, Adjoint, Binding, GraphUse};
 use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
-use tiga_runtime::abi::Stencil2d;
-use tiga_runtime::{DType, Data, DataMut, Graph, Tensor, TensorView};
+use tiga_runtime::exec::{PageView, Side};
+use tiga_runtime::{Backend, DType, Data, DataMut, Graph, Realization, Rows, Schedule, Tensor, TensorView};
 
 use crate::call::{Inputs, Outputs};
 use crate::{Error, Kernel, Result};
-use tiga_runtime::exec::Side;
-use tiga_runtime::storage::GfgFile;
-use tiga_runtime::{Backend, Schedule};
 
 /// The adjoint of a kernel, compiled: its stages as runnable kernels.
 #[derive(Debug)]
@@ -64,29 +61,6 @@ fn ones_like(dtype: DType, shape: &[usize]) -> Result<Tensor> {
     Ok(t)
 }
 
-/// Where a VJP runs: a graph in memory, or a `.gfg` file read in pages.
-#[derive(Clone, Copy)]
-enum Target<'a> {
-    Memory(&'a Graph),
-    Paged(&'a GfgFile),
-    /// A generated stencil: each stage runs on the stencil of its graph
-    /// (the transposed one for source gradients).
-    Stencil(&'a Stencil2d),
-}
-
-impl Target<'_> {
-    /// The forward CSR's row offsets and edge ids (in place: mapped for a
-    /// file).
-    fn csr(&self) -> Result<(&[u64], Option<&[u64]>)> {
-        let e = |x: tiga_runtime::storage::GfgError| Error::Call(x.to_string());
-        Ok(match self {
-            Target::Memory(g) => (g.offsets(), g.edge_ids()),
-            Target::Paged(f) => (f.offsets().map_err(e)?, f.edge_ids().map_err(e)?),
-            Target::Stencil(_) => return Err(no_csr()),
-        })
-    }
-}
-
 /// Drop the outputs of stages before `si` that no running stage from `si`
 /// on reads (`current`: stage `si`'s bindings, scatters aside, as they are
 /// computed by now) and no gradient takes.
@@ -113,31 +87,19 @@ fn release_unread(stage_outs: &mut [Outputs], adjoint: &Adjoint, si: usize, curr
     }
 }
 
-/// The winner scatter's sums over the forward CSR (a page at a time over a
-/// file, each page dropped from the resident set after, as a paged
-/// stage's pages are), and which sources have out-edges.
+/// The winner scatter's sums over the forward rows (a page at a time when
+/// they come in pages, each page released after, as a paged stage's pages
+/// are), and which sources have out-edges.
 fn winner_sums(
-    target: Target<'_>,
+    r: &dyn Realization,
     schedule: &Schedule,
     extents: &Extents,
     winner: TensorView<'_>,
     value: TensorView<'_>,
 ) -> Result<(Tensor, Vec<bool>)> {
     let mut sc = crate::scatter::WinnerScatter::new(extents.num_src, extents.num_dst, winner, value)?;
-    match target {
-        Target::Memory(g) => sc.add_rows(0, g.offsets(), g.cols())?,
-        Target::Paged(f) => {
-            let e = |x: tiga_runtime::storage::GfgError| Error::Call(x.to_string());
-            for rows in schedule.plan(f.offsets().map_err(e)?, 4) {
-                let page = f.page_without_ids(rows.clone(), false).map_err(e)?;
-                let added = sc.add_rows(rows.start, page.offsets, page.cols);
-                f.release_page(&page);
-                added?;
-            }
-            f.release_adjacency();
-        }
-        Target::Stencil(_) => return Err(no_csr()),
-    }
+    let rows = r.rows(Side::Forward, false)?;
+    rows.for_each_page(schedule, |v| sc.add_rows(v.first_row, v.offsets, v.cols)).unwrap_or_else(|| Err(no_csr()))?;
     Ok(sc.finish())
 }
 
@@ -151,29 +113,52 @@ fn no_csr() -> Error {
 
 /// Each edge's position within its forward destination row, indexed by the
 /// edge's user index, in the call's dtype.
-fn ranks_tensor(offsets: &[u64], ids: Option<&[u64]>, num_edges: usize, dtype: DType) -> Result<Tensor> {
-    if dtype == DType::F32 {
-        crate::scatter::f32_ranks_exact(offsets)?;
-    }
+fn ranks_tensor(r: &dyn Realization, schedule: &Schedule, num_edges: usize, dtype: DType) -> Result<Tensor> {
     let mut ranks = Tensor::zeros(dtype, vec![num_edges]).map_err(|er| Error::Call(er.to_string()))?;
     // Written in place, in the call's dtype (a rank below 2^24 is exact in
     // f32).
-    fn fill<T>(ranks: &mut [T], offsets: &[u64], ids: Option<&[u64]>, rank: impl Fn(usize) -> T) {
-        for w in offsets.windows(2) {
+    fn fill<T>(ranks: &mut [T], v: &PageView<'_>, rank: impl Fn(usize) -> T) {
+        let first = v.offsets.first().copied().unwrap_or(0) as usize;
+        for w in v.offsets.windows(2) {
             let (s, t) = (w[0] as usize, w[1] as usize);
             for p in s..t {
-                let id = ids.map(|v| v[p] as usize).unwrap_or(p);
+                let id = v.edge_ids.map(|e| e[p - first] as usize).unwrap_or(p);
                 if let Some(r) = ranks.get_mut(id) {
                     *r = rank(p - s);
                 }
             }
         }
     }
-    match ranks.data_mut() {
-        DataMut::F32(d) => fill(d, offsets, ids, |r| r as f32),
-        DataMut::F64(d) => fill(d, offsets, ids, |r| r as f64),
-    }
+    let rows = r.rows(Side::Forward, true)?;
+    rows.for_each_page(schedule, |v| {
+        match ranks.data_mut() {
+            DataMut::F32(d) => {
+                crate::scatter::f32_ranks_exact(v.offsets)?;
+                fill(d, &v, |r| r as f32)
+            }
+            DataMut::F64(d) => fill(d, &v, |r| r as f64),
+        }
+        Ok::<(), Error>(())
+    })
+    .unwrap_or_else(|| Err(no_csr()))?;
     Ok(ranks)
+}
+
+/// One over each forward row's degree (1 for an empty row), in the call's
+/// dtype.
+fn inv_degree_tensor(r: &dyn Realization, schedule: &Schedule, dtype: DType) -> Result<Tensor> {
+    let mut inv: Vec<f64> = Vec::new();
+    let rows = r.rows(Side::Forward, false)?;
+    rows.for_each_page(schedule, |v| {
+        inv.extend(v.offsets.windows(2).map(|w| 1.0 / ((w[1] - w[0]).max(1) as f64)));
+        Ok::<(), Error>(())
+    })
+    .unwrap_or_else(|| Err(no_csr()))?;
+    match dtype {
+        DType::F32 => Tensor::from_f32(vec![inv.len()], inv.iter().map(|&x| x as f32).collect()),
+        DType::F64 => Tensor::from_f64(vec![inv.len()], inv),
+    }
+    .map_err(|e| Error::Call(e.to_string()))
 }
 
 fn add_tensors(a: &mut Tensor, b: &Tensor) {
@@ -207,60 +192,72 @@ impl Kernel {
     }
 
     /// The shapes of this call's outputs.
-    pub fn output_shapes(&self, graph: &Graph, inputs: &Inputs<'_>) -> Result<Vec<(String, Vec<usize>)>> {
-        let b = crate::call::bind(self.captured(), graph, inputs)?;
+    pub fn output_shapes(&self, r: &dyn Realization, inputs: &Inputs<'_>) -> Result<Vec<(String, Vec<usize>)>> {
+        let extents = Extents { num_src: r.num_src(), num_dst: r.num_dst(), num_edges: r.num_edges() };
+        let handles = crate::call::stored_fields(self.captured(), r, inputs);
+        let all = crate::call::with_stored_fields(inputs, &handles)?;
+        let b = crate::call::bind_extents(self.captured(), extents, &all)?;
         let shapes = output_shapes(self.captured(), &b.extents, &b.widths);
         Ok(self.captured().outputs.iter().map(|o| o.name.clone()).zip(shapes).collect())
     }
 
-    /// The vector-Jacobian product: given the cotangent of each output (by
-    /// name), the gradient of every input (source, destination, edge and
-    /// parameter fields), computed by the JIT in the call's dtype.
-    pub fn vjp(&self, graph: &Graph, inputs: &Inputs<'_>, cotangents: &[(&str, TensorView<'_>)]) -> Result<Gradients> {
-        self.vjp_with(graph, inputs, cotangents, &Schedule::default())
+    /// The vector-Jacobian product over any realization: given the
+    /// cotangent of each output (by name), the gradient of every input
+    /// (source, destination, edge and parameter fields) in the call's
+    /// dtype. The stages run over the realization's rows of each side (the
+    /// source stage over its transpose, a monoid's suffix stage over its
+    /// rows reversed), so a `.gfg` file's backward runs paged and a
+    /// generated stencil's on the transposed stencil.
+    ///
+    /// Over a file, gradients are accumulated in RAM, except a stage's row
+    /// outputs over the RAM budget (the schedule's, or
+    /// [`crate::with_ram_budget`]'s): those, such as a large source
+    /// gradient, are file-backed tensors ([`Tensor::is_file_backed`]) whose
+    /// pages leave the resident set as the rows are done. One exception: a
+    /// max/min whose messages depend on the source alone takes its source
+    /// gradient from a scatter over the forward pages and a per-source
+    /// stage in memory (no stored transpose needed), unless that gradient is
+    /// over the RAM budget and the file has its transpose: then from the
+    /// transposed stage, into a file as above.
+    ///
+    /// Periodic generated stencils, and kernels whose backward reads
+    /// degrees or edge ranks, need the CSR realization (a clear error says
+    /// so).
+    pub fn vjp(&self, r: &dyn Realization, inputs: &Inputs<'_>, cotangents: &[(&str, TensorView<'_>)]) -> Result<Gradients> {
+        self.vjp_with(r, inputs, cotangents, &Schedule::default())
     }
 
-    /// [`Kernel::vjp`] as `schedule` says (threads; the back end of every
-    /// stage, the reference interpreter included).
+    /// [`Kernel::vjp`] as `schedule` says (threads, pages, the back end of
+    /// every stage, the reference interpreter included).
     pub fn vjp_with(
         &self,
-        graph: &Graph,
+        r: &dyn Realization,
         inputs: &Inputs<'_>,
         cotangents: &[(&str, TensorView<'_>)],
         schedule: &Schedule,
     ) -> Result<Gradients> {
-        self.run_vjp_on(Target::Memory(graph), inputs, cotangents, schedule)
-    }
-
-    /// The VJP on a generated stencil ([`Kernel::run_stencil`]): every
-    /// stage runs on a generated stencil too (source gradients on the
-    /// transposed one), and the gradients equal [`Kernel::vjp`]'s on
-    /// `Graph::stencil` of the same grid bit for bit. Periodic stencils, and
-    /// kernels whose backward reads degrees or edge ranks, need the CSR
-    /// realization (a clear error says so).
-    pub fn vjp_stencil(&self, st: &Stencil2d, inputs: &Inputs<'_>, cotangents: &[(&str, TensorView<'_>)]) -> Result<Gradients> {
-        self.run_vjp_on(Target::Stencil(st), inputs, cotangents, &Schedule::default())
+        self.run_vjp_on(r, inputs, cotangents, schedule)
     }
 
     /// The same VJP, every stage run by the f64 reference interpreter.
-    pub fn vjp_reference(&self, graph: &Graph, inputs: &Inputs<'_>, cotangents: &[(&str, TensorView<'_>)]) -> Result<Gradients> {
-        self.vjp_with(graph, inputs, cotangents, &Schedule::new().backend(Backend::Reference))
+    pub fn vjp_reference(
+        &self,
+        r: &dyn Realization,
+        inputs: &Inputs<'_>,
+        cotangents: &[(&str, TensorView<'_>)],
+    ) -> Result<Gradients> {
+        self.vjp_with(r, inputs, cotangents, &Schedule::new().backend(Backend::Reference))
     }
 
     /// The gradient of `sum(output)` with respect to every input, like
     /// `autograd.grad(out.sum(), inputs)` elsewhere.
-    pub fn grad(&self, graph: &Graph, inputs: &Inputs<'_>, output: &str) -> Result<Gradients> {
-        let b = crate::call::bind(self.captured(), graph, inputs)?;
-        let shapes = self.output_shapes(graph, inputs)?;
-        let mut cots = Vec::new();
-        for (name, shape) in &shapes {
-            let t = if name == output {
-                ones_like(b.dtype, shape)?
-            } else {
-                Tensor::zeros(b.dtype, shape.clone()).map_err(|e| Error::Call(e.to_string()))?
-            };
-            cots.push((name.clone(), t));
-        }
+    pub fn grad(&self, r: &dyn Realization, inputs: &Inputs<'_>, output: &str) -> Result<Gradients> {
+        self.grad_with(r, inputs, output, &Schedule::default())
+    }
+
+    /// [`Kernel::grad`] as `schedule` says.
+    pub fn grad_with(&self, r: &dyn Realization, inputs: &Inputs<'_>, output: &str, schedule: &Schedule) -> Result<Gradients> {
+        let shapes = self.output_shapes(r, inputs)?;
         if !shapes.iter().any(|(n, _)| n == output) {
             let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
             return Err(Error::Call(format!(
@@ -269,54 +266,47 @@ impl Kernel {
                 names.join(", ")
             )));
         }
+        let extents = Extents { num_src: r.num_src(), num_dst: r.num_dst(), num_edges: r.num_edges() };
+        let handles = crate::call::stored_fields(self.captured(), r, inputs);
+        let all = crate::call::with_stored_fields(inputs, &handles)?;
+        let dtype = crate::call::bind_extents(self.captured(), extents, &all)?.dtype;
+        let mut cots = Vec::new();
+        for (name, shape) in &shapes {
+            let t = if name == output {
+                ones_like(dtype, shape)?
+            } else {
+                Tensor::zeros(dtype, shape.clone()).map_err(|e| Error::Call(e.to_string()))?
+            };
+            cots.push((name.clone(), t));
+        }
         let views: Vec<(&str, TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
-        self.vjp(graph, inputs, &views)
-    }
-
-    /// The VJP over a graph stored in a `.gfg` file, every stage run paged
-    /// (the source stage over the file's stored transpose, a monoid's suffix
-    /// stage over reversed rows). Fields not in `inputs` are read from the
-    /// file. Gradients are accumulated in RAM, except a stage's row
-    /// outputs over the RAM budget (the schedule's, or
-    /// [`crate::with_ram_budget`]'s): those, such as a large source gradient, are
-    /// file-backed tensors ([`Tensor::is_file_backed`]) whose pages leave
-    /// the resident set as the rows are done.
-    ///
-    /// One exception: a max/min whose messages depend on the source alone
-    /// takes its source gradient from a scatter over the forward pages and a
-    /// per-source stage in memory (no stored transpose needed), unless that
-    /// gradient is over the RAM budget and the file has its transpose: then
-    /// from the transposed stage, into a file as above.
-    pub fn vjp_paged(
-        &self,
-        file: &GfgFile,
-        inputs: &Inputs<'_>,
-        cotangents: &[(&str, TensorView<'_>)],
-        schedule: &Schedule,
-    ) -> Result<Gradients> {
-        self.run_vjp_on(Target::Paged(file), inputs, cotangents, schedule)
+        self.vjp_with(r, inputs, &views, schedule)
     }
 
     fn run_vjp_on(
         &self,
-        target: Target<'_>,
+        r: &dyn Realization,
         inputs: &Inputs<'_>,
         cotangents: &[(&str, TensorView<'_>)],
         schedule: &Schedule,
     ) -> Result<Gradients> {
         let reference = schedule.backend == Backend::Reference;
         let k = self.captured();
-        let extents = match target {
-            Target::Memory(g) => Extents { num_src: g.num_src(), num_dst: g.num_dst(), num_edges: g.num_edges() },
-            Target::Paged(f) => Extents { num_src: f.num_src(), num_dst: f.num_dst(), num_edges: f.num_edges() },
-            Target::Stencil(st) => crate::call::stencil_extents(k, st)?,
+        let extents = Extents { num_src: r.num_src(), num_dst: r.num_dst(), num_edges: r.num_edges() };
+        // Whether the forward rows come in pages (a file), and a generated
+        // stencil's checks (no edge fields, a grid this machine can hold).
+        let paged = match r.rows(Side::Forward, false)? {
+            Rows::Generated(st) => {
+                crate::call::stencil_extents(k, &st)?;
+                false
+            }
+            Rows::Pages(p) => p.out_of_core(),
+            Rows::Memory(_) => false,
         };
-        // Over a file, fields not given are the file's own (mapped lazily).
-        let handles = match target {
-            Target::Paged(file) => crate::paged::file_fields(k, file, inputs),
-            Target::Memory(_) | Target::Stencil(_) => Vec::new(),
-        };
-        let with_file = crate::paged::with_file_fields(inputs, &handles)?;
+        // Fields not given are the realization's own (a file's, mapped
+        // lazily).
+        let handles = crate::call::stored_fields(k, r, inputs);
+        let with_file = crate::call::with_stored_fields(inputs, &handles)?;
         let inputs = &with_file;
         let b = crate::call::bind_extents(k, extents, inputs)?;
         // Cotangents: one per output, shaped like it, in the call's dtype.
@@ -387,10 +377,8 @@ impl Kernel {
                 .filter(|(f, _)| f.role == Role::Src)
                 .map(|(_, v)| (v.len() * dtype.size()) as u64)
                 .sum();
-            let to_file = match target {
-                Target::Paged(f) => f.has_transpose() && crate::offload::output_spill_dir(src_grad_bytes, schedule).is_some(),
-                Target::Memory(_) | Target::Stencil(_) => false,
-            };
+            let to_file =
+                paged && r.has_side(Side::Transposed) && crate::offload::output_spill_dir(src_grad_bytes, schedule).is_some();
             if to_file {
                 sides.scatter
             } else {
@@ -403,19 +391,12 @@ impl Kernel {
         let needs_inv_deg =
             plan.adjoint.stages.iter().enumerate().any(|(si, s)| runs(si) && s.bindings.contains(&Binding::InvDegree));
         let inv_deg = if needs_inv_deg {
-            let (offs, _) = target.csr()?;
-            let inv = offs.windows(2).map(|w| 1.0 / ((w[1] - w[0]).max(1) as f64));
-            match dtype {
-                DType::F32 => Tensor::from_f32(vec![offs.len().saturating_sub(1)], inv.map(|x| x as f32).collect()),
-                DType::F64 => Tensor::from_f64(vec![offs.len().saturating_sub(1)], inv.collect()),
-            }
-            .map_err(|e| Error::Call(e.to_string()))?
+            inv_degree_tensor(r, schedule, dtype)?
         } else {
             Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))?
         };
         let ranks = if needs_ranks {
-            let (offsets, ids) = target.csr()?;
-            ranks_tensor(offsets, ids, extents.num_edges, dtype)?
+            ranks_tensor(r, schedule, extents.num_edges, dtype)?
         } else {
             Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))?
         };
@@ -449,7 +430,7 @@ impl Kernel {
                             stage.kernel.name, fd.name
                         )));
                     };
-                    let (sums, has_edges) = winner_sums(target, schedule, &extents, w, v)?;
+                    let (sums, has_edges) = winner_sums(r, schedule, &extents, w, v)?;
                     scattered.push(sums);
                     sources_with_edges.get_or_insert(has_edges);
                 }
@@ -459,26 +440,6 @@ impl Kernel {
             // buffer of their size reuses the mapping rather than faulting
             // in fresh memory (a stage output of a 64-wide graph is 256 MB).
             release_unread(&mut stage_outs, &plan.adjoint, si, &stage.bindings, &runs);
-            let g: Arc<Graph>;
-            let g_ref: Option<&Graph> = match (target, stage.graph) {
-                // Node-wise, in memory whatever the target: one row per
-                // source, a self-loop for each source with out-edges.
-                (Target::Memory(_) | Target::Paged(..), GraphUse::SelfLoops) => {
-                    let with_edges = sources_with_edges.take().unwrap_or_else(|| vec![true; extents.num_src]);
-                    g = Arc::new(Graph::self_loops(&with_edges).map_err(|e| Error::Call(e.to_string()))?);
-                    Some(&g)
-                }
-                (Target::Paged(..) | Target::Stencil(_), _) => None,
-                (Target::Memory(graph), GraphUse::Forward) => Some(graph),
-                (Target::Memory(graph), GraphUse::Transposed) => {
-                    g = graph.transposed();
-                    Some(&g)
-                }
-                (Target::Memory(graph), GraphUse::RowReversed) => {
-                    g = graph.row_reversed();
-                    Some(&g)
-                }
-            };
             let outs = {
                 let mut ins = Inputs::new();
                 let mut next_scattered = scattered.iter();
@@ -495,36 +456,22 @@ impl Kernel {
                     })?;
                     ins = ins.with_role(fd.role, &fd.name, view);
                 }
-                match (target, g_ref) {
-                    (_, Some(g)) if reference => plan.stages[si].run_reference(g, &ins)?,
-                    (_, Some(g)) => plan.stages[si].run_with(g, &ins, schedule)?,
-                    (Target::Paged(file), None) => {
-                        let side = match stage.graph {
-                            GraphUse::Forward => Side::Forward,
-                            GraphUse::Transposed => Side::Transposed,
-                            GraphUse::RowReversed => Side::RowReversed,
-                            GraphUse::SelfLoops => {
-                                return Err(Error::Call("internal: a node-wise adjoint stage has no pages".into()))
-                            }
-                        };
-                        plan.stages[si].run_paged_side(file, side, &ins, schedule)?
+                let side = match stage.graph {
+                    GraphUse::Forward => Some(Side::Forward),
+                    GraphUse::Transposed => Some(Side::Transposed),
+                    GraphUse::RowReversed => Some(Side::RowReversed),
+                    GraphUse::SelfLoops => None,
+                };
+                match side {
+                    Some(side) => plan.stages[si].run_side(r, side, &ins, schedule)?,
+                    // Node-wise, in memory whatever the realization: one row
+                    // per source, a self-loop for each source with
+                    // out-edges.
+                    None => {
+                        let with_edges = sources_with_edges.take().unwrap_or_else(|| vec![true; extents.num_src]);
+                        let g = Graph::self_loops(&with_edges).map_err(|e| Error::Call(e.to_string()))?;
+                        plan.stages[si].run_with(&g, &ins, schedule)?
                     }
-                    (Target::Stencil(st), None) => {
-                        let st = match stage.graph {
-                            GraphUse::Forward => st.clone(),
-                            GraphUse::Transposed => st.transposed().ok_or_else(|| {
-                                Error::Call(
-                                    "the backward of a periodic generated stencil needs the CSR realization (Graph::stencil): \
-                                     its transpose is not a stencil in CSR order"
-                                        .into(),
-                                )
-                            })?,
-                            GraphUse::RowReversed => st.row_reversed(),
-                            GraphUse::SelfLoops => return Err(no_csr()),
-                        };
-                        plan.stages[si].run_stencil_with(&st, &ins, schedule)?
-                    }
-                    (Target::Memory(_), None) => return Err(Error::Call("internal: no graph for an adjoint stage".into())),
                 }
             };
             stage_outs.push(outs);

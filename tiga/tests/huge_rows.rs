@@ -53,9 +53,9 @@ fn hub_rows_are_split_and_still_exact() {
         save_gfg(&path, &g, true, &[]).expect("save");
         let file = GfgFile::open(&path).expect("open");
         let opts = Schedule::new().page_rows(100).prefetch(1);
-        let paged = k.run_paged(&file, &ins, &opts).expect("paged");
+        let paged = k.run_with(&file, &ins, &opts).expect("paged");
         assert_eq!(got.items[0].1.as_f64(), paged.items[0].1.as_f64(), "{name}");
-        let gp = k.vjp_paged(&file, &ins, &[("out", cot.view())], &opts).expect("paged vjp");
+        let gp = k.vjp_with(&file, &ins, &[("out", cot.view())], &opts).expect("paged vjp");
         for ((_, nm, a), (_, _, b)) in gj.items.iter().zip(&gp.items) {
             assert_eq!(a.as_f64(), b.as_f64(), "{name} gradient {nm}");
         }

@@ -23,12 +23,12 @@ fn graphs_over_the_budget_run_paged_with_the_same_numbers() {
     let w = Tensor::from_f64(vec![e], (0..e).map(|i| (i % 11) as f64 * 0.05).collect()).expect("w");
     let ins = Inputs::new().src("h", &h).src("cs", &cs).dst("cd", &cd).edge("w", &w);
     let opts = Schedule::new().page_rows(100).prefetch(2);
-    let a = k.run_any(&small, &ins, &opts).expect("in memory");
-    let b = k.run_any(&big, &ins, &opts).expect("paged");
+    let a = k.run_with(&small, &ins, &opts).expect("in memory");
+    let b = k.run_with(&big, &ins, &opts).expect("paged");
     assert_eq!(a.items[0].1.as_f64(), b.items[0].1.as_f64());
     let cot = Tensor::from_f64(vec![n, 3], vec![1.0; n * 3]).expect("cot");
-    let ga = k.vjp_any(&small, &ins, &[("out", cot.view())], &opts).expect("vjp in memory");
-    let gb = k.vjp_any(&big, &ins, &[("out", cot.view())], &opts).expect("vjp paged");
+    let ga = k.vjp_with(&small, &ins, &[("out", cot.view())], &opts).expect("vjp in memory");
+    let gb = k.vjp_with(&big, &ins, &[("out", cot.view())], &opts).expect("vjp paged");
     for ((_, name, x), (_, _, y)) in ga.items.iter().zip(&gb.items) {
         assert_eq!(x.as_f64(), y.as_f64(), "gradient {name}");
     }

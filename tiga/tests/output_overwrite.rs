@@ -165,17 +165,17 @@ fn paged_and_generated_stencil_outputs_show_no_stale_values() {
     let file = GfgFile::open(&path).expect("open");
     let opts = Schedule::new().page_rows(5000).prefetch(2);
     poison(&[n]);
-    let paged = k.run_paged(&file, &ins, &opts).expect("paged run");
+    let paged = k.run_with(&file, &ins, &opts).expect("paged run");
     same("paged forward", &want.items[0].1, &paged.items[0].1);
 
     poison(&[n]);
-    let gen = k.run_stencil(&st, &ins).expect("generated run");
+    let gen = k.run(&st, &ins).expect("generated run");
     same("generated forward", &want.items[0].1, &gen.items[0].1);
 
     let cot = Tensor::from_f32(vec![n], (0..n).map(|_| rng.uniform() as f32).collect()).expect("cotangent");
     let cots = [("out", cot.view())];
     let csr_grad = k.vjp(&g, &ins, &cots).expect("csr vjp");
     poison(&[n]);
-    let gen_grad = k.vjp_stencil(&st, &ins, &cots).expect("generated vjp");
+    let gen_grad = k.vjp(&st, &ins, &cots).expect("generated vjp");
     same("generated backward", csr_grad.src("x").expect("grad"), gen_grad.src("x").expect("grad"));
 }

@@ -44,7 +44,7 @@ fn paged_equals_in_memory() {
                 for fields_in_ram in [true, false] {
                     let opts = Schedule::new().page_rows(rows).prefetch(prefetch);
                     let inputs = if fields_in_ram { &ins } else { &params_only };
-                    let got = k.run_paged(&file, inputs, &opts).expect("paged run");
+                    let got = k.run_with(&file, inputs, &opts).expect("paged run");
                     for ((o, a), (_, b)) in want.items.iter().zip(&got.items) {
                         assert_eq!(
                             a.as_f32(),
@@ -58,7 +58,7 @@ fn paged_equals_in_memory() {
         }
         // A page budget in bytes plans pages too.
         let opts = Schedule::new().page_bytes(64).prefetch(1);
-        let got = k.run_paged(&file, &ins, &opts).expect("paged by bytes");
+        let got = k.run_with(&file, &ins, &opts).expect("paged by bytes");
         assert_eq!(want.items[0].1.as_f32(), got.items[0].1.as_f32(), "{} by bytes", k.name());
     }
 }
@@ -109,7 +109,7 @@ fn paged_vjp_equals_in_memory() {
                 for fields_in_ram in [true, false] {
                     let opts = Schedule::new().page_rows(rows).prefetch(prefetch);
                     let inputs = if fields_in_ram { &ins } else { &params_only };
-                    let got = k.vjp_paged(&file, inputs, &cot_v, &opts).expect("paged vjp");
+                    let got = k.vjp_with(&file, inputs, &cot_v, &opts).expect("paged vjp");
                     for ((role, name, a), (_, _, b)) in want.items.iter().zip(&got.items) {
                         assert_eq!(
                             a.to_f64_vec(),
@@ -153,7 +153,7 @@ fn paged_max_backward_needs_no_transpose() {
     for rows in [1usize, 5, n] {
         for prefetch in [0usize, 2] {
             let opts = Schedule::new().page_rows(rows).prefetch(prefetch);
-            let got = k.vjp_paged(&file, &ins, &[("out", cot.view())], &opts).expect("paged max vjp without a transpose");
+            let got = k.vjp_with(&file, &ins, &[("out", cot.view())], &opts).expect("paged max vjp without a transpose");
             assert_eq!(
                 got.src("h").expect("grad").to_f64_vec(),
                 want.src("h").expect("grad").to_f64_vec(),
@@ -163,7 +163,7 @@ fn paged_max_backward_needs_no_transpose() {
     }
     let sum = Kernel::from_source(GNN, "VecSum").expect("kernel");
     let opts = Schedule::new().page_rows(4).prefetch(1);
-    let err = sum.vjp_paged(&file, &ins, &[("out", cot.view())], &opts).expect_err("VecSum's source side reads the transpose");
+    let err = sum.vjp_with(&file, &ins, &[("out", cot.view())], &opts).expect_err("VecSum's source side reads the transpose");
     assert!(err.to_string().contains("transpose"), "{err}");
 }
 
@@ -192,7 +192,7 @@ fn paged_max_source_gradient_over_the_budget_lives_in_a_file() {
     // The source gradient is 300 × 8 × 4 = 9,600 bytes.
     for (path, budget, on_disk) in [(&with_t, 4096u64, true), (&with_t, 1 << 20, false), (&without_t, 4096, false)] {
         let file = GfgFile::open(path).expect("open");
-        let got = tiga::with_ram_budget(budget, || k.vjp_paged(&file, &ins, &[("out", cot.view())], &opts)).expect("paged vjp");
+        let got = tiga::with_ram_budget(budget, || k.vjp_with(&file, &ins, &[("out", cot.view())], &opts)).expect("paged vjp");
         let grad = got.src("h").expect("grad");
         let label = format!("{} budget {budget}", path.display());
         assert_eq!(grad.is_file_backed(), on_disk, "{label}");
@@ -234,7 +234,7 @@ impl GateCase {
     fn paged(&self, opts: &Schedule) -> tiga::Gradients {
         let file = GfgFile::open(self.dir.path().join("gate.gfg")).expect("open");
         let ins = Inputs::new().src("h", &self.h).edge("w", &self.w).param("p", &self.p);
-        self.k.vjp_paged(&file, &ins, &[("out", self.cot.view())], opts).expect("paged vjp")
+        self.k.vjp_with(&file, &ins, &[("out", self.cot.view())], opts).expect("paged vjp")
     }
 
     fn check(&self, got: &tiga::Gradients, what: &str) {

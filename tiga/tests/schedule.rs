@@ -75,8 +75,8 @@ fn a_schedule_budget_spills_row_outputs() {
     let spill = dir.path().join("spill");
     let plain = Schedule::new().page_rows(300);
     let tight = plain.clone().ram_budget(1024).spill_dir(&spill);
-    let kept = k.run_paged(&file, &ins, &plain).expect("paged");
-    let spilled = k.run_paged(&file, &ins, &tight).expect("paged, spilled");
+    let kept = k.run_with(&file, &ins, &plain).expect("paged");
+    let spilled = k.run_with(&file, &ins, &tight).expect("paged, spilled");
     assert!(!kept.items[0].1.is_file_backed());
     assert!(spilled.items[0].1.is_file_backed(), "the output is 128 KB, over a 1 KiB budget");
     assert_eq!(kept.items[0].1.as_f64(), want.items[0].1.as_f64());

@@ -61,7 +61,7 @@ fn generated_stencil_equals_csr_stencil() {
                     let ts = fields(&k, rows * cols, f64);
                     let ins = inputs(&ts);
                     let csr = k.run(&g, &ins).expect("csr run");
-                    let gen = k.run_stencil(&st, &ins).expect("generated run");
+                    let gen = k.run(&st, &ins).expect("generated run");
                     for ((o, a), (_, b)) in csr.items.iter().zip(&gen.items) {
                         assert!(same_bits(a, b), "{name} {rows}x{cols} periodic={periodic} f64={f64}: output {o}");
                     }
@@ -103,7 +103,7 @@ fn generated_stencil_vjp_equals_csr_stencil_vjp() {
                     .collect();
                 let cot_views: Vec<(&str, tiga::TensorView<'_>)> = cots.iter().map(|(o, t)| (o.as_str(), t.view())).collect();
                 let csr = k.vjp(&g, &ins, &cot_views).expect("csr vjp");
-                match k.vjp_stencil(&st, &ins, &cot_views) {
+                match k.vjp(&st, &ins, &cot_views) {
                     Ok(gen) => {
                         assert!(!periodic, "{name}: a periodic stencil's backward ran generated");
                         assert_eq!(csr.items.len(), gen.items.len(), "{name}: gradient count");

@@ -31,8 +31,8 @@ pub enum Side {
 pub struct GfgPages<'f> {
     file: &'f GfgFile,
     side: Side,
-    /// Whether pages carry their edge ids (the kernel reads edge fields or
-    /// writes edge outputs; rows reversed always do).
+    /// Whether pages carry their edge ids: the call reads them and the
+    /// file stores them (rows reversed always carry them).
     edge_ids: bool,
     /// Reversed-row buffers of released pages, for the next pages.
     pool: Mutex<Vec<ReversedPage>>,
@@ -40,9 +40,15 @@ pub struct GfgPages<'f> {
 
 impl<'f> GfgPages<'f> {
     /// The pages of `side`; `edge_ids` whether the call reads edge ids (a
-    /// page without them maps 8 bytes per edge less).
-    pub fn new(file: &'f GfgFile, side: Side, edge_ids: bool) -> GfgPages<'f> {
-        GfgPages { file, side, edge_ids: edge_ids || side == Side::RowReversed, pool: Mutex::new(Vec::new()) }
+    /// page without them maps 8 bytes per edge less: a kernel with no edge
+    /// fields or outputs never looks at them).
+    pub fn new(file: &'f GfgFile, side: Side, edge_ids: bool) -> Result<GfgPages<'f>, ExecError> {
+        let edge_ids = match side {
+            Side::Forward => edge_ids && file.has_edge_ids(),
+            Side::Transposed => edge_ids && file.t_edge_ids()?.is_some(),
+            Side::RowReversed => true,
+        };
+        Ok(GfgPages { file, side, edge_ids, pool: Mutex::new(Vec::new()) })
     }
 }
 
@@ -129,6 +135,29 @@ impl Drop for Reversed<'_> {
         if let (Some(p), Ok(mut pool)) = (self.page.take(), self.pool.lock()) {
             pool.push(p);
         }
+    }
+}
+
+impl crate::realization::PagedRows for GfgPages<'_> {
+    fn edge_ids(&self) -> bool {
+        self.edge_ids
+    }
+
+    /// By rows, only the row count is needed; by bytes, the mapped offsets
+    /// are scanned once (no copy).
+    fn plan(&self, schedule: &crate::Schedule) -> Result<Vec<Range<usize>>, ExecError> {
+        let rows = match self.side {
+            Side::Transposed => self.file.num_src(),
+            _ => self.file.num_dst(),
+        };
+        if schedule.page_bytes.is_none() {
+            return Ok(super::plan_rows(rows, schedule.rows_per_page()));
+        }
+        let offsets: &[u64] = match self.side {
+            Side::Transposed => self.file.t_offsets()?.unwrap_or(&[]),
+            _ => self.file.offsets()?,
+        };
+        Ok(schedule.plan(offsets, 4 + if self.edge_ids { 8 } else { 0 }))
     }
 }
 

@@ -436,6 +436,23 @@ pub unsafe fn run_pages(
     }
 }
 
+/// Check that `plan` covers rows `0..num_rows` once, in order, with no
+/// empty page: a plan from a realization that skipped or repeated rows
+/// would leave outputs unwritten or written twice.
+pub fn check_plan(plan: &[Range<usize>], num_rows: usize) -> Result<(), ExecError> {
+    let mut next = 0;
+    for r in plan {
+        if r.start != next || r.end <= r.start {
+            return Err(ExecError::Plan { page: r.clone(), expected_start: next, num_rows });
+        }
+        next = r.end;
+    }
+    if next != num_rows {
+        return Err(ExecError::Plan { page: next..next, expected_start: next, num_rows });
+    }
+    Ok(())
+}
+
 /// A page plan by rows alone: `rows_per_page` rows a page (at least one).
 pub fn plan_rows(num_rows: usize, rows_per_page: usize) -> Vec<Range<usize>> {
     let rows = rows_per_page.max(1);

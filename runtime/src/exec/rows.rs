@@ -42,6 +42,14 @@ pub enum ExecError {
     },
     #[error("rows {rows:?}: an earlier piece of their parameter block failed")]
     EarlierPieceFailed { rows: Range<usize> },
+    /// The realization cannot give these rows (a file without its stored
+    /// transpose, the transpose of a periodic stencil); the message says
+    /// what would.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A page plan that does not cover the rows once, in order.
+    #[error("a page plan must cover rows 0..{num_rows} once, in order: page {page:?} where rows from {expected_start} were due")]
+    Plan { page: Range<usize>, expected_start: usize, num_rows: usize },
     #[error("a worker panicked while running rows")]
     WorkerPanicked,
     #[error("could not start a pool of {threads} threads: {message}")]
