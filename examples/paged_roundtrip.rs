@@ -130,10 +130,9 @@ fn main() -> Res<()> {
     );
 
     // 4. Spill under a name, reattach from a fresh store value.
-    let spill_dir = match std::env::var_os("TIGA_SPILL_DIR") {
-        Some(d) if !d.is_empty() => std::path::PathBuf::from(d),
-        _ => dir.path().join("spill"),
-    };
+    // The library reads no environment variable; a program that wants the
+    // `TIGA_*` ones asks for them.
+    let spill_dir = Schedule::from_env()?.spill_dir.unwrap_or_else(|| dir.path().join("spill"));
     let name = "jacobi.step5";
     let expected_crc = tensor_crc32(result.data());
     let spilled = TensorStore::at(&spill_dir)?.spill(name, &result.view())?;

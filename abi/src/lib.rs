@@ -1,5 +1,5 @@
 //! The compiled-kernel interface: what every back end compiles to and what
-//! the runtime's executor calls. It is a crate of its own, with no
+//! the runtime's executor calls, and the [`DType`] both speak. It is a crate of its own, with no
 //! dependencies, so that the compiler's back ends (Cranelift, the Rust
 //! source of the macro path) and the runtime agree on one definition
 //! without the compiler depending on the runtime or the other way round;
@@ -47,6 +47,40 @@
 //! for `p` in those rows' ranges.
 
 use core::mem::offset_of;
+
+/// The element type of every field, output and arithmetic operation of a
+/// call (a call picks one for all its fields): what a variant is compiled
+/// for and what a tensor holds. One enum for the compiler and the runtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum DType {
+    F32,
+    F64,
+}
+
+impl DType {
+    /// The Rust name (`f32`, `f64`), as kernels spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F64 => 8,
+        }
+    }
+}
+
+impl core::fmt::Display for DType {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// The signature of a compiled variant (see the crate doc).
 pub type EntryFn = unsafe extern "C" fn(*const RawArgs, u64, u64);

@@ -247,7 +247,24 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     let explain_call = |e: tiga::Error| -> Failure {
         use tiga::compiler::bind::BindError;
         let extra = match &e {
-            tiga::Error::Bind(BindError::Shape { role, name, .. } | BindError::Width { role, name, .. }) => {
+            tiga::Error::Bind(BindError::Shape { role, name, actual, .. }) => {
+                let read = file_of(role, name).map(|p| format!(" (read from {p})")).unwrap_or_default();
+                // An edge list's node count is its largest id + 1 unless
+                // --num-nodes says otherwise: a node field with more rows
+                // usually means isolated nodes at the end.
+                let edge_list = matches!(graph, GraphSource::Memory(_))
+                    && req.num_nodes.is_none()
+                    && !req.graph.extension().is_some_and(|x| x.eq_ignore_ascii_case("mtx"));
+                let nodes = if *role == "dst" { graph.num_dst() } else { graph.num_src() };
+                let hint = match actual.first() {
+                    Some(&rows) if edge_list && (*role == "src" || *role == "dst") && rows != nodes => format!(
+                        "; the edge list's node count was taken as its largest id + 1 = {nodes}: if the graph has {rows} nodes, pass --num-nodes {rows}"
+                    ),
+                    _ => String::new(),
+                };
+                format!("{read}{hint}")
+            }
+            tiga::Error::Bind(BindError::Width { role, name, .. }) => {
                 file_of(role, name).map(|p| format!(" (read from {p})")).unwrap_or_default()
             }
             tiga::Error::Bind(BindError::MissingField { role, name, .. }) => match &graph {

@@ -367,6 +367,13 @@ fn bad_inputs_are_clear_errors() {
     };
     // Malformed edge list: path and line.
     fails_with(&run(&["--kernel", "NeighborSum", "--graph", "bad.txt", "--src", "x=x.npy"]), &["bad.txt:3", "`x`"]);
+    // A field with more rows than the edge list's largest id + 1: the
+    // message suggests --num-nodes.
+    npy_f32(&d.join("x7.npy"), &[7], &[1.0; 7]);
+    fails_with(
+        &run(&["--kernel", "NeighborSum", "--graph", "g.txt", "--src", "x=x7.npy"]),
+        &["shape [7], expected [5]", "largest id + 1 = 5", "pass --num-nodes 7"],
+    );
     // Out-of-range node id with --num-nodes.
     fails_with(
         &run(&["--kernel", "NeighborSum", "--graph", "g.txt", "--num-nodes", "3", "--src", "x=x.npy"]),
@@ -434,6 +441,19 @@ fn bad_inputs_are_clear_errors() {
     )
     .expect("write");
     fails_with(&tigac(d, &["explain", "syntax.rs"]), &["syntax.rs:3:", "^"]);
+    // f32 and f64 meeting in one operation: rustc refuses this kernel on
+    // the macro path, so tigac refuses the kernel file, at the operation.
+    std::fs::write(
+        d.join("mixed.rs"),
+        "#[message_passing(reduce = sum)]\npub mod Mixed {\n    pub struct Src { pub x: f32 }\n    pub struct Dst { pub y: f64 }\n    pub fn edge(src: &Src, dst: &Dst) -> f32 { 2.0 * src.x + dst.y }\n}\n",
+    )
+    .expect("write");
+    let o = tigac(d, &["explain", "mixed.rs"]);
+    fails_with(&o, &["mixed.rs:5:", "mixes f32 and f64", "^"]);
+    // Two kernels of one name: the second is an error.
+    let one = "#[message_passing(reduce = sum)]\npub mod Twice {\n    pub struct Src { pub x: f32 }\n    pub fn edge(src: &Src) -> f32 { src.x }\n}\n";
+    std::fs::write(d.join("twice.rs"), format!("{one}{one}")).expect("write");
+    fails_with(&tigac(d, &["explain", "twice.rs"]), &["twice.rs:7:", "a second kernel named `Twice`"]);
     // A damaged artifact names the artifact.
     std::fs::write(d.join("broken.tiga"), "{\"format\": \"tiga-artifact\", \"version\": 1, \"kernels\": [{}]}").expect("write");
     fails_with(&tigac(d, &["explain", "broken.tiga"]), &["broken.tiga"]);

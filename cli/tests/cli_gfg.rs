@@ -11,30 +11,25 @@ use tiga_runtime::{read_edge_list, read_matrix_market, Graph};
 mod common;
 use common::*;
 
-fn lcg(seed: &mut u64) -> u64 {
-    *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    *seed >> 33
-}
-
 /// A random edge list over `n` nodes with `m` edges: comments (`#`, `%`,
 /// indented), blank lines, CRLF endings, weight columns, self loops,
 /// repeated (multi-)edges, and nodes with no in-edges (ids are drawn from
 /// the even nodes only as destinations).
 fn random_edge_list(seed: u64, n: u64, m: usize) -> String {
-    let mut s = seed;
+    let mut rng = Rng(seed | 1);
     let mut text = String::from("# FromNodeId\tToNodeId\n% another comment\n");
     let mut last = (0, 0);
     for k in 0..m {
-        let (src, dst) = match lcg(&mut s) % 10 {
+        let (src, dst) = match rng.next() % 10 {
             0 if k > 0 => last, // a multi-edge, right after its twin
             1 => {
-                let v = lcg(&mut s) % n;
+                let v = rng.next() % n;
                 (v, v - v % 2) // a self loop when v is even
             }
-            _ => (lcg(&mut s) % n, (lcg(&mut s) % n) & !1), // odd nodes have empty rows
+            _ => (rng.next() % n, (rng.next() % n) & !1), // odd nodes have empty rows
         };
         last = (src, dst);
-        match lcg(&mut s) % 12 {
+        match rng.next() % 12 {
             0 => text.push_str(&format!("{src}\t{dst} 0.5\n")),
             1 => text.push_str(&format!("  {src} {dst}\r\n")),
             2 => text.push_str(&format!("\n   # indented comment\n{src} {dst} 1 -2e3\n")),

@@ -3,7 +3,7 @@
 //! runtime facade and `tigac`, so they all reject the same calls with the same
 //! words.
 
-use crate::ir::{Kernel, Role, Type, WidthId};
+use crate::ir::{DType, Kernel, Role, Type, WidthId};
 
 /// The sizes a call sees: node and edge counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,8 +21,84 @@ pub enum BindError {
     MissingField { kernel: String, role: &'static str, name: String, expected: String },
     #[error("{role} field `{name}` has shape {actual:?}, expected {expected}")]
     Shape { role: &'static str, name: String, expected: String, actual: Vec<usize> },
-    #[error("{role} field `{name}` sets width {width} = {actual}, but {width} = {bound} from {bound_by}")]
+    #[error("{role} field `{name}` has width {actual}, but {width} is {bound}: fields of one width must agree")]
     Width { role: &'static str, name: String, width: String, actual: usize, bound: usize, bound_by: String },
+    #[error(
+        "{role} field `{name}` is {dtype}, but `{first}` is {first_dtype}: a call runs in one dtype, pass every field as f32 or every field as f64"
+    )]
+    MixedDtypes { role: &'static str, name: String, dtype: DType, first: String, first_dtype: DType },
+    #[error("{role} field `{name}` is given twice")]
+    Duplicate { role: &'static str, name: String },
+}
+
+/// A field a call passes: role, name, dtype and shape.
+#[derive(Clone, Copy, Debug)]
+pub struct Given<'s> {
+    pub role: Role,
+    pub name: &'s str,
+    pub dtype: DType,
+    pub shape: &'s [usize],
+}
+
+/// A call's fields bound to a kernel ([`bind_fields`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bound {
+    /// For each declared field, in declaration order, its index in the
+    /// fields given.
+    pub order: Vec<usize>,
+    pub dtype: DType,
+    /// The value of each width symbol.
+    pub widths: Vec<usize>,
+}
+
+/// Every check of a call's fields against kernel `k` on a graph of these
+/// extents, in one place for every caller (the facade, `tigac`): no field
+/// the kernel does not declare, none given twice, none missing, one dtype
+/// for all, every shape and width consistent.
+pub fn bind_fields(k: &Kernel, e: &Extents, given: &[Given<'_>]) -> Result<Bound, BindError> {
+    for (i, g) in given.iter().enumerate() {
+        if k.field_by_name(g.role, g.name).is_none() {
+            let known: Vec<String> = k.fields.iter().filter(|f| f.role == g.role).map(|f| f.name.clone()).collect();
+            let hint = if known.is_empty() {
+                format!(" (it has no {} fields)", g.role.name())
+            } else {
+                format!(" (its {} fields: {})", g.role.name(), known.join(", "))
+            };
+            return Err(BindError::UnknownField { kernel: k.name.clone(), role: g.role.name(), name: g.name.to_string(), hint });
+        }
+        if given[..i].iter().any(|h| h.role == g.role && h.name == g.name) {
+            return Err(BindError::Duplicate { role: g.role.name(), name: g.name.to_string() });
+        }
+    }
+    let mut order = Vec::with_capacity(k.fields.len());
+    for (i, f) in k.fields.iter().enumerate() {
+        match given.iter().position(|g| g.role == f.role && g.name == f.name) {
+            Some(j) => order.push(j),
+            None => {
+                return Err(BindError::MissingField {
+                    kernel: k.name.clone(),
+                    role: f.role.name(),
+                    name: f.name.clone(),
+                    expected: expected_shape(k, i, e),
+                })
+            }
+        }
+    }
+    let dtype = order.first().map(|&j| given[j].dtype).unwrap_or(DType::F32);
+    for (f, &j) in k.fields.iter().zip(&order) {
+        if given[j].dtype != dtype {
+            return Err(BindError::MixedDtypes {
+                role: f.role.name(),
+                name: f.name.clone(),
+                dtype: given[j].dtype,
+                first: k.fields[0].name.clone(),
+                first_dtype: dtype,
+            });
+        }
+    }
+    let shapes: Vec<&[usize]> = order.iter().map(|&j| given[j].shape).collect();
+    let widths = bind_shapes(k, e, &shapes)?;
+    Ok(Bound { order, dtype, widths })
 }
 
 fn rows_for(role: Role, e: &Extents) -> Option<(usize, &'static str)> {
@@ -34,10 +110,13 @@ fn rows_for(role: Role, e: &Extents) -> Option<(usize, &'static str)> {
     }
 }
 
-/// The shape a field must have, as text (for error messages).
+/// The shape a field must have, as text (for error messages), in the
+/// user's words: a width is "any" where this field sets it, else named by
+/// the field that does ("the width of src `h`"), never by the internal
+/// symbol (`F1`), which the user never wrote.
 pub fn expected_shape(k: &Kernel, field: usize, e: &Extents) -> String {
     let fd = &k.fields[field];
-    let w = |w| k.width_name(w).to_string();
+    let w = |w: WidthId| width_words(k, w, Some(field));
     match (rows_for(fd.role, e), fd.ty) {
         (Some((n, _)), Type::Scalar) => format!("[{n}]"),
         (Some((n, _)), Type::Vector(x)) => format!("[{n}, {}]", w(x)),
@@ -45,6 +124,25 @@ pub fn expected_shape(k: &Kernel, field: usize, e: &Extents) -> String {
         (None, Type::Vector(x)) => format!("[{}]", w(x)),
         (None, Type::Matrix(r, c)) => format!("[{}, {}]", w(r), w(c)),
         _ => "?".to_string(),
+    }
+}
+
+/// A width symbol in the user's words: `any width` when `field` is the one
+/// that sets it, else which dimension of which field sets it.
+fn width_words(k: &Kernel, w: WidthId, field: Option<usize>) -> String {
+    let Some(d) = k.widths.get(w.0 as usize) else { return "any width".into() };
+    let (by, dim) = (d.bound_by.0 .0 as usize, d.bound_by.1);
+    match k.fields.get(by) {
+        Some(_) if Some(by) == field => "any width".into(),
+        Some(bf) => {
+            let which = match (bf.ty, dim) {
+                (Type::Matrix(..), 0) => "the rows of",
+                (Type::Matrix(..), _) => "the columns of",
+                _ => "the width of",
+            };
+            format!("{which} {} `{}`", bf.role.name(), bf.name)
+        }
+        None => "any width".into(),
     }
 }
 
@@ -116,7 +214,7 @@ pub fn bind_shapes(k: &Kernel, e: &Extents, shapes: &[&[usize]]) -> Result<Vec<u
                     return Err(BindError::Width {
                         role: fd.role.name(),
                         name: fd.name.clone(),
-                        width: k.width_name(w).to_string(),
+                        width: width_words(k, w, None),
                         actual,
                         bound: *bound,
                         bound_by: by.clone(),

@@ -94,24 +94,25 @@ impl B {
 
 // ---------------------------------------------------------------- values
 
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
-impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        (x >> 11) as f64 / (1u64 << 53) as f64
-    }
+/// Values for the rules' checks, drawn from the tests' one generator.
+trait Draw {
+    fn range(&mut self, lo: f64, hi: f64) -> f64;
+    fn away(&mut self) -> f64;
+    fn value(&mut self, t: Type, positive: bool) -> Value;
+}
+
+impl Draw for Rng {
     fn range(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.next()
+        lo + (hi - lo) * self.unit()
     }
     /// A value in ±[0.2, 2], away from the kinks at 0.
     fn away(&mut self) -> f64 {
         let m = self.range(0.2, 2.0);
-        if self.next() < 0.5 {
+        if self.unit() < 0.5 {
             -m
         } else {
             m

@@ -22,9 +22,9 @@ pub fn message_passing(attr: TokenStream, item: TokenStream) -> TokenStream {
             return quote! { #err #item2 }.into();
         }
     };
-    let compiled = tiga_compiler::front::capture_module(attr2, &module)
+    let compiled = tiga_compiler::front::capture_module(attr2.clone(), &module)
         .map_err(|e| (e.span, e.message))
-        .and_then(|k| tiga_compiler::passes::run_pipeline(k).map_err(|e| (module.ident.span(), e.to_string())));
+        .and_then(|k| tiga_compiler::passes::run_pipeline(k).map_err(|e| pass_error(&[&attr2, &item2], module.ident.span(), e)));
     let (vis, ident, attrs) = (&module.vis, &module.ident, &module.attrs);
     let items = match &module.content {
         Some((_, items)) => items.clone(),
@@ -80,6 +80,39 @@ pub fn message_passing(attr: TokenStream, item: TokenStream) -> TokenStream {
             .into()
         }
     }
+}
+
+/// Where a pass error goes: at the token of its span when the module has
+/// one there (the message then needs no `line:col` of its own), else at the
+/// module's name with the position in the text.
+fn pass_error(
+    tokens: &[&proc_macro2::TokenStream],
+    fallback: proc_macro2::Span,
+    e: tiga_compiler::passes::PassError,
+) -> (proc_macro2::Span, String) {
+    use tiga_compiler::passes::PassError;
+    if let PassError::Refused { message, span: Some(at), .. } = &e {
+        if let Some(sp) = tokens.iter().find_map(|t| token_at((*t).clone(), at.line as usize, at.col as usize)) {
+            return (sp, message.clone());
+        }
+    }
+    (fallback, e.to_string())
+}
+
+/// The span of the token that starts at this line and column.
+fn token_at(tokens: proc_macro2::TokenStream, line: usize, col: usize) -> Option<proc_macro2::Span> {
+    for t in tokens {
+        let sp = t.span();
+        if sp.start().line == line && sp.start().column == col {
+            return Some(sp);
+        }
+        if let proc_macro2::TokenTree::Group(g) = t {
+            if let Some(found) = token_at(g.stream(), line, col) {
+                return Some(found);
+            }
+        }
+    }
+    None
 }
 
 /// The ahead-of-time variants of a kernel and of its adjoint stages: the

@@ -55,6 +55,12 @@ pub enum GraphError {
     EdgeSourceOutOfRange { edge: usize, src: u32, num_src: usize },
     #[error("edge {edge}: destination {dst} is out of range for num_dst = {num_dst}")]
     EdgeDestinationOutOfRange { edge: usize, dst: u32, num_dst: usize },
+    #[error("an edge_index holds two rows of equal length ([2, E]), but this one has {len} entries")]
+    EdgeIndexShape { len: usize },
+    #[error("edge_index edge {edge}: {row} {id} is not a node id below {num_nodes}")]
+    EdgeIndexNode { edge: usize, row: &'static str, id: i64, num_nodes: usize },
+    #[error("this needs a square graph (as many sources as destinations), not {num_src} sources and {num_dst} destinations")]
+    NotSquare { num_src: usize, num_dst: usize },
     #[error("stencil shape is empty; it needs at least one dimension")]
     StencilEmptyShape,
     #[error("stencil neighbour offset {index} has {actual} components, expected {expected} (the shape's dimensions)")]

@@ -21,6 +21,7 @@
 pub use tiga_abi as abi;
 pub mod exec;
 pub mod graph;
+pub mod graph_ops;
 pub mod io;
 pub mod npy;
 pub mod realization;
@@ -30,10 +31,12 @@ pub mod tensor;
 
 pub use exec::{balanced_row_chunks, for_each_row_chunk};
 pub use graph::{Graph, GraphError, StencilPlan, MAX_NODES};
+pub use graph_ops::{add_self_loops, from_edge_index, gcn_norm, in_degree, out_degree, Batch, BatchError};
 pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_matrix_market};
 pub use npy::{encode_npy, parse_npy, read_npy, write_npy, NpyError};
+pub use petgraph;
 pub use realization::{GraphRows, PagedRows, Realization, Rows};
 pub use schedule::{Backend, Schedule, ScheduleError};
-pub use storage::tensors::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
+pub use storage::tensor_store::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
 pub use storage::{save_gfg, FieldHandle, FieldInfo, FieldRole, GfgError, GfgFile, GfgWriter, Page, PendingGfg};
 pub use tensor::{Buffer, DType, Data, DataMut, Tensor, TensorError, TensorView};

@@ -10,36 +10,9 @@
 
 use thiserror::Error;
 
-/// The element type of a tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DType {
-    F32,
-    F64,
-}
-
-impl DType {
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            DType::F32 => 4,
-            DType::F64 => 8,
-        }
-    }
-
-    /// The Rust name (`f32`, `f64`), as kernels spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-        }
-    }
-}
-
-impl std::fmt::Display for DType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// The element type of a tensor: the one enum the compiler's variants use
+/// too.
+pub use tiga_abi::DType;
 
 /// Why a tensor could not be built.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -285,6 +258,16 @@ impl PartialEq for Tensor {
 }
 
 impl Tensor {
+    /// One number, shaped `[1]` (a scalar parameter).
+    pub fn scalar_f32(x: f32) -> Tensor {
+        Tensor { shape: vec![1], data: Storage::Memory(Buffer::F32(vec![x])) }
+    }
+
+    /// One number, shaped `[1]` (a scalar parameter).
+    pub fn scalar_f64(x: f64) -> Tensor {
+        Tensor { shape: vec![1], data: Storage::Memory(Buffer::F64(vec![x])) }
+    }
+
     pub fn from_f32(shape: impl Into<Vec<usize>>, data: Vec<f32>) -> Result<Tensor, TensorError> {
         let shape = shape.into();
         check_len(&shape, data.len())?;
@@ -487,7 +470,9 @@ fn allocate(_file: &std::fs::File, _bytes: usize) -> std::io::Result<()> {
     Ok(())
 }
 
-fn os_page_size() -> usize {
+/// The OS page size (what `madvise`, `mincore` and first-touch faults work
+/// in).
+pub(crate) fn os_page_size() -> usize {
     // SAFETY: `sysconf` has no preconditions.
     usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1)
 }

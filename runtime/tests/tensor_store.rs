@@ -1,4 +1,4 @@
-//! Named tensors on disk (`storage::tensors`): spill, reattach (from another
+//! Named tensors on disk (`storage::tensor_store`): spill, reattach (from another
 //! store value and from another process), load and map, and refusal of
 //! damaged files and bad names.
 

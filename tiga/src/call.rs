@@ -1,10 +1,8 @@
 //! A kernel call: binding named fields to the kernel's declaration, checking
 //! every size, and running the JIT variant over row chunks in parallel.
 
-use std::collections::BTreeMap;
-
 use tiga_compiler::back::cranelift::VariantKey;
-use tiga_compiler::bind::{bind_shapes, output_shapes, Extents};
+use tiga_compiler::bind::{bind_fields, output_shapes, Extents, Given};
 use tiga_compiler::interp::{interpret_in_order, Array};
 use tiga_compiler::ir::{self, Role};
 use tiga_compiler::loops::LoopKernel;
@@ -17,50 +15,115 @@ use tiga_runtime::{DType, Data, Graph, Tensor, TensorView};
 
 use crate::{Error, Kernel, Result};
 
-pub(crate) fn ir_dtype(d: DType) -> ir::DType {
-    match d {
-        DType::F32 => ir::DType::F32,
-        DType::F64 => ir::DType::F64,
+/// One field or parameter of a call: a view of the caller's data, or a
+/// value the call holds itself (a scalar parameter given as a number).
+#[derive(Debug, Clone)]
+pub enum Input<'a> {
+    View(TensorView<'a>),
+    Owned(Tensor),
+}
+
+impl Input<'_> {
+    pub fn view(&self) -> TensorView<'_> {
+        match self {
+            Input::View(v) => v.clone(),
+            Input::Owned(t) => t.view(),
+        }
     }
 }
 
-/// The fields and parameters of one call, by role and name.
+impl<'a> From<TensorView<'a>> for Input<'a> {
+    fn from(v: TensorView<'a>) -> Self {
+        Input::View(v)
+    }
+}
+impl<'a> From<&'a Tensor> for Input<'a> {
+    fn from(t: &'a Tensor) -> Self {
+        Input::View(t.view())
+    }
+}
+impl<'a> From<&'a [f32]> for Input<'a> {
+    fn from(d: &'a [f32]) -> Self {
+        Input::View(d.into())
+    }
+}
+impl<'a> From<&'a [f64]> for Input<'a> {
+    fn from(d: &'a [f64]) -> Self {
+        Input::View(d.into())
+    }
+}
+impl<'a> From<&'a Vec<f32>> for Input<'a> {
+    fn from(d: &'a Vec<f32>) -> Self {
+        Input::View(d.into())
+    }
+}
+impl<'a> From<&'a Vec<f64>> for Input<'a> {
+    fn from(d: &'a Vec<f64>) -> Self {
+        Input::View(d.into())
+    }
+}
+/// A vector parameter (`[N]`), e.g. `.param("a", &[0.5f32, 1.0, 2.0, 4.0])`.
+impl<'a, const N: usize> From<&'a [f32; N]> for Input<'a> {
+    fn from(d: &'a [f32; N]) -> Self {
+        Input::View(d.as_slice().into())
+    }
+}
+impl<'a, const N: usize> From<&'a [f64; N]> for Input<'a> {
+    fn from(d: &'a [f64; N]) -> Self {
+        Input::View(d.as_slice().into())
+    }
+}
+/// A scalar parameter given as a number, e.g. `.param("damping", 0.85f32)`.
+impl From<f32> for Input<'_> {
+    fn from(x: f32) -> Self {
+        Input::Owned(Tensor::scalar_f32(x))
+    }
+}
+impl From<f64> for Input<'_> {
+    fn from(x: f64) -> Self {
+        Input::Owned(Tensor::scalar_f64(x))
+    }
+}
+
+/// The fields and parameters of one call, by role and name, in the order
+/// given (a field given twice is an error when the call binds them).
 #[derive(Debug, Default, Clone)]
 pub struct Inputs<'a> {
-    fields: BTreeMap<(Role, String), TensorView<'a>>,
+    fields: Vec<(Role, String, Input<'a>)>,
 }
 
 impl<'a> Inputs<'a> {
     pub fn new() -> Inputs<'a> {
         Inputs::default()
     }
-    fn with(mut self, role: Role, name: &str, v: impl Into<TensorView<'a>>) -> Self {
-        self.fields.insert((role, name.to_string()), v.into());
+    fn with(mut self, role: Role, name: &str, v: impl Into<Input<'a>>) -> Self {
+        self.fields.push((role, name.to_string(), v.into()));
         self
     }
     /// A source-node field (`[num_src]` or `[num_src, F]`).
-    pub fn src(self, name: &str, v: impl Into<TensorView<'a>>) -> Self {
+    pub fn src(self, name: &str, v: impl Into<Input<'a>>) -> Self {
         self.with(Role::Src, name, v)
     }
     /// A destination-node field (`[num_dst]` or `[num_dst, F]`).
-    pub fn dst(self, name: &str, v: impl Into<TensorView<'a>>) -> Self {
+    pub fn dst(self, name: &str, v: impl Into<Input<'a>>) -> Self {
         self.with(Role::Dst, name, v)
     }
     /// An edge field in the user's edge order (`[num_edges]` or `[num_edges, F]`).
-    pub fn edge(self, name: &str, v: impl Into<TensorView<'a>>) -> Self {
+    pub fn edge(self, name: &str, v: impl Into<Input<'a>>) -> Self {
         self.with(Role::Edge, name, v)
     }
-    /// A parameter (`[]`/`[1]`, `[F]` or `[R, C]`).
-    pub fn param(self, name: &str, v: impl Into<TensorView<'a>>) -> Self {
+    /// A parameter: a number (`0.85f32`), an array or slice (`[F]`), or a
+    /// tensor (`[]`/`[1]`, `[F]` or `[R, C]`).
+    pub fn param(self, name: &str, v: impl Into<Input<'a>>) -> Self {
         self.with(Role::Param, name, v)
     }
     /// Whether a field of this role and name was given.
     pub fn has(&self, role: Role, name: &str) -> bool {
-        self.fields.contains_key(&(role, name.to_string()))
+        self.fields.iter().any(|(r, n, _)| *r == role && n == name)
     }
 
     /// Add a field by role (for tools that read roles from flags).
-    pub fn with_role(self, role: Role, name: &str, v: impl Into<TensorView<'a>>) -> Self {
+    pub fn with_role(self, role: Role, name: &str, v: impl Into<Input<'a>>) -> Self {
         self.with(role, name, v)
     }
 }
@@ -75,21 +138,55 @@ impl Outputs {
     pub fn get(&self, name: &str) -> Option<&Tensor> {
         self.items.iter().find(|(n, _)| n == name).map(|(_, t)| t)
     }
+
+    /// Output `name`, or an error naming the outputs there are.
+    pub fn tensor(&self, name: &str) -> Result<&Tensor> {
+        self.get(name).ok_or_else(|| Error::NoOutput {
+            name: name.to_string(),
+            outputs: self.items.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    /// Output `name`'s values in f32: an error if there is no such output
+    /// or the call ran in f64.
+    pub fn f32(&self, name: &str) -> Result<&[f32]> {
+        let t = self.tensor(name)?;
+        t.as_f32().ok_or_else(|| Error::OutputDtype { name: name.to_string(), wanted: DType::F32, dtype: t.dtype() })
+    }
+
+    /// Output `name`'s values in f64 (see [`Outputs::f32`]).
+    pub fn f64(&self, name: &str) -> Result<&[f64]> {
+        let t = self.tensor(name)?;
+        t.as_f64().ok_or_else(|| Error::OutputDtype { name: name.to_string(), wanted: DType::F64, dtype: t.dtype() })
+    }
     /// The only output, or the one named `out`.
     pub fn out(&self) -> Option<&Tensor> {
         self.get("out").or(if self.items.len() == 1 { self.items.first().map(|(_, t)| t) } else { None })
     }
 }
 
+/// `outputs["out"]`: the output of that name (a panic naming the outputs
+/// there are when it has none; [`Outputs::tensor`] returns an error
+/// instead).
+impl std::ops::Index<&str> for Outputs {
+    type Output = Tensor;
+    fn index(&self, name: &str) -> &Tensor {
+        match self.get(name) {
+            Some(t) => t,
+            None => panic!("no output `{name}`; the outputs are: {:?}", self.items.iter().map(|(n, _)| n).collect::<Vec<_>>()),
+        }
+    }
+}
+
 /// Fields in declaration order, checked against the kernel and the graph.
-pub(crate) struct Bound<'b, 'a> {
-    pub views: Vec<&'b TensorView<'a>>,
+pub(crate) struct Bound<'b> {
+    pub views: Vec<TensorView<'b>>,
     pub dtype: DType,
     pub widths: Vec<usize>,
     pub extents: Extents,
 }
 
-impl Bound<'_, '_> {
+impl Bound<'_> {
     /// The fields' base pointers, in declaration order (`RawArgs::fields`).
     pub(crate) fn field_ptrs(&self) -> Vec<*const u8> {
         self.views
@@ -113,67 +210,28 @@ pub(crate) fn output_buffers(k: &LoopKernel, dtype: DType, shapes: &[Vec<usize>]
         .map(|o| {
             let shape = shapes[o].clone();
             let t = if k.overwrites_output(o as u32) { Tensor::for_overwrite(dtype, shape) } else { Tensor::zeros(dtype, shape) };
-            t.map_err(|e| Error::Call(e.to_string()))
+            t.map_err(Error::from)
         })
         .collect()
 }
 
-fn describe_missing(k: &ir::Kernel, i: usize, e: &Extents) -> String {
-    tiga_compiler::bind::expected_shape(k, i, e)
-}
-
-pub(crate) fn bind<'b, 'a>(k: &ir::Kernel, graph: &Graph, inputs: &'b Inputs<'a>) -> Result<Bound<'b, 'a>> {
+pub(crate) fn bind<'b>(k: &ir::Kernel, graph: &Graph, inputs: &'b Inputs<'_>) -> Result<Bound<'b>> {
     let extents = Extents { num_src: graph.num_src(), num_dst: graph.num_dst(), num_edges: graph.num_edges() };
     bind_extents(k, extents, inputs)
 }
 
-pub(crate) fn bind_extents<'b, 'a>(k: &ir::Kernel, extents: Extents, inputs: &'b Inputs<'a>) -> Result<Bound<'b, 'a>> {
-    for (role, name) in inputs.fields.keys() {
-        if k.field_by_name(*role, name).is_none() {
-            let known: Vec<String> = k.fields.iter().filter(|f| f.role == *role).map(|f| f.name.clone()).collect();
-            let hint = if known.is_empty() {
-                format!(" (it has no {} fields)", role.name())
-            } else {
-                format!(" (its {} fields: {})", role.name(), known.join(", "))
-            };
-            return Err(Error::Bind(tiga_compiler::bind::BindError::UnknownField {
-                kernel: k.name.clone(),
-                role: role.name(),
-                name: name.clone(),
-                hint,
-            }));
-        }
-    }
-    let mut views = Vec::with_capacity(k.fields.len());
-    for (i, f) in k.fields.iter().enumerate() {
-        match inputs.fields.get(&(f.role, f.name.clone())) {
-            Some(v) => views.push(v),
-            None => {
-                return Err(Error::Bind(tiga_compiler::bind::BindError::MissingField {
-                    kernel: k.name.clone(),
-                    role: f.role.name(),
-                    name: f.name.clone(),
-                    expected: describe_missing(k, i, &extents),
-                }))
-            }
-        }
-    }
-    let dtype = views.first().map(|v| v.dtype()).unwrap_or(DType::F32);
-    for (f, v) in k.fields.iter().zip(&views) {
-        if v.dtype() != dtype {
-            return Err(Error::Call(format!(
-                "{} field `{}` is {}, but `{}` is {}: a call runs in one dtype, pass every field as f32 or every field as f64",
-                f.role.name(),
-                f.name,
-                v.dtype(),
-                k.fields[0].name,
-                dtype
-            )));
-        }
-    }
-    let shapes: Vec<&[usize]> = views.iter().map(|v| v.shape()).collect();
-    let widths = bind_shapes(k, &extents, &shapes)?;
-    Ok(Bound { views, dtype, widths, extents })
+/// Bind `inputs` to kernel `k` (every check is `compiler::bind`'s).
+pub(crate) fn bind_extents<'b>(k: &ir::Kernel, extents: Extents, inputs: &'b Inputs<'_>) -> Result<Bound<'b>> {
+    let views: Vec<TensorView<'b>> = inputs.fields.iter().map(|(_, _, v)| v.view()).collect();
+    let given: Vec<Given<'_>> = inputs
+        .fields
+        .iter()
+        .zip(&views)
+        .map(|((role, name, _), v)| Given { role: *role, name, dtype: v.dtype(), shape: v.shape() })
+        .collect();
+    let b = bind_fields(k, &extents, &given)?;
+    let views = b.order.iter().map(|&j| views[j].clone()).collect();
+    Ok(Bound { views, dtype: b.dtype, widths: b.widths, extents })
 }
 
 /// A kernel whose output row is the plain sum of its messages (reducer
@@ -211,7 +269,7 @@ impl Kernel {
     /// realization (JIT only: the macro compiles CSR variants).
     pub(crate) fn prepare(
         &self,
-        b: &Bound<'_, '_>,
+        b: &Bound<'_>,
         edge_ids: bool,
         stencil: Option<&Stencil2d>,
         backend: Backend,
@@ -223,7 +281,7 @@ impl Kernel {
         let (entry, jit) = match (aot, backend) {
             (Some(v), _) => (v.entry, None),
             (None, Backend::Aot) => {
-                return Err(Error::Call(format!(
+                return Err(Error::Unsupported(format!(
                     "the schedule asks for the ahead-of-time back end, but kernel `{}` has no ahead-of-time variant for {} \
                      at widths {:?}{}",
                     self.name(),
@@ -233,8 +291,7 @@ impl Kernel {
                 )))
             }
             (None, _) => {
-                let key =
-                    VariantKey { stencil: stencil.cloned(), ..self.variant_key(ir_dtype(b.dtype), b.widths.clone(), edge_ids) };
+                let key = VariantKey { stencil: stencil.cloned(), ..self.variant_key(b.dtype, b.widths.clone(), edge_ids) };
                 let v = crate::jit().variant(self.loop_kernel(), &key)?.0;
                 (v.entry(), Some(v))
             }
@@ -351,7 +408,7 @@ impl Kernel {
         let n = extents.num_dst;
         let b = bind_extents(k, extents, inputs)?;
         if !k.outputs_of(Role::Param).is_empty() {
-            return Err(Error::Call("parameter outputs are not supported on generated stencils yet".into()));
+            return Err(Error::Unsupported("parameter outputs are not supported on generated stencils yet".into()));
         }
         let p = self.prepare(&b, false, Some(st), schedule.backend)?;
         let mut outs = output_buffers(self.loop_kernel(), b.dtype, &p.shapes)?;
@@ -379,10 +436,8 @@ impl Kernel {
         }
         let arrays: Vec<Array> = b.views.iter().map(|v| Array::new(v.shape().to_vec(), v.to_f64_vec())).collect();
         let outs = interpret_in_order(self.captured(), graph.num_src(), graph.num_dst(), &edges, Some(&ids), &arrays)?;
-        let tensors = outs
-            .into_iter()
-            .map(|a| Tensor::from_f64(a.shape, a.data).map_err(|e| Error::Call(e.to_string())))
-            .collect::<Result<Vec<_>>>()?;
+        let tensors =
+            outs.into_iter().map(|a| Tensor::from_f64(a.shape, a.data).map_err(Error::from)).collect::<Result<Vec<_>>>()?;
         Ok(self.outputs(tensors))
     }
 
@@ -399,19 +454,19 @@ impl Kernel {
 /// non-empty grid, no edge fields).
 pub(crate) fn stencil_extents(k: &ir::Kernel, st: &Stencil2d) -> Result<Extents> {
     if k.fields.iter().any(|f| f.role == Role::Edge) {
-        return Err(Error::Call(format!(
+        return Err(Error::Unsupported(format!(
             "kernel `{}` reads edge fields; a generated stencil has none (build the CSR with Graph::stencil)",
             k.name
         )));
     }
     if st.rows == 0 || st.cols == 0 {
-        return Err(Error::Call("a generated stencil needs rows > 0 and cols > 0".into()));
+        return Err(Error::Unsupported("a generated stencil needs rows > 0 and cols > 0".into()));
     }
     let n = usize::try_from(st.rows)
         .ok()
         .zip(usize::try_from(st.cols).ok())
         .and_then(|(r, c)| r.checked_mul(c))
-        .ok_or_else(|| Error::Call(format!("a {}x{} stencil is too large for this machine", st.rows, st.cols)))?;
+        .ok_or_else(|| Error::Unsupported(format!("a {}x{} stencil is too large for this machine", st.rows, st.cols)))?;
     Ok(Extents { num_src: n, num_dst: n, num_edges: tiga_runtime::realization::stencil_edges(st) })
 }
 
@@ -437,7 +492,7 @@ pub(crate) fn stored_fields(k: &ir::Kernel, r: &dyn Realization, inputs: &Inputs
 pub(crate) fn with_stored_fields<'a>(inputs: &Inputs<'a>, handles: &'a [(Role, String, FieldHandle)]) -> Result<Inputs<'a>> {
     let mut all = inputs.clone();
     for (r, n, h) in handles {
-        all = all.with_role(*r, n, h.view().map_err(|e| Error::Call(e.to_string()))?);
+        all = all.with_role(*r, n, h.view().map_err(Error::from)?);
     }
     Ok(all)
 }

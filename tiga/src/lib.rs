@@ -33,18 +33,19 @@ pub mod lang;
 pub mod memory;
 pub mod offload;
 mod paged;
-mod scatter;
 mod vjp;
+mod winner_scatter;
 
 use std::sync::OnceLock;
 
 pub use tiga_macros::message_passing;
+pub use tiga_runtime::{add_self_loops, from_edge_index, gcn_norm, in_degree, out_degree, petgraph, Batch, BatchError};
 pub use tiga_runtime::{
     balanced_row_chunks, for_each_row_chunk, read_edge_list, read_matrix_market, read_npy, write_npy, Buffer, DType, Data, Graph,
     GraphError, NpyError, Tensor, TensorView,
 };
 
-pub use call::{Inputs, Outputs};
+pub use call::{Input, Inputs, Outputs};
 pub use tiga_runtime::abi::{RawArgs, Stencil2d};
 
 /// A variant the macro compiled ahead of time: the kernel's loops as Rust,
@@ -85,9 +86,41 @@ pub enum Error {
     Verify(#[from] ir::VerifyError),
     #[error(transparent)]
     Interp(#[from] tiga_compiler::interp::InterpError),
-    /// A call's fields do not fit the kernel (unknown, missing, mixed dtypes).
+    /// What a call asks of this kernel or realization is not supported;
+    /// the message says what would do.
     #[error("{0}")]
-    Call(String),
+    Unsupported(String),
+    /// A cotangent that does not fit the kernel's outputs.
+    #[error("{0}")]
+    Cotangent(String),
+    /// A tensor scope refused (a tier over its budget, a name unknown or
+    /// taken).
+    #[error("{0}")]
+    Scope(String),
+    #[error("offloading a graph over the RAM budget: {source}")]
+    Offload {
+        #[source]
+        source: tiga_runtime::GfgError,
+    },
+    /// The adjoint of this kernel could not be built (generate-adjoint, or
+    /// one of its stages' passes, refused it).
+    #[error("{0}")]
+    Adjoint(String),
+    /// A broken promise inside tiga (a bug, never the input's fault).
+    #[error("internal error: {0}")]
+    Internal(String),
+    #[error(transparent)]
+    Tensor(#[from] tiga_runtime::TensorError),
+    #[error(transparent)]
+    Gfg(#[from] tiga_runtime::GfgError),
+    #[error(transparent)]
+    TensorStore(#[from] tiga_runtime::TensorStoreError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("artifact {path}: {message}")]
     Artifact { path: String, message: String },
     #[error(transparent)]
@@ -101,6 +134,14 @@ pub enum Error {
     Schedule(#[from] tiga_runtime::ScheduleError),
     #[error("no kernel named `{name}`{hint}")]
     UnknownKernel { name: String, hint: String },
+    #[error("no gradient for {role} field `{name}`")]
+    NoGradient { role: &'static str, name: String },
+    #[error("cannot add tensors of different dtypes or shapes: {left} and {right}")]
+    TensorMismatch { left: String, right: String },
+    #[error("no output `{name}` (the outputs: {outputs})")]
+    NoOutput { name: String, outputs: String },
+    #[error("output `{name}` is {dtype}, not {wanted}")]
+    OutputDtype { name: String, wanted: DType, dtype: DType },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -261,7 +302,7 @@ impl Kernel {
         widths: &[usize],
         edge_ids: bool,
     ) -> Result<(std::sync::Arc<tiga_compiler::back::cranelift::Variant>, bool)> {
-        let key = self.variant_key(call::ir_dtype(dtype), widths.to_vec(), edge_ids);
+        let key = self.variant_key(dtype, widths.to_vec(), edge_ids);
         Ok(jit().variant(&self.loops, &key)?)
     }
 

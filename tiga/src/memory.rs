@@ -143,7 +143,7 @@ impl Scope {
     /// [`TensorStore::at`] (or [`TensorStore::from_env`], which reads
     /// `TIGA_SPILL_DIR`).
     pub fn new(host_budget: u64, disk_budget: u64, policy: Eviction) -> Result<Scope> {
-        let store = TensorStore::process().map_err(|e| Error::Call(e.to_string()))?;
+        let store = TensorStore::process().map_err(Error::from)?;
         Ok(Scope::with_store(host_budget, disk_budget, policy, store))
     }
 
@@ -168,13 +168,13 @@ impl Scope {
             return Ok(());
         }
         if self.policy == Eviction::Error {
-            return Err(Error::Call(format!(
+            return Err(Error::Scope(format!(
                 "host tier over budget: {used} bytes used + {need} requested > {} (eviction policy `error`)",
                 self.host_budget
             )));
         }
         if need > self.host_budget {
-            return Err(Error::Call(format!(
+            return Err(Error::Scope(format!(
                 "host tier over budget: {need} bytes requested, more than the whole {}-byte budget (nothing was spilled)",
                 self.host_budget
             )));
@@ -196,7 +196,7 @@ impl Scope {
         if used + need <= self.host_budget {
             return Ok(());
         }
-        Err(Error::Call(format!(
+        Err(Error::Scope(format!(
             "host tier over budget: {need} bytes requested, {} budget, and nothing left to evict",
             self.host_budget
         )))
@@ -205,16 +205,16 @@ impl Scope {
     fn spill_locked(&self, st: &mut State, name: &str) -> Result<()> {
         let disk_used = Self::used(st, Tier::Disk);
         let Some(e) = st.entries.get(name) else {
-            return Err(Error::Call(format!("no tensor `{name}` in this scope")));
+            return Err(Error::Scope(format!("no tensor `{name}` in this scope")));
         };
         let Place::Host(t) = &e.place else { return Ok(()) };
         if disk_used + e.bytes > self.disk_budget {
-            return Err(Error::Call(format!(
+            return Err(Error::Scope(format!(
                 "disk tier over budget: spilling `{name}` ({} bytes) onto {disk_used} used > {}",
                 e.bytes, self.disk_budget
             )));
         }
-        let spilled = self.store.spill(name, &t.view()).map_err(|er| Error::Call(er.to_string()))?;
+        let spilled = self.store.spill(name, &t.view()).map_err(Error::from)?;
         if let Some(e) = st.entries.get_mut(name) {
             e.place = Place::Disk(spilled);
             e.owns_file = true;
@@ -227,7 +227,7 @@ impl Scope {
     pub fn add(&self, name: &str, t: Tensor) -> Result<TensorHandle> {
         let mut st = self.lock();
         if st.entries.contains_key(name) {
-            return Err(Error::Call(format!("a tensor named `{name}` is already in this scope")));
+            return Err(Error::Scope(format!("a tensor named `{name}` is already in this scope")));
         }
         let bytes = tensor_bytes(&t);
         self.make_room(&mut st, bytes, name)?;
@@ -243,7 +243,7 @@ impl Scope {
         st.clock += 1;
         let clock = st.clock;
         let (bytes, spilled) = match st.entries.get_mut(&h.name) {
-            None => return Err(Error::Call(format!("no tensor `{}` in this scope", h.name))),
+            None => return Err(Error::Scope(format!("no tensor `{}` in this scope", h.name))),
             Some(e) => {
                 e.last_use = clock;
                 match &e.place {
@@ -253,7 +253,7 @@ impl Scope {
             }
         };
         self.make_room(&mut st, bytes, &h.name)?;
-        let t = Arc::new(spilled.load().map_err(|e| Error::Call(e.to_string()))?);
+        let t = Arc::new(spilled.load().map_err(Error::from)?);
         let mut owned = false;
         if let Some(e) = st.entries.get_mut(&h.name) {
             e.place = Place::Host(t.clone());
@@ -288,7 +288,7 @@ impl Scope {
     pub fn remove(&self, h: &TensorHandle) -> Result<()> {
         let mut st = self.lock();
         if let Some(Entry { owns_file: true, .. }) = st.entries.remove(&h.name) {
-            self.store.remove(&h.name).map_err(|e| Error::Call(e.to_string()))?;
+            self.store.remove(&h.name).map_err(Error::from)?;
         }
         Ok(())
     }
@@ -312,7 +312,7 @@ impl Scope {
             let v = match &e.place {
                 Place::Host(t) => Value::Host(t.clone()),
                 Place::Disk(s) => {
-                    let err = |er: tiga_runtime::TensorStoreError| Error::Call(format!("snapshot `{name}`: {er}"));
+                    let err = |er: tiga_runtime::TensorStoreError| Error::Scope(format!("snapshot `{name}`: {er}"));
                     let m = s.view_mapped().map_err(err)?;
                     m.verify().map_err(err)?;
                     Value::Disk(m)
@@ -327,7 +327,7 @@ impl Scope {
                 Value::Disk(m) => (*n, m.view()),
             })
             .collect();
-        self.store.save_snapshot(name, &views).map_err(|e| Error::Call(format!("snapshot `{name}`: {e}")))
+        self.store.save_snapshot(name, &views).map_err(|e| Error::Scope(format!("snapshot `{name}`: {e}")))
     }
 
     /// Bring snapshot `name` of the scope's store into the scope, lazily:
@@ -336,15 +336,15 @@ impl Scope {
     /// anything is added, when a name is already in the scope or the disk
     /// tier cannot hold the members.
     pub fn restore_snapshot(&self, name: &str) -> Result<Vec<TensorHandle>> {
-        let snap = self.store.open_snapshot(name).map_err(|e| Error::Call(e.to_string()))?;
+        let snap = self.store.open_snapshot(name).map_err(Error::from)?;
         let mut st = self.lock();
         if let Some(dup) = snap.names().find(|n| st.entries.contains_key(*n)) {
-            return Err(Error::Call(format!("restoring snapshot `{name}`: a tensor named `{dup}` is already in this scope")));
+            return Err(Error::Scope(format!("restoring snapshot `{name}`: a tensor named `{dup}` is already in this scope")));
         }
         let bytes: u64 = snap.members().iter().map(|(_, t)| t.byte_len()).sum();
         let disk_used = Self::used(&st, Tier::Disk);
         if disk_used + bytes > self.disk_budget {
-            return Err(Error::Call(format!(
+            return Err(Error::Scope(format!(
                 "disk tier over budget: restoring snapshot `{name}` ({bytes} bytes) onto {disk_used} used > {}",
                 self.disk_budget
             )));

@@ -201,24 +201,25 @@ fn stream_to_disk(
     let name = format!("graph-{}-{n}.gfg", std::process::id());
     let (dir, path) = match ambient_spill_dir() {
         Some(d) => {
-            std::fs::create_dir_all(&d).map_err(|e| Error::Call(format!("spill directory {}: {e}", d.display())))?;
+            std::fs::create_dir_all(&d)
+                .map_err(|source| Error::Io { what: format!("spill directory {}", d.display()), source })?;
             (None, d.join(name))
         }
         None => {
             let t = tempfile::Builder::new()
                 .prefix("tiga-spill-")
                 .tempdir()
-                .map_err(|e| Error::Call(format!("cannot create a spill directory: {e}")))?;
+                .map_err(|source| Error::Io { what: "cannot create a spill directory".into(), source })?;
             let p = t.path().join(name);
             (Some(t), p)
         }
     };
-    let gfg = |e: tiga_runtime::storage::GfgError| Error::Call(format!("offloading a graph over the RAM budget: {e}"));
+    let gfg = |source: tiga_runtime::storage::GfgError| Error::Offload { source };
     let memory_bytes = usize::try_from(budget).unwrap_or(usize::MAX);
     let mut b = GfgBuilder::new(&path, BuildOptions { memory_bytes, transpose: true }).map_err(gfg)?;
     push_all(&mut b).map_err(gfg)?;
     b.save(num_src as u64, num_dst as u64, &mut |_, _, _| {}).map_err(gfg)?;
-    let file = GfgFile::open(&path).map_err(|e| Error::Call(e.to_string()))?;
+    let file = GfgFile::open(&path).map_err(Error::from)?;
     Ok(AnyGraph::Paged(Arc::new(PagedGraph { file, path, _dir: dir })))
 }
 
@@ -273,7 +274,7 @@ pub mod build {
         let mut shifts = Vec::with_capacity(parts.len());
         for g in parts {
             let (Ok(so), Ok(dof)) = (u32::try_from(ns), u32::try_from(nd)) else {
-                return Err(Error::Call("concatenated graph has more than 2^32 nodes".into()));
+                return Err(Error::Graph(tiga_runtime::GraphError::TooManyNodes { side: "source", count: ns.max(nd) }));
             };
             shifts.push((so, dof));
             ns += g.num_src();
@@ -284,7 +285,7 @@ pub mod build {
         let ids = parts.iter().any(|g| g.edge_ids().is_some());
         if let Some(budget) = ram_budget().filter(|&b| csr_bytes(nd, edges, ids) > b) {
             if u32::try_from(ns).is_err() || u32::try_from(nd).is_err() {
-                return Err(Error::Call("concatenated graph has more than 2^32 nodes".into()));
+                return Err(Error::Graph(tiga_runtime::GraphError::TooManyNodes { side: "source", count: ns.max(nd) }));
             }
             return stream_to_disk(ns, nd, budget, |b| {
                 for (g, &(so, dof)) in parts.iter().zip(&shifts) {

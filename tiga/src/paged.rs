@@ -44,14 +44,15 @@ impl Kernel {
         let mut outs = match spill {
             None => output_buffers(self.loop_kernel(), b.dtype, shapes)?,
             Some(dir) => {
-                std::fs::create_dir_all(&dir).map_err(|e| Error::Call(format!("spill directory {}: {e}", dir.display())))?;
+                std::fs::create_dir_all(&dir)
+                    .map_err(|source| Error::Io { what: format!("spill directory {}", dir.display()), source })?;
                 (0..shapes.len())
                     .map(|i| match is_row_output(i) {
                         true => Tensor::zeros_in_file(b.dtype, shapes[i].clone(), &dir),
                         false => Tensor::zeros(b.dtype, shapes[i].clone()),
                     })
                     .collect::<std::result::Result<Vec<_>, _>>()
-                    .map_err(|e| Error::Call(e.to_string()))?
+                    .map_err(Error::from)?
             }
         };
         let field_ptrs = b.field_ptrs();

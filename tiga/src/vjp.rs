@@ -42,10 +42,32 @@ impl Gradients {
     pub fn param(&self, name: &str) -> Option<&Tensor> {
         self.get(Role::Param, name)
     }
+
+    /// One gradient for a tensor given in several roles (`h` as both the
+    /// source and the destination field of a square graph, say): the sum,
+    /// in the order listed, of the gradients of those fields. An error if
+    /// one is missing or their shapes or dtypes differ.
+    pub fn summed(&self, fields: &[(Role, &str)]) -> Result<Tensor> {
+        let mut acc: Option<Tensor> = None;
+        for &(role, name) in fields {
+            let t = self.get(role, name).ok_or_else(|| Error::NoGradient { role: role.name(), name: name.to_string() })?;
+            match &mut acc {
+                None => acc = Some(t.clone()),
+                Some(a) if a.shape() != t.shape() => {
+                    return Err(Error::TensorMismatch {
+                        left: format!("{} {:?}", a.dtype(), a.shape()),
+                        right: format!("{} {:?}", t.dtype(), t.shape()),
+                    })
+                }
+                Some(a) => add_tensors(a, t)?,
+            }
+        }
+        acc.ok_or(Error::NoGradient { role: "any", name: "(no fields listed)".into() })
+    }
 }
 
 fn to_f64(v: &TensorView<'_>) -> Result<Tensor> {
-    Tensor::from_f64(v.shape().to_vec(), v.to_f64_vec()).map_err(|e| Error::Call(e.to_string()))
+    Tensor::from_f64(v.shape().to_vec(), v.to_f64_vec()).map_err(Error::from)
 }
 
 /// Ones, written in parallel into a tensor from [`Tensor::zeros`] (large
@@ -53,7 +75,7 @@ fn to_f64(v: &TensorView<'_>) -> Result<Tensor> {
 /// 65,536 page faults and about 100 ms, as long as the backward it feeds.
 fn ones_like(dtype: DType, shape: &[usize]) -> Result<Tensor> {
     use rayon::prelude::*;
-    let mut t = Tensor::zeros(dtype, shape.to_vec()).map_err(|e| Error::Call(e.to_string()))?;
+    let mut t = Tensor::zeros(dtype, shape.to_vec()).map_err(Error::from)?;
     match t.data_mut() {
         DataMut::F32(d) => d.par_chunks_mut(1 << 18).for_each(|c| c.fill(1.0)),
         DataMut::F64(d) => d.par_chunks_mut(1 << 17).for_each(|c| c.fill(1.0)),
@@ -97,14 +119,14 @@ fn winner_sums(
     winner: TensorView<'_>,
     value: TensorView<'_>,
 ) -> Result<(Tensor, Vec<bool>)> {
-    let mut sc = crate::scatter::WinnerScatter::new(extents.num_src, extents.num_dst, winner, value)?;
+    let mut sc = crate::winner_scatter::WinnerScatter::new(extents.num_src, extents.num_dst, winner, value)?;
     let rows = r.rows(Side::Forward, false)?;
     rows.for_each_page(schedule, |v| sc.add_rows(v.first_row, v.offsets, v.cols)).unwrap_or_else(|| Err(no_csr()))?;
     Ok(sc.finish())
 }
 
 fn no_csr() -> Error {
-    Error::Call(
+    Error::Unsupported(
         "this kernel's backward reads each row's degree, edge ranks or winning edges, which a generated stencil does not \
          build: run it on the CSR realization (Graph::stencil)"
             .into(),
@@ -114,7 +136,7 @@ fn no_csr() -> Error {
 /// Each edge's position within its forward destination row, indexed by the
 /// edge's user index, in the call's dtype.
 fn ranks_tensor(r: &dyn Realization, schedule: &Schedule, num_edges: usize, dtype: DType) -> Result<Tensor> {
-    let mut ranks = Tensor::zeros(dtype, vec![num_edges]).map_err(|er| Error::Call(er.to_string()))?;
+    let mut ranks = Tensor::zeros(dtype, vec![num_edges]).map_err(Error::from)?;
     // Written in place, in the call's dtype (a rank below 2^24 is exact in
     // f32).
     fn fill<T>(ranks: &mut [T], v: &PageView<'_>, rank: impl Fn(usize) -> T) {
@@ -133,7 +155,7 @@ fn ranks_tensor(r: &dyn Realization, schedule: &Schedule, num_edges: usize, dtyp
     rows.for_each_page(schedule, |v| {
         match ranks.data_mut() {
             DataMut::F32(d) => {
-                crate::scatter::f32_ranks_exact(v.offsets)?;
+                crate::winner_scatter::f32_ranks_exact(v.offsets)?;
                 fill(d, &v, |r| r as f32)
             }
             DataMut::F64(d) => fill(d, &v, |r| r as f64),
@@ -158,15 +180,24 @@ fn inv_degree_tensor(r: &dyn Realization, schedule: &Schedule, dtype: DType) -> 
         DType::F32 => Tensor::from_f32(vec![inv.len()], inv.iter().map(|&x| x as f32).collect()),
         DType::F64 => Tensor::from_f64(vec![inv.len()], inv),
     }
-    .map_err(|e| Error::Call(e.to_string()))
+    .map_err(Error::from)
 }
 
-fn add_tensors(a: &mut Tensor, b: &Tensor) {
+/// `a += b`, element by element: an error when their lengths or dtypes
+/// differ, never a silent no-op.
+fn add_tensors(a: &mut Tensor, b: &Tensor) -> Result<()> {
+    if a.len() != b.len() || a.dtype() != b.dtype() {
+        return Err(Error::TensorMismatch {
+            left: format!("{} {:?}", a.dtype(), a.shape()),
+            right: format!("{} {:?}", b.dtype(), b.shape()),
+        });
+    }
     match (a.data_mut(), b.data()) {
         (tiga_runtime::DataMut::F32(x), Data::F32(y)) => x.iter_mut().zip(y).for_each(|(p, q)| *p += q),
         (tiga_runtime::DataMut::F64(x), Data::F64(y)) => x.iter_mut().zip(y).for_each(|(p, q)| *p += q),
-        _ => {}
+        _ => unreachable!("dtypes checked above"),
     }
+    Ok(())
 }
 
 impl Kernel {
@@ -188,7 +219,7 @@ impl Kernel {
                 .collect::<std::result::Result<Vec<_>, String>>()?;
             Ok(Arc::new(AdjointPlan { adjoint, stages }))
         });
-        cached.clone().map_err(Error::Call)
+        cached.clone().map_err(Error::Adjoint)
     }
 
     /// The shapes of this call's outputs.
@@ -260,11 +291,7 @@ impl Kernel {
         let shapes = self.output_shapes(r, inputs)?;
         if !shapes.iter().any(|(n, _)| n == output) {
             let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
-            return Err(Error::Call(format!(
-                "kernel `{}` has no output `{output}` (its outputs: {})",
-                self.name(),
-                names.join(", ")
-            )));
+            return Err(Error::NoOutput { name: output.to_string(), outputs: names.join(", ") });
         }
         let extents = Extents { num_src: r.num_src(), num_dst: r.num_dst(), num_edges: r.num_edges() };
         let handles = crate::call::stored_fields(self.captured(), r, inputs);
@@ -275,7 +302,7 @@ impl Kernel {
             let t = if name == output {
                 ones_like(dtype, shape)?
             } else {
-                Tensor::zeros(dtype, shape.clone()).map_err(|e| Error::Call(e.to_string()))?
+                Tensor::zeros(dtype, shape.clone()).map_err(Error::from)?
             };
             cots.push((name.clone(), t));
         }
@@ -314,7 +341,7 @@ impl Kernel {
         for (name, _) in cotangents {
             if !k.outputs.iter().any(|o| o.name == *name) {
                 let names: Vec<&str> = k.outputs.iter().map(|o| o.name.as_str()).collect();
-                return Err(Error::Call(format!(
+                return Err(Error::Cotangent(format!(
                     "cotangent for `{name}`, but kernel `{}` has outputs: {}",
                     k.name,
                     names.join(", ")
@@ -324,17 +351,17 @@ impl Kernel {
         for (o, shape) in k.outputs.iter().zip(&out_shapes) {
             match cotangents.iter().find(|(n, _)| *n == o.name) {
                 None => {
-                    return Err(Error::Call(format!("missing the cotangent of output `{}` (shape {shape:?})", o.name)));
+                    return Err(Error::Cotangent(format!("missing the cotangent of output `{}` (shape {shape:?})", o.name)));
                 }
                 Some((_, v)) if v.shape() != shape.as_slice() => {
-                    return Err(Error::Call(format!(
+                    return Err(Error::Cotangent(format!(
                         "the cotangent of output `{}` has shape {:?}, expected {shape:?}",
                         o.name,
                         v.shape()
                     )));
                 }
                 Some((_, v)) if v.dtype() != b.dtype => {
-                    return Err(Error::Call(format!(
+                    return Err(Error::Cotangent(format!(
                         "the cotangent of output `{}` is {}, but the inputs are {}",
                         o.name,
                         v.dtype(),
@@ -393,12 +420,12 @@ impl Kernel {
         let inv_deg = if needs_inv_deg {
             inv_degree_tensor(r, schedule, dtype)?
         } else {
-            Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))?
+            Tensor::zeros(dtype, vec![0]).map_err(Error::from)?
         };
         let ranks = if needs_ranks {
             ranks_tensor(r, schedule, extents.num_edges, dtype)?
         } else {
-            Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))?
+            Tensor::zeros(dtype, vec![0]).map_err(Error::from)?
         };
         let mut stage_outs: Vec<Outputs> = Vec::with_capacity(plan.stages.len());
         for (si, stage) in plan.adjoint.stages.iter().enumerate() {
@@ -425,8 +452,8 @@ impl Kernel {
             for (fd, bnd) in stage.kernel.fields.iter().zip(&stage.bindings) {
                 if let Binding::WinnerScatter { winner, value } = bnd {
                     let (Some(w), Some(v)) = (simple_view!(winner.as_ref()), simple_view!(value.as_ref())) else {
-                        return Err(Error::Call(format!(
-                            "internal: adjoint stage `{}` has no winners or cotangents to scatter for field `{}`",
+                        return Err(Error::Internal(format!(
+                            "adjoint stage `{}` has no winners or cotangents to scatter for field `{}`",
                             stage.kernel.name, fd.name
                         )));
                     };
@@ -449,10 +476,7 @@ impl Kernel {
                         other => simple_view!(other),
                     };
                     let view = view.ok_or_else(|| {
-                        Error::Call(format!(
-                            "internal: adjoint stage `{}` has no value for field `{}`",
-                            stage.kernel.name, fd.name
-                        ))
+                        Error::Internal(format!("adjoint stage `{}` has no value for field `{}`", stage.kernel.name, fd.name))
                     })?;
                     ins = ins.with_role(fd.role, &fd.name, view);
                 }
@@ -469,7 +493,7 @@ impl Kernel {
                     // out-edges.
                     None => {
                         let with_edges = sources_with_edges.take().unwrap_or_else(|| vec![true; extents.num_src]);
-                        let g = Graph::self_loops(&with_edges).map_err(|e| Error::Call(e.to_string()))?;
+                        let g = Graph::self_loops(&with_edges).map_err(Error::from)?;
                         plan.stages[si].run_with(&g, &ins, schedule)?
                     }
                 }
@@ -488,16 +512,16 @@ impl Kernel {
                 };
                 match &mut acc {
                     None if slot.1.shape() == shape.as_slice() => {
-                        let empty = Tensor::zeros(dtype, vec![0]).map_err(|e| Error::Call(e.to_string()))?;
+                        let empty = Tensor::zeros(dtype, vec![0]).map_err(Error::from)?;
                         acc = Some(std::mem::replace(&mut slot.1, empty));
                     }
-                    Some(a) if slot.1.len() == a.len() => add_tensors(a, &slot.1),
+                    Some(a) if slot.1.len() == a.len() => add_tensors(a, &slot.1)?,
                     _ => {}
                 }
             }
             let acc = match acc {
                 Some(a) => a,
-                None => Tensor::zeros(dtype, shape).map_err(|e| Error::Call(e.to_string()))?,
+                None => Tensor::zeros(dtype, shape).map_err(Error::from)?,
             };
             items.push((gp.role, gp.name.clone(), acc));
         }

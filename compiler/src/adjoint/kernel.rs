@@ -31,7 +31,7 @@
 //! feature's gradient to the first edge in CSR order (the user's order within
 //! a row) that attains it.
 
-use super::vjp::{vjp_region, AdjointError};
+use super::operation_rules::{vjp_region, AdjointError};
 use crate::ir::{
     BinOp, CmpOp, DType, FieldDecl, FieldId, Kernel, Op, OutputDecl, Properties, Reducer, ReducerKind, Region, Role, Span, Type,
     UnOp, ValueId,
@@ -75,11 +75,31 @@ pub enum Binding {
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Stage {
+    /// What the stage computes, as a value the plan's rewrites match on.
+    pub kind: StageKind,
     pub purpose: String,
     pub graph: GraphUse,
     pub kernel: Kernel,
     /// One per field of `kernel`, in declaration order.
     pub bindings: Vec<Binding>,
+}
+
+/// What an adjoint stage computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum StageKind {
+    /// Per-row statistics of the forward (the aggregate's cotangent, a
+    /// max's winners, a softmax's maximum and denominator) and the node
+    /// function's adjoint.
+    RowStatistics,
+    /// A monoid's suffix folds, over the rows reversed.
+    MonoidSuffixes,
+    /// Destination, edge and parameter gradients, over the forward graph.
+    EdgeSide,
+    /// Source gradients, over the transposed graph.
+    SourceSide,
+    /// A max/min's source gradients from the scattered winners, once per
+    /// source.
+    PerSource,
 }
 
 /// A gradient: the sum of these stage outputs.
@@ -711,6 +731,7 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         stats_k.node = Some(node);
     }
     stages.push(Stage {
+        kind: StageKind::RowStatistics,
         purpose: "row statistics and node adjoint".into(),
         graph: GraphUse::Forward,
         kernel: stats_k,
@@ -751,6 +772,7 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         node.outputs = vec![];
         sk.node = Some(node);
         stages.push(Stage {
+            kind: StageKind::MonoidSuffixes,
             purpose: "monoid suffixes (row-reversed graph)".into(),
             graph: GraphUse::RowReversed,
             kernel: sk,
@@ -979,12 +1001,12 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         }
         node.outputs = outs;
         ak.node = Some(node);
-        let purpose = if side == GraphUse::Forward {
-            "edge side: destination, edge and parameter gradients"
+        let (kind, purpose) = if side == GraphUse::Forward {
+            (StageKind::EdgeSide, "edge side: destination, edge and parameter gradients")
         } else {
-            "source side: source gradients over the transposed graph"
+            (StageKind::SourceSide, "source side: source gradients over the transposed graph")
         };
-        stages.push(Stage { purpose: purpose.into(), graph: side, kernel: ak, bindings: ab });
+        stages.push(Stage { kind, purpose: purpose.into(), graph: side, kernel: ak, bindings: ab });
     }
 
     // ---- a sum without `node`: the aggregate's cotangent is the output's,
@@ -1042,7 +1064,7 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
     // ---- scalar row statistics that are short expressions of the row's
     // fields: the source stage recomputes them per edge (same bits), and
     // the stats pass and its buffer go.
-    let is_stats = stages.first().is_some_and(|s| s.kernel.name == format!("{}.vjp.stats", k.name));
+    let is_stats = stages.first().is_some_and(|s| s.kind == StageKind::RowStatistics);
     if super::inline_stats::recompute_row_statistics(&mut stages, is_stats) {
         notes.push("the row statistics are short scalar expressions of each row's fields: the source stage recomputes them per edge (same operations, same bits) instead of a stats pass writing them".into());
     }

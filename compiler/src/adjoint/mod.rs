@@ -7,9 +7,9 @@
 //! edge → reduce → node pipeline, reducer adjoints, parameter gradients) lives
 //! beside it in `adjoint/kernel.rs` and is built from these region rules.
 
-pub mod vjp;
+pub mod operation_rules;
 
-pub use vjp::{vjp_region, AdjointError, RegionVjp};
+pub use operation_rules::{vjp_region, AdjointError, RegionVjp};
 mod inline_stats;
 pub mod kernel;
 mod scatter;

@@ -33,8 +33,8 @@
 //! self-loop graph from the sources it saw), so its gradient is 0 as
 //! before, not the edge adjoint of a zero cotangent (NaN for `ln` at 0).
 
-use super::kernel::{builtin, empty_kernel, zero_of, Binding, FieldSet, GraphUse, SourceSides, Stage, B};
-use super::vjp::{vjp_region, AdjointError};
+use super::kernel::{builtin, empty_kernel, zero_of, Binding, FieldSet, GraphUse, SourceSides, Stage, StageKind, B};
+use super::operation_rules::{vjp_region, AdjointError};
 use crate::ir::{FieldId, Kernel, Op, ReducerKind, Region, Role, ValueId, WidthDecl};
 
 /// The plan's note when it has both source sides.
@@ -138,6 +138,7 @@ pub(crate) fn scatter_winning_cotangents(k: &Kernel, stages: &mut Vec<Stage>) ->
     node.outputs = ins;
     sk.node = Some(node);
     stages.push(Stage {
+        kind: StageKind::PerSource,
         purpose:
             "source side: each lane's winning cotangent scattered to its source, then the edge function's adjoint once per source"
                 .into(),

@@ -5,6 +5,7 @@
 //! refused here with the span of the offending construct, so the macro can
 //! point `compile_error!` at it and `tigac` can print `file:line:col`.
 
+mod dtypes;
 mod expr;
 mod types;
 
@@ -64,7 +65,12 @@ pub fn parse_kernel_file(source: &str) -> FrontResult<Vec<Kernel>> {
                         return Err(FrontError::at(nv, "write `#[message_passing(reduce = ...)]`"));
                     }
                 };
-                kernels.push(capture_module(args, m)?);
+                let k = capture_module(args, m)?;
+                if kernels.iter().any(|other: &Kernel| other.name == k.name) {
+                    return Err(FrontError::at(&m.ident, format!("a second kernel named `{}` in this file", k.name)));
+                }
+                dtypes::check_one_dtype_per_operation(&k)?;
+                kernels.push(k);
             }
         }
     }

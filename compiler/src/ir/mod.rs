@@ -29,26 +29,8 @@ pub struct Span {
 
 /// The precision a variant runs in. Kernels are precision-generic: the
 /// declared type documents intent, a call picks one dtype for all fields.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum DType {
-    F32,
-    F64,
-}
-
-impl DType {
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-        }
-    }
-    pub fn size(self) -> usize {
-        match self {
-            DType::F32 => 4,
-            DType::F64 => 8,
-        }
-    }
-}
+/// The same enum as the runtime's tensors ([`tiga_abi::DType`]).
+pub use tiga_abi::DType;
 
 /// A width symbol, solved at call time from the fields passed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

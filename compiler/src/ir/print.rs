@@ -4,12 +4,6 @@ use std::fmt::{self, Display, Formatter, Write as _};
 
 use super::*;
 
-impl Display for DType {
-    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// A type printed with the kernel's width names.
 pub struct TypeIn<'a>(pub &'a Kernel, pub Type);
 

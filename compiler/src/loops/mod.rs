@@ -27,6 +27,7 @@ mod never_nan;
 mod print;
 mod schedule;
 mod tiles;
+mod verify;
 
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +36,7 @@ use crate::ir::{BinOp, CmpOp, FieldDecl, FieldId, OutputDecl, UnOp, WidthDecl, W
 pub use never_nan::never_nan;
 pub use schedule::{schedule, ScheduleError};
 pub use tiles::{split_calls, SplitBody, EDGE_TILE};
+pub use verify::{verify, LoopVerifyError};
 
 /// Calls `f` on every statement of `list` that is not a loop, the bodies
 /// of nested loops included, in program order.

@@ -27,6 +27,9 @@ pub enum ScheduleError {
     NotFused(String),
     #[error("kernel `{kernel}`: {message}")]
     Unsupported { kernel: String, message: String },
+    /// The scheduler produced a loop kernel its verifier refuses (a bug).
+    #[error(transparent)]
+    Verify(#[from] super::LoopVerifyError),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -649,6 +652,7 @@ pub fn schedule(k: &Kernel) -> Result<LoopKernel, ScheduleError> {
         finish,
     };
     hoist_row_loads(&mut lk);
+    super::verify(&lk)?;
     Ok(lk)
 }
 

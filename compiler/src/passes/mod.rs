@@ -14,39 +14,44 @@
 //! hoist-row-masks               a row-invariant mask of every summed term
 //!                               is applied once, in the finish
 //! count-edges-by-degree         an accumulator of 1 per edge is the degree
-//! eliminate-dead-state, eliminate-dead-code
-//!                               drop the accumulators and values left unused
+//! eliminate-dead-state          drop the accumulators left unused
+//! precompute-row-max            a softmax's running maximum from a first
+//!                               pass over the row's edges, so the main pass
+//!                               takes one exponential per edge
+//! eliminate-dead-code           drop the values left unused
 //! ```
+//!
+//! Each pass lives in the file of its name ([`PIPELINE`] is the list).
 
-mod analyze_reducer;
-mod capture;
-mod cse;
-mod dce;
-mod dead_state;
-mod edge_count;
-mod fold;
-mod fuse;
-mod lower_csr;
-mod relu_max;
-mod row_mask;
-mod row_max;
+mod analyze_reducer_algebra;
+mod capture_message_passing_udf;
+mod count_edges_by_degree;
+mod eliminate_common_subexpressions;
+mod eliminate_dead_code;
+mod eliminate_dead_state;
+mod fold_constants;
+mod fold_relu_into_max;
+mod fuse_edge_node_regions;
+mod hoist_row_masks;
+mod lower_csr_to_gather_segment;
+mod precompute_row_max;
 
 use serde::{Deserialize, Serialize};
 
 use crate::ir::{self, Kernel, Span};
 
-pub use analyze_reducer::analyze_reducer_algebra;
-pub use capture::capture_message_passing_udf;
-pub use cse::eliminate_common_subexpressions;
-pub use dce::eliminate_dead_code;
-pub use dead_state::eliminate_dead_state;
-pub use edge_count::count_edges_by_degree;
-pub use fold::fold_constants;
-pub use fuse::fuse_edge_node_regions;
-pub use lower_csr::lower_csr_to_gather_segment;
-pub use relu_max::fold_relu_into_max;
-pub use row_mask::hoist_row_masks;
-pub use row_max::precompute_row_max;
+pub use analyze_reducer_algebra::analyze_reducer_algebra;
+pub use capture_message_passing_udf::capture_message_passing_udf;
+pub use count_edges_by_degree::count_edges_by_degree;
+pub use eliminate_common_subexpressions::eliminate_common_subexpressions;
+pub use eliminate_dead_code::eliminate_dead_code;
+pub use eliminate_dead_state::eliminate_dead_state;
+pub use fold_constants::fold_constants;
+pub use fold_relu_into_max::fold_relu_into_max;
+pub use fuse_edge_node_regions::fuse_edge_node_regions;
+pub use hoist_row_masks::hoist_row_masks;
+pub use lower_csr_to_gather_segment::lower_csr_to_gather_segment;
+pub use precompute_row_max::precompute_row_max;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RemarkKind {

@@ -1,3 +1,4 @@
+#![allow(dead_code)]
 //! The tests' random numbers: xorshift64 from a fixed seed, so graphs and
 //! values are the same on every machine. Shared by the test suites of the
 //! compiler, the facade and `tigac` (included by path).
@@ -21,6 +22,11 @@ impl Rng {
     /// A value in [-1, 1) on a 1/1000 grid.
     pub fn f(&mut self) -> f64 {
         (self.next() % 2000) as f64 / 1000.0 - 1.0
+    }
+
+    /// Uniform in [0, 1), 53 bits.
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 
     /// Uniform in [-1, 1) on a 1/500,000 grid.

@@ -20,7 +20,7 @@
 //! that do not depend on the plan ([`super::ParamPartials`]).
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use tiga_abi::RawArgs;
@@ -125,9 +125,11 @@ struct Stream<'s, 'a> {
     first_held: AtomicUsize,
     /// Taken while releasing, so that pages are released in order.
     releasing: Mutex<()>,
-    /// How many times `first_held` moved or the stream failed, and the
-    /// condition a held-back worker sleeps on until it changes.
-    progress: Mutex<u64>,
+    /// How many times `first_held` moved or the stream failed (read
+    /// without a lock by every claim), and the lock and condition a
+    /// held-back worker sleeps on until it changes.
+    progress: AtomicU64,
+    progress_lock: Mutex<()>,
     progressed: Condvar,
     runner: &'s RowRunner<'s>,
     fields: SharedFields,
@@ -187,20 +189,22 @@ impl<'a> Stream<'_, 'a> {
     /// Wake the held-back workers: a page was released, or the stream
     /// failed.
     fn progress(&self) {
-        let mut n = self.progress.lock().unwrap_or_else(|p| p.into_inner());
-        *n += 1;
+        // Counted under the lock, so that a worker between its look at the
+        // count and its sleep cannot miss the wake-up.
+        let _held = self.progress_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.progress.fetch_add(1, Ordering::AcqRel);
         self.progressed.notify_all();
     }
 
     fn progress_seen(&self) -> u64 {
-        *self.progress.lock().unwrap_or_else(|p| p.into_inner())
+        self.progress.load(Ordering::Acquire)
     }
 
     /// Sleep until the progress count moves past `seen`.
     fn wait_for_progress(&self, seen: u64) {
-        let mut n = self.progress.lock().unwrap_or_else(|p| p.into_inner());
-        while *n == seen {
-            n = self.progressed.wait(n).unwrap_or_else(|p| p.into_inner());
+        let mut held = self.progress_lock.lock().unwrap_or_else(|p| p.into_inner());
+        while self.progress.load(Ordering::Acquire) == seen {
+            held = self.progressed.wait(held).unwrap_or_else(|p| p.into_inner());
         }
     }
 
@@ -240,17 +244,17 @@ impl<'a> Stream<'_, 'a> {
     /// the release of its page and so the other workers; in the read-ahead
     /// it holds back nothing.
     fn touch_outputs(&self, rows: Range<usize>) {
-        const OS_PAGE: usize = 4096;
+        let os_page = crate::tensor::os_page_size();
         for &(base, row_bytes) in self.touch {
             let (start, end) = (base + rows.start * row_bytes, base + rows.end * row_bytes);
-            let mut at = start.div_ceil(OS_PAGE) * OS_PAGE;
+            let mut at = start.div_ceil(os_page) * os_page;
             while at < end {
                 // SAFETY: `at` lies in these rows of a live output, which no
                 // piece writes yet (the page's pieces are handed out after
                 // it is read); other threads write other bytes only. The
                 // byte keeps its value.
                 unsafe { std::ptr::write_volatile(at as *mut u8, std::ptr::read_volatile(at as *const u8)) };
-                at += OS_PAGE;
+                at += os_page;
             }
         }
     }
@@ -404,7 +408,8 @@ pub unsafe fn run_pages(
         cursor: Mutex::new(Cursor::default()),
         first_held: AtomicUsize::new(0),
         releasing: Mutex::new(()),
-        progress: Mutex::new(0),
+        progress: AtomicU64::new(0),
+        progress_lock: Mutex::new(()),
         progressed: Condvar::new(),
         runner,
         fields: SharedFields(fields),

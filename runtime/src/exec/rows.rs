@@ -184,8 +184,9 @@ fn add_into(acc: &mut Tensor, part: &Tensor) {
     match (acc.data_mut(), part.data()) {
         (DataMut::F32(a), Data::F32(p)) => a.iter_mut().zip(p).for_each(|(x, y)| *x += y),
         (DataMut::F64(a), Data::F64(p)) => a.iter_mut().zip(p).for_each(|(x, y)| *x += y),
-        // Partials are allocated in the outputs' dtype (`RowRunner::run`).
-        _ => {}
+        // Partials are allocated in the outputs' dtype and shape
+        // (`RowRunner::run`).
+        _ => unreachable!("parameter partials share their output's dtype"),
     }
 }
 

@@ -547,16 +547,18 @@ impl GfgBuilder {
     }
 }
 
+/// The tests' one generator (shared with the other suites).
+#[cfg(test)]
+#[path = "../../../compiler/tests/common/rng.rs"]
+mod test_rng;
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::graph::Graph;
     use crate::storage::{save_gfg, GfgFile};
 
-    fn lcg(seed: &mut u64) -> u64 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        *seed >> 33
-    }
+    use super::test_rng::Rng;
 
     fn build(dir: &Path, name: &str, n: u32, src: &[u32], dst: &[u32], memory: usize, transpose: bool) -> (PathBuf, BuildStats) {
         let out = dir.join(name);
@@ -571,14 +573,14 @@ mod tests {
     #[test]
     fn external_build_is_byte_identical_to_save_gfg() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut seed = 7u64;
+        let mut rng = Rng(7);
         for (case, (n, m, memory)) in
             [(1u32, 0usize, 4096usize), (5, 3, 4096), (37, 900, 4096), (200, 5000, 1 << 14), (64, 3000, 1 << 30)]
                 .into_iter()
                 .enumerate()
         {
-            let src: Vec<u32> = (0..m).map(|_| (lcg(&mut seed) % u64::from(n)) as u32).collect();
-            let dst: Vec<u32> = (0..m).map(|_| (lcg(&mut seed) % u64::from(n)) as u32).collect();
+            let src: Vec<u32> = (0..m).map(|_| (rng.next() % u64::from(n)) as u32).collect();
+            let dst: Vec<u32> = (0..m).map(|_| (rng.next() % u64::from(n)) as u32).collect();
             let g = Graph::from_edges(n as usize, n as usize, &src, &dst).expect("graph");
             for transpose in [false, true] {
                 let (out, stats) = build(dir.path(), &format!("c{case}{transpose}.gfg"), n, &src, &dst, memory, transpose);
@@ -608,10 +610,10 @@ mod tests {
     #[test]
     fn many_runs_take_several_passes() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut seed = 3u64;
+        let mut rng = Rng(3);
         let (n, m) = (50u32, 20_000usize);
-        let src: Vec<u32> = (0..m).map(|_| (lcg(&mut seed) % u64::from(n)) as u32).collect();
-        let dst: Vec<u32> = (0..m).map(|_| (lcg(&mut seed) % u64::from(n)) as u32).collect();
+        let src: Vec<u32> = (0..m).map(|_| (rng.next() % u64::from(n)) as u32).collect();
+        let dst: Vec<u32> = (0..m).map(|_| (rng.next() % u64::from(n)) as u32).collect();
         let (out, stats) = build(dir.path(), "g.gfg", n, &src, &dst, 4096, true);
         assert!(stats.runs > 100 && stats.merge_passes >= 3, "{stats:?}");
         let g = Graph::from_edges(n as usize, n as usize, &src, &dst).expect("graph");

@@ -219,13 +219,16 @@ pub enum Problem {
     Manifest(String),
 }
 
-fn le_u16(b: &[u8], at: usize) -> u16 {
+/// Little-endian integers at byte `at` of a header already checked to be
+/// long enough (the `.gfg` header and the `.tensor` descriptor both read
+/// with these).
+pub(crate) fn le_u16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
-fn le_u32(b: &[u8], at: usize) -> u32 {
+pub(crate) fn le_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
-fn le_u64(b: &[u8], at: usize) -> u64 {
+pub(crate) fn le_u64(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)

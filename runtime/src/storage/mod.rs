@@ -39,7 +39,7 @@ mod format;
 mod reader;
 mod snapshot;
 mod stream;
-pub mod tensors;
+pub mod tensor_store;
 mod writer;
 
 use std::fmt;
@@ -53,7 +53,7 @@ pub use format::{ElemType, Manifest, SectionInfo, FORMAT_MAJOR, FORMAT_MINOR, HE
 pub use reader::{FieldHandle, FieldInfo, GfgFile, Page};
 pub use snapshot::{Snapshot, SNAPSHOT_EXT};
 pub use stream::{GfgStreamWriter, SectionPlan, SectionSink, StreamElem};
-pub use tensors::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
+pub use tensor_store::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
 pub use writer::{save_gfg, GfgWriter, PendingGfg};
 
 /// Which rows a field is indexed by: sources, destinations or edges (in the

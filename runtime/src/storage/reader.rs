@@ -415,8 +415,7 @@ const RELEASE_MARGIN: usize = 2 << 20;
 /// Whether the OS pages holding the first, middle and last byte of
 /// `map[start..start + len]` are in memory (`mincore`).
 fn sample_resident(map: &Mmap, start: usize, len: usize) -> bool {
-    // SAFETY: `sysconf` has no preconditions.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+    let page = crate::tensor::os_page_size();
     let base = map.as_ptr() as usize;
     [start, start + len / 2, start + len.saturating_sub(1)].iter().all(|&off| {
         let addr = (base + off) / page * page;

@@ -29,7 +29,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::tensors::{validate_tensor_name, SpilledTensor, TensorStore, TensorStoreError};
+use super::tensor_store::{validate_tensor_name, SpilledTensor, TensorStore, TensorStoreError};
 use crate::tensor::TensorView;
 
 type Result<T> = std::result::Result<T, TensorStoreError>;

@@ -46,8 +46,8 @@ impl<'v> WinnerScatter<'v> {
     pub(crate) fn new(num_src: usize, num_dst: usize, winner: TensorView<'v>, value: TensorView<'v>) -> Result<Self> {
         let shape = winner.shape();
         if shape != value.shape() || shape.first() != Some(&num_dst) || shape.len() > 2 || winner.dtype() != value.dtype() {
-            return Err(Error::Call(format!(
-                "internal: winner scatter over {num_dst} rows got {} winners of shape {:?} and {} cotangents of shape {:?}",
+            return Err(Error::Internal(format!(
+                "winner scatter over {num_dst} rows got {} winners of shape {:?} and {} cotangents of shape {:?}",
                 winner.dtype(),
                 shape,
                 value.dtype(),
@@ -57,7 +57,7 @@ impl<'v> WinnerScatter<'v> {
         let width = shape.get(1).copied().unwrap_or(1);
         let mut out_shape = shape.to_vec();
         out_shape[0] = num_src;
-        let out = Tensor::zeros(value.dtype(), out_shape).map_err(|e| Error::Call(e.to_string()))?;
+        let out = Tensor::zeros(value.dtype(), out_shape).map_err(Error::from)?;
         Ok(WinnerScatter { winner, value, width, out, has_edges: vec![false; num_src], next_row: 0 })
     }
 
@@ -68,8 +68,8 @@ impl<'v> WinnerScatter<'v> {
         let base = offsets.first().copied().unwrap_or(0) as usize;
         let end = offsets.last().copied().unwrap_or(0) as usize;
         if first_row != self.next_row || end.saturating_sub(base) != cols.len() {
-            return Err(Error::Call(format!(
-                "internal: winner scatter expected row {} with its columns, got row {first_row} with {} columns for {} edges",
+            return Err(Error::Internal(format!(
+                "winner scatter expected row {} with its columns, got row {first_row} with {} columns for {} edges",
                 self.next_row,
                 cols.len(),
                 end.saturating_sub(base)
@@ -84,7 +84,7 @@ impl<'v> WinnerScatter<'v> {
                 g.scatter(w, v, o, seen);
             }
             (Data::F64(w), Data::F64(v), DataMut::F64(o)) => g.scatter(w, v, o, seen),
-            _ => return Err(Error::Call("internal: winner scatter of mixed element types".into())),
+            _ => return Err(Error::Internal("winner scatter of mixed element types".into())),
         }
         Ok(())
     }
@@ -111,7 +111,7 @@ struct Rows<'g> {
 /// named by its rank in the row, in the call's dtype).
 pub(crate) fn f32_ranks_exact(offsets: &[u64]) -> Result<()> {
     if offsets.windows(2).any(|r| r[1].saturating_sub(r[0]) > 1 << 24) {
-        return Err(Error::Call(
+        return Err(Error::Unsupported(
             "a row has more than 2^24 edges: the f32 backward of max/min cannot name its winning edge exactly; run in f64".into(),
         ));
     }

@@ -28,7 +28,7 @@
 //!        %a = add (mul %a0, %c), (mul %w, %v) }  %a = add %a0, (mul %w, %v) }
 //! ```
 
-use super::dce::dce_region;
+use super::eliminate_dead_code::dce_region;
 use super::{beside_state, is_const, is_state, PassError, Remarks};
 use crate::ir::{BinOp, Kernel, Node, Op, Region, Segment, Type, UnOp, ValueId};
 

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 
-use super::dce::dce_region;
+use super::eliminate_dead_code::dce_region;
 use super::{PassError, Remarks};
 use crate::ir::{Kernel, Op, Region, ValueId};
 

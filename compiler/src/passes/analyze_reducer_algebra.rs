@@ -81,6 +81,10 @@ fn check_monoid(k: &Kernel, r: &mut Remarks<'_>) -> Result<Properties, PassError
     let (Some(id_r), Some(comb)) = (&k.reducer.identity, &k.reducer.combine) else {
         return Err(PassError::refused("a monoid needs `identity` and `combine`", span));
     };
+    // A law that fails is reported where it fails: the identity law at what
+    // `identity` returns, the others at what `combine` returns.
+    let at = |r: &crate::ir::Region| r.outputs.first().map(|v| r.node(*v).span).or(span);
+    let (id_span, comb_span) = (at(id_r), at(comb));
     let internal = |e: InterpError| PassError::refused(format!("could not evaluate the monoid: {e}"), span);
     let id = eval_region(id_r, &[SAMPLE_WIDTH; 64], &mut |_| Err(InterpError::Internal("identity reads nothing".into())))
         .map_err(internal)?;
@@ -108,7 +112,7 @@ fn check_monoid(k: &Kernel, r: &mut Remarks<'_>) -> Result<Properties, PassError
                     show(&a),
                     show(&right)
                 ),
-                span,
+                id_span,
             ));
         }
         if declared.commutative {
@@ -124,7 +128,7 @@ fn check_monoid(k: &Kernel, r: &mut Remarks<'_>) -> Result<Properties, PassError
                         show(&reached),
                         show(&rb)
                     ),
-                    span,
+                    comb_span,
                 ));
             }
         }
@@ -144,7 +148,7 @@ fn check_monoid(k: &Kernel, r: &mut Remarks<'_>) -> Result<Properties, PassError
                         show(&rb),
                         show(&rc)
                     ),
-                    span,
+                    comb_span,
                 ));
             }
         }

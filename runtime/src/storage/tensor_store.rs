@@ -476,17 +476,7 @@ struct Header {
     crc32: u32,
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
+use super::format::{le_u16 as u16_at, le_u32 as u32_at, le_u64 as u64_at};
 
 fn read_header(file: &File, path: &Path) -> Result<Header> {
     let name_s = path.display().to_string();

@@ -8,8 +8,10 @@
 //!
 //! Conventions (matching [`crate::interp`]'s semantics):
 //! - kinks take the derivative of the branch the forward pass takes at the
-//!   tie: relu'(0) = 0, leaky_relu'(0) = slope, |x|'(0) = 0, and `min`/`max`
-//!   send the whole cotangent to the first operand on ties;
+//!   tie: relu'(0) = 0, leaky_relu'(0) = slope, |x|'(0) = 0; binary `min`
+//!   and `max` split the cotangent evenly between equal operands (half to
+//!   each; a row reducer's max/min instead gives a lane's whole cotangent to
+//!   its first winning edge, `generate-adjoint`'s rule);
 //! - an elementwise operation that broadcasts a scalar against a vector sums
 //!   the vector cotangent back into the scalar (the adjoint of broadcasting),
 //!   and a scalar contribution to a vector is broadcast; both happen in one
