@@ -61,17 +61,6 @@ pub enum AdjointError {
     IllTyped { span: Span, message: String },
 }
 
-/// The type of an elementwise operation of two numbers (scalar broadcasts
-/// against vector), as the verifier computes it.
-fn elementwise(a: Type, b: Type) -> Option<Type> {
-    match (a, b) {
-        (Type::Scalar, Type::Scalar) => Some(Type::Scalar),
-        (Type::Scalar, Type::Vector(w)) | (Type::Vector(w), Type::Scalar) => Some(Type::Vector(w)),
-        (Type::Vector(x), Type::Vector(y)) if x == y => Some(Type::Vector(x)),
-        _ => None,
-    }
-}
-
 fn ill(span: Span, message: String) -> AdjointError {
     AdjointError::IllTyped { span, message }
 }
@@ -99,7 +88,7 @@ impl Sweep<'_> {
 
     fn bin(&mut self, op: BinOp, a: ValueId, b: ValueId, span: Span) -> Result<ValueId, AdjointError> {
         let (ta, tb) = (self.ty(a), self.ty(b));
-        let t = elementwise(ta, tb).ok_or_else(|| ill(span, format!("{op:?} of {ta:?} and {tb:?}")))?;
+        let t = Type::elementwise(ta, tb).ok_or_else(|| ill(span, format!("{op:?} of {ta:?} and {tb:?}")))?;
         Ok(self.out.push(Op::Binary(op, a, b), t, span))
     }
 
@@ -136,7 +125,7 @@ impl Sweep<'_> {
 
     fn cmp(&mut self, c: CmpOp, a: ValueId, b: ValueId, span: Span) -> Result<ValueId, AdjointError> {
         let (ta, tb) = (self.ty(a), self.ty(b));
-        let t = match elementwise(ta, tb) {
+        let t = match Type::elementwise(ta, tb) {
             Some(Type::Scalar) => Type::Bool,
             Some(Type::Vector(w)) => Type::Mask(w),
             _ => return Err(ill(span, format!("comparison of {ta:?} and {tb:?}"))),
@@ -152,7 +141,7 @@ impl Sweep<'_> {
 
     fn select(&mut self, c: ValueId, a: ValueId, b: ValueId, span: Span) -> Result<ValueId, AdjointError> {
         let (tc, ta, tb) = (self.ty(c), self.ty(a), self.ty(b));
-        let t = match (tc, elementwise(ta, tb)) {
+        let t = match (tc, Type::elementwise(ta, tb)) {
             (Type::Bool, Some(t)) => t,
             // The interpreter cannot pick between two scalars by a mask; the
             // rules below always pass a vector (the cotangent) when `c` is one.
@@ -238,17 +227,7 @@ pub fn vjp_region(
         return Err(AdjointError::SeedCount { given: seeds.len(), outputs: src.outputs.len() });
     }
     // Forward sweep: the primal image of every node.
-    let mut primal: Vec<ValueId> = Vec::with_capacity(src.nodes.len());
-    for n in &src.nodes {
-        let v = match subst(&n.op) {
-            Some(v) => v,
-            None => {
-                let op = n.op.map_operands(|a| primal[a.0 as usize]);
-                out.push(op, n.ty, n.span)
-            }
-        };
-        primal.push(v);
-    }
+    let primal = out.append_copies(src, 0..src.nodes.len(), |_, n, _| subst(&n.op));
     let mut b = Sweep { out, consts: HashMap::new() };
     let mut adj: Vec<Option<ValueId>> = vec![None; src.nodes.len()];
     let sty = |v: ValueId| src.nodes[v.0 as usize].ty;

@@ -58,6 +58,18 @@ pub enum Type {
 }
 
 impl Type {
+    /// The type of an elementwise operation of two numbers: a scalar
+    /// broadcasts against a vector, vectors must share their width. The one
+    /// rule the verifier and the adjoints type with.
+    pub fn elementwise(a: Type, b: Type) -> Option<Type> {
+        match (a, b) {
+            (Type::Scalar, Type::Scalar) => Some(Type::Scalar),
+            (Type::Scalar, Type::Vector(w)) | (Type::Vector(w), Type::Scalar) => Some(Type::Vector(w)),
+            (Type::Vector(x), Type::Vector(y)) if x == y => Some(Type::Vector(x)),
+            _ => None,
+        }
+    }
+
     pub fn is_numeric(self) -> bool {
         !matches!(self, Type::Bool | Type::Mask(_))
     }
@@ -281,16 +293,35 @@ impl Region {
     /// returns; the other nodes are copied with their operands remapped.
     pub fn rewrite(&self, mut subst: impl FnMut(&mut Region, &Node) -> Option<ValueId>) -> Region {
         let mut out = Region::new(self.inputs.clone());
-        let mut map: Vec<ValueId> = Vec::with_capacity(self.nodes.len());
-        for n in &self.nodes {
-            let v = match subst(&mut out, n) {
-                Some(v) => v,
-                None => out.push(n.op.map_operands(|a| map[a.0 as usize]), n.ty, n.span),
-            };
-            map.push(v);
-        }
+        let map = out.append_copies(self, 0..self.nodes.len(), |r, n, _| subst(r, n));
         out.outputs = self.outputs.iter().map(|o| map[o.0 as usize]).collect();
         out
+    }
+
+    /// The one copy-with-remap loop: append copies of `other`'s nodes
+    /// `which` (in order, closed under operands) to this region. Each node
+    /// is first offered to `copy` (with this region and the images so far),
+    /// which may push its own image and return it; otherwise it is copied
+    /// with its operands remapped. Returns the image of every node of
+    /// `other` (entries outside `which` are meaningless).
+    pub fn append_copies(
+        &mut self,
+        other: &Region,
+        which: impl IntoIterator<Item = usize>,
+        mut copy: impl FnMut(&mut Region, &Node, &[ValueId]) -> Option<ValueId>,
+    ) -> Vec<ValueId> {
+        let mut map = vec![ValueId(0); other.nodes.len()];
+        for i in which {
+            let n = &other.nodes[i];
+            map[i] = match copy(self, n, &map) {
+                Some(v) => v,
+                None => {
+                    let op = n.op.map_operands(|a| map[a.0 as usize]);
+                    self.push(op, n.ty, n.span)
+                }
+            };
+        }
+        map
     }
 
     /// Append copies of `other`'s nodes `cone` (in order, closed under
@@ -298,13 +329,9 @@ impl Region {
     /// first (a field renumbering, say). Returns the copies' ids, indexed by
     /// `other`'s (entries outside the cone are meaningless).
     pub fn copy_cone(&mut self, other: &Region, cone: &[usize], mut op_map: impl FnMut(&Op) -> Op) -> Vec<ValueId> {
-        let mut map = vec![ValueId(0); other.nodes.len()];
-        for &i in cone {
-            let n = &other.nodes[i];
-            let op = op_map(&n.op).map_operands(|a| map[a.0 as usize]);
-            map[i] = self.push(op, n.ty, n.span);
-        }
-        map
+        self.append_copies(other, cone.iter().copied(), |r, n, map| {
+            Some(r.push(op_map(&n.op).map_operands(|a| map[a.0 as usize]), n.ty, n.span))
+        })
     }
 
     /// Which nodes `roots` depend on, themselves included (a backward walk:
@@ -370,17 +397,7 @@ impl Region {
     /// Like [`Region::inline`], with a caller-chosen substitution for leaf
     /// operations (inputs, states, messages).
     pub fn inline_with(&mut self, other: &Region, mut subst: impl FnMut(&Op) -> Option<ValueId>) -> Vec<ValueId> {
-        let mut map: Vec<ValueId> = Vec::with_capacity(other.nodes.len());
-        for n in &other.nodes {
-            let v = match subst(&n.op) {
-                Some(v) => v,
-                None => {
-                    let op = n.op.map_operands(|a| map[a.0 as usize]);
-                    self.push(op, n.ty, n.span)
-                }
-            };
-            map.push(v);
-        }
+        let map = self.append_copies(other, 0..other.nodes.len(), |_, n, _| subst(&n.op));
         other.outputs.iter().map(|o| map[o.0 as usize]).collect()
     }
 }

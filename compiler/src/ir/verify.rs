@@ -26,15 +26,6 @@ struct Ctx<'a> {
     messages: &'a [Type],
 }
 
-fn elementwise(a: Type, b: Type) -> Option<Type> {
-    match (a, b) {
-        (Type::Scalar, Type::Scalar) => Some(Type::Scalar),
-        (Type::Scalar, Type::Vector(w)) | (Type::Vector(w), Type::Scalar) => Some(Type::Vector(w)),
-        (Type::Vector(x), Type::Vector(y)) if x == y => Some(Type::Vector(x)),
-        _ => None,
-    }
-}
-
 fn check_region(c: &Ctx<'_>, r: &Region) -> Result<(), VerifyError> {
     let err =
         |v: usize, m: String| VerifyError { kernel: c.k.name.clone(), region: c.region.to_string(), value: v as u32, message: m };
@@ -101,14 +92,14 @@ fn check_region(c: &Ctx<'_>, r: &Region) -> Result<(), VerifyError> {
             Op::Unary(_, a) => matches!(ty(*a), Type::Scalar | Type::Vector(_)).then(|| ty(*a)),
             Op::Binary(BinOp::And | BinOp::Or, a, b) => (ty(*a).is_boolean() && ty(*a) == ty(*b)).then(|| ty(*a)),
             Op::Binary(BinOp::Add, a, b) if matches!(ty(*a), Type::Matrix(..)) => (ty(*a) == ty(*b)).then(|| ty(*a)),
-            Op::Binary(_, a, b) => elementwise(ty(*a), ty(*b)),
+            Op::Binary(_, a, b) => Type::elementwise(ty(*a), ty(*b)),
             Op::Powi(a, _) => matches!(ty(*a), Type::Scalar | Type::Vector(_)).then(|| ty(*a)),
-            Op::Cmp(_, a, b) => match elementwise(ty(*a), ty(*b)) {
+            Op::Cmp(_, a, b) => match Type::elementwise(ty(*a), ty(*b)) {
                 Some(Type::Scalar) => Some(Type::Bool),
                 Some(Type::Vector(w)) => Some(Type::Mask(w)),
                 _ => None,
             },
-            Op::Select(cnd, a, b) => match (ty(*cnd), elementwise(ty(*a), ty(*b))) {
+            Op::Select(cnd, a, b) => match (ty(*cnd), Type::elementwise(ty(*a), ty(*b))) {
                 (Type::Bool, t) => t,
                 (Type::Mask(w), Some(Type::Scalar)) => Some(Type::Vector(w)),
                 (Type::Mask(w), Some(Type::Vector(v))) if v == w => Some(Type::Vector(w)),

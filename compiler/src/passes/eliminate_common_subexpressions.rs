@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use super::{for_each_region, PassError, Remarks};
+use super::{PassError, Remarks};
 use crate::ir::{Kernel, Region, ValueId};
 
 /// Returns how many values were merged (dead copies remain for DCE).
@@ -44,18 +44,5 @@ pub fn cse_region(reg: &mut Region) -> usize {
 }
 
 pub fn eliminate_common_subexpressions(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), PassError> {
-    let mut msgs = Vec::new();
-    for_each_region(k, |name, reg| {
-        let n = cse_region(reg);
-        if n > 0 {
-            msgs.push(format!("merged {n} repeated value(s) in `{name}`"));
-        }
-    });
-    if msgs.is_empty() {
-        r.analysis(Some(k.span), "no repeated values");
-    }
-    for m in msgs {
-        r.applied(Some(k.span), m);
-    }
-    Ok(())
+    super::rewrite_regions(k, r, cse_region, |n, name| format!("merged {n} repeated value(s) in `{name}`"), "no repeated values")
 }

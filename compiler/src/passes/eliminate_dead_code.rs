@@ -1,7 +1,7 @@
 //! `eliminate-dead-code`: values that no output depends on are dropped and the
 //! region is renumbered (operands still precede uses).
 
-use super::{for_each_region, PassError, Remarks};
+use super::{PassError, Remarks};
 use crate::ir::{Kernel, Region, ValueId};
 
 /// Returns how many nodes were removed.
@@ -30,18 +30,5 @@ pub fn dce_region(reg: &mut Region) -> usize {
 }
 
 pub fn eliminate_dead_code(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), PassError> {
-    let mut msgs = Vec::new();
-    for_each_region(k, |name, reg| {
-        let n = dce_region(reg);
-        if n > 0 {
-            msgs.push(format!("removed {n} dead value(s) from `{name}`"));
-        }
-    });
-    if msgs.is_empty() {
-        r.analysis(Some(k.span), "every value is used");
-    }
-    for m in msgs {
-        r.applied(Some(k.span), m);
-    }
-    Ok(())
+    super::rewrite_regions(k, r, dce_region, |n, name| format!("removed {n} dead value(s) from `{name}`"), "every value is used")
 }

@@ -9,7 +9,7 @@
 //! Folding happens in f64; an f32 variant then rounds the folded constant
 //! once, which can differ from f32 evaluation in the last bit.
 
-use super::{for_each_region, PassError, Remarks};
+use super::{PassError, Remarks};
 use crate::interp::{apply_binary, apply_cmp, apply_unary};
 use crate::ir::{BinOp, Kernel, Op, Region, Type, UnOp};
 
@@ -72,18 +72,11 @@ fn fold_region(reg: &mut Region) -> usize {
 }
 
 pub fn fold_constants(k: &mut Kernel, r: &mut Remarks<'_>) -> Result<(), PassError> {
-    let mut msgs = Vec::new();
-    for_each_region(k, |name, reg| {
-        let n = fold_region(reg);
-        if n > 0 {
-            msgs.push(format!("folded {n} operation(s) in `{name}`"));
-        }
-    });
-    if msgs.is_empty() {
-        r.analysis(Some(k.span), "no constant subexpressions to fold");
-    }
-    for m in msgs {
-        r.applied(Some(k.span), m);
-    }
-    Ok(())
+    super::rewrite_regions(
+        k,
+        r,
+        fold_region,
+        |n, name| format!("folded {n} operation(s) in `{name}`"),
+        "no constant subexpressions to fold",
+    )
 }

@@ -197,6 +197,33 @@ pub fn run_pipeline(captured: Kernel) -> Result<Compiled, PassError> {
     Ok(Compiled { captured, lowered: k, passes })
 }
 
+/// The driver of a pass that rewrites each live region on its own (fold,
+/// CSE, DCE): `rewrite` returns how many values it changed in a region,
+/// `applied` words one region's count as a remark, `nothing` is the remark
+/// when no region changed.
+pub(crate) fn rewrite_regions(
+    k: &mut Kernel,
+    r: &mut Remarks<'_>,
+    mut rewrite: impl FnMut(&mut ir::Region) -> usize,
+    applied: impl Fn(usize, &str) -> String,
+    nothing: &str,
+) -> Result<(), PassError> {
+    let mut msgs = Vec::new();
+    for_each_region(k, |name, reg| {
+        let n = rewrite(reg);
+        if n > 0 {
+            msgs.push(applied(n, name));
+        }
+    });
+    if msgs.is_empty() {
+        r.analysis(Some(k.span), nothing);
+    }
+    for m in msgs {
+        r.applied(Some(k.span), m);
+    }
+    Ok(())
+}
+
 /// Apply `f` to every region of the kernel that is live at this stage.
 pub(crate) fn for_each_region(k: &mut Kernel, mut f: impl FnMut(&str, &mut ir::Region)) {
     let fused = k.segment.as_ref().is_some_and(|s| s.fused);
