@@ -446,7 +446,7 @@ fn stats_messages(k: &Kernel, b: &mut B<'_>, msgs: &[ValueId], extra: Vec<ValueI
             let one = b.c(1.0);
             vec![msgs[0], one, msgs[1]]
         }
-        _ => msgs.iter().copied().chain(extra).collect(),
+        ReducerKind::Sum | ReducerKind::Mean | ReducerKind::Monoid => msgs.iter().copied().chain(extra).collect(),
     }
 }
 
@@ -584,7 +584,8 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
                 stats.push(RowStat { name: format!("sbar{c}"), ty: *t });
             }
         }
-        _ => {}
+        // The aggregate's cotangent (`abar`) is all a sum or a mean needs.
+        ReducerKind::Sum | ReducerKind::Mean => {}
     }
     let mut outputs: Vec<OutputDecl> =
         stats.iter().map(|s| OutputDecl { name: s.name.clone(), ty: s.ty, role: Role::Dst }).collect();
@@ -673,7 +674,9 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
                 }
             }
             ReducerKind::Monoid => {}
-            _ => outs.extend(abar.iter().copied()),
+            ReducerKind::Sum | ReducerKind::Max | ReducerKind::Min | ReducerKind::Prod | ReducerKind::Softmax => {
+                outs.extend(abar.iter().copied())
+            }
         }
         match k.reducer.kind {
             ReducerKind::Max | ReducerKind::Min => {
@@ -716,7 +719,8 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
                     None => outs.extend(abar.iter().copied()),
                 }
             }
-            _ => {}
+            // A sum's or a mean's row statistic is `abar` alone (above).
+            ReducerKind::Sum | ReducerKind::Mean => {}
         }
         let mut b = B { r: &mut node, sp };
         for (f, decl) in &dsts {
