@@ -14,9 +14,9 @@
 //! merges by edges); nothing of it when stderr is redirected.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, IsTerminal, Write as _};
+use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tiga_runtime::io::{MatrixMarketLines, MtxLine};
 use tiga_runtime::storage::{BuildOptions, BuildPhase, GfgBuilder};
@@ -34,44 +34,36 @@ pub struct ConvertRequest {
     pub memory: u64,
 }
 
-/// A minimal progress bar on stderr, drawn only on a terminal.
+/// Progress on stderr, drawn by `indicatif` (ten redraws a second; nothing
+/// when stderr is not a terminal, so logs and pipes stay clean). One bar
+/// for the whole conversion, its label the phase (reading, sorting runs,
+/// merging, writing).
 struct Bar {
-    on: bool,
-    last: Option<Instant>,
-    drawn: bool,
+    bar: indicatif::ProgressBar,
+    label: String,
 }
 
 impl Bar {
     fn new() -> Bar {
-        Bar { on: std::io::stderr().is_terminal(), last: None, drawn: false }
+        let bar = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr_with_hz(10));
+        let style = indicatif::ProgressStyle::with_template("{msg:<24} [{bar:30}] {percent:>3}%")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("#-");
+        bar.set_style(style);
+        Bar { bar, label: String::new() }
     }
 
     fn update(&mut self, label: &str, done: u64, total: u64) {
-        if !self.on {
-            return;
+        if label != self.label {
+            self.label = label.to_string();
+            self.bar.set_message(self.label.clone());
         }
-        let now = Instant::now();
-        if done < total && self.last.is_some_and(|t| now.duration_since(t) < Duration::from_millis(100)) {
-            return;
-        }
-        self.last = Some(now);
-        let frac = if total == 0 { 1.0 } else { (done as f64 / total as f64).clamp(0.0, 1.0) };
-        const WIDTH: usize = 30;
-        let filled = (frac * WIDTH as f64).round() as usize;
-        let bar: String = "#".repeat(filled) + &"-".repeat(WIDTH - filled);
-        let mut err = std::io::stderr().lock();
-        let _ = write!(err, "\r{label:<24} [{bar}] {:>5.1}%", frac * 100.0);
-        let _ = err.flush();
-        self.drawn = true;
+        self.bar.set_length(total.max(1));
+        self.bar.set_position(done.min(total.max(1)));
     }
 
     fn clear(&mut self) {
-        if self.drawn {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r{:60}\r", "");
-            let _ = err.flush();
-            self.drawn = false;
-        }
+        self.bar.finish_and_clear();
     }
 }
 
