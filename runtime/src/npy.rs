@@ -16,9 +16,9 @@
 //! does, falling back to 2.0 only if a header could not fit in 1.0.
 //!
 //! Why not a crate: `npyz` (0.8.4 and 0.9.1) was measured against this
-//! reader (2026-12-01,
-//! a `[1000000, 64]` f32 file of 256 MB in the page cache, three rounds
-//! in turn): it read it in 0.82–1.06× this reader's time, but for a
+//! reader (2026-12-01, a `[1000000, 64]` f32 file of 256 MB in the page
+//! cache, three rounds in turn): it read it in 0.82–1.06× this reader's
+//! time, but for a
 //! header declaring shape `(4294967296, 4294967296)` over 16 bytes of data
 //! it returned an empty array and no error (the element count overflows),
 //! where this reader refuses the shape. Fields are user input, so the
