@@ -454,6 +454,13 @@ fn bad_inputs_are_clear_errors() {
     let one = "#[message_passing(reduce = sum)]\npub mod Twice {\n    pub struct Src { pub x: f32 }\n    pub fn edge(src: &Src) -> f32 { src.x }\n}\n";
     std::fs::write(d.join("twice.rs"), format!("{one}{one}")).expect("write");
     fails_with(&tigac(d, &["explain", "twice.rs"]), &["twice.rs:7:", "a second kernel named `Twice`"]);
+    // A struct with two fields of one name: the second is an error.
+    std::fs::write(
+        d.join("dupfield.rs"),
+        "#[message_passing(reduce = sum)]\npub mod Dup {\n    pub struct Src { pub x: f32, pub x: f32 }\n    pub fn edge(src: &Src) -> f32 { src.x }\n}\n",
+    )
+    .expect("write");
+    fails_with(&tigac(d, &["explain", "dupfield.rs"]), &["dupfield.rs:3:", "field `x` is already declared in `Src`"]);
     // A damaged artifact names the artifact.
     std::fs::write(d.join("broken.tiga"), "{\"format\": \"tiga-artifact\", \"version\": 1, \"kernels\": [{}]}").expect("write");
     fails_with(&tigac(d, &["explain", "broken.tiga"]), &["broken.tiga"]);

@@ -202,6 +202,11 @@ fn collect_fields(items: &Items<'_>, widths: &mut Widths) -> FrontResult<(Vec<Fi
         };
         for f in &named.named {
             let Some(ident) = &f.ident else { continue };
+            // rustc refuses this on the macro path (E0124); a kernel file
+            // would otherwise bind the first and ignore the second.
+            if fields.iter().any(|d: &FieldDecl| d.role == role && *ident == d.name) {
+                return Err(FrontError::at(ident, format!("field `{ident}` is already declared in `{sname}`")));
+            }
             let decl = types::parse_decl_type(&f.ty)?;
             let ty = match decl {
                 DeclType::Scalar(_) => ir::Type::Scalar,
