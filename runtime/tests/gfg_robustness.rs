@@ -465,6 +465,9 @@ fn manifests_that_contradict_the_file_are_refused() {
         "overlaps section",
     );
     check("no offsets", &|m| m.sections.retain(|s| s.name != "offsets"), "the required section `offsets` is missing");
+    // A field name with a control character (the writer refuses it; a file
+    // that has one anyway is refused on open).
+    check("control character", &|m| sec(m, "field.dst.d").name = "field.dst.d\nx".into(), "breaks the name rule");
     check(
         "half a transpose",
         &|m| m.sections.retain(|s| s.name != "t_cols"),

@@ -414,10 +414,26 @@ pub fn parse_field_name(section: &str) -> Option<Result<(FieldRole, &str), Strin
         Some(r) => r,
         None => return Some(Err(format!("field section `{section}` has unknown role `{role}` (expected src, dst or edge)"))),
     };
-    if name.is_empty() {
-        return Some(Err(format!("field section `{section}` has an empty name")));
+    if let Err(rule) = check_field_name(name) {
+        return Some(Err(format!("field section `{section:?}` breaks the name rule: {rule}")));
     }
     Some(Ok((role, name)))
+}
+
+/// The longest field name, in bytes.
+pub const MAX_FIELD_NAME: usize = 1024;
+
+/// The spec's rule for a field name (`docs/gfg.md`), checked on write and
+/// on read: non-empty, at most [`MAX_FIELD_NAME`] bytes, no control
+/// characters (a newline in a name would break every line-based listing).
+pub fn check_field_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the name is empty".into());
+    }
+    if name.len() > MAX_FIELD_NAME || name.chars().any(char::is_control) {
+        return Err(format!("names are at most {MAX_FIELD_NAME} bytes without control characters"));
+    }
+    Ok(())
 }
 
 /// Checks everything a reader relies on before mapping a byte of the file:

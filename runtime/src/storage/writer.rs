@@ -26,9 +26,6 @@ use super::format::{
 };
 use super::{FieldRole, GfgError};
 
-/// The longest field name accepted (section names carry a u16 length).
-const MAX_FIELD_NAME: usize = 1024;
-
 /// Saves `graph` (with its transpose when `with_transpose`, for a backward
 /// pass read from disk) and `fields` to `path`, replacing any file there
 /// atomically. Edge fields are in the user's edge order, as for a kernel
@@ -275,12 +272,7 @@ impl<'a> GfgWriter<'a> {
         let g = self.graph;
         for (k, (role, field, view)) in self.fields.iter().enumerate() {
             let bad = |message: String| GfgError::BadField { path: name.to_string(), role: *role, name: field.clone(), message };
-            if field.is_empty() {
-                return Err(bad("the name is empty".into()));
-            }
-            if field.len() > MAX_FIELD_NAME || field.chars().any(char::is_control) {
-                return Err(bad(format!("names are at most {MAX_FIELD_NAME} bytes without control characters")));
-            }
+            super::format::check_field_name(field).map_err(bad)?;
             if self.fields[..k].iter().any(|(r, n, _)| r == role && n == field) {
                 return Err(bad("it is given twice".into()));
             }
