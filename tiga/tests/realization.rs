@@ -36,7 +36,9 @@ impl PageData for Copied {
     }
 }
 
-impl PageSource for HalfPages<'_> {
+// SAFETY: every page is a slice of a validated `Graph`'s CSR (or of its
+// transpose or reversed rows), rows as asked.
+unsafe impl PageSource for HalfPages<'_> {
     fn page(&self, rows: Range<usize>) -> Result<Box<dyn PageData + '_>, ExecError> {
         let g = &*self.0;
         let offsets = g.offsets()[rows.start..=rows.end].to_vec();

@@ -161,7 +161,11 @@ impl crate::realization::PagedRows for GfgPages<'_> {
     }
 }
 
-impl PageSource for GfgPages<'_> {
+// SAFETY: pages come from `GfgFile::page`, `transposed_page` and
+// `page_without_ids`, which check each page against the file's counts
+// (offsets monotone and in range, columns and edge ids below their counts)
+// before handing it out; a reversed page permutes a checked page's rows.
+unsafe impl PageSource for GfgPages<'_> {
     fn page(&self, rows: Range<usize>) -> Result<Box<dyn PageData + '_>, ExecError> {
         let transposed = self.side == Side::Transposed;
         let page = match (transposed, self.edge_ids) {

@@ -62,11 +62,18 @@ pub trait PageData: Send + Sync {
     fn view(&self) -> PageView<'_>;
 }
 
-/// Where a paged run's pages come from. A page must hold every position
-/// of its rows, and its offsets must be non-decreasing: the kernel reads
-/// them unchecked. A source checks what it hands out (a `.gfg` page is
-/// checked against the file's counts on its first visit).
-pub trait PageSource: Sync {
+/// Where a paged run's pages come from.
+///
+/// # Safety
+/// The compiled kernel reads what a page holds without bounds checks, so an
+/// implementation promises, for every page it returns for rows `r`:
+/// `first_row == r.start`; `offsets` has `r.len() + 1` non-decreasing
+/// entries; `cols` holds positions `offsets[0]..offsets[r.len()]`, each a
+/// source below the realization's source count; `edge_ids`, when present,
+/// the same positions, each a user edge below its edge count. A `.gfg`
+/// page is checked against the file's counts on its first visit; a page
+/// sliced out of a [`crate::Graph`] holds them by construction.
+pub unsafe trait PageSource: Sync {
     fn page(&self, rows: Range<usize>) -> Result<Box<dyn PageData + '_>, ExecError>;
 }
 
