@@ -307,7 +307,8 @@ print(json.dumps({"case": "max", "peer": "pyg_scatter", "pass": "forward+backwar
 
     #[test]
     fn missing_script_makes_every_peer_missing() {
-        let a = detect(Path::new("/nonexistent/peers.py"));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = detect(&dir.path().join("missing").join("peers.py"));
         assert!(!a.any());
         let r = run(&a, Path::new("/tmp"), &["sum", "max"], 2, 1);
         assert_eq!(r.len(), 6);
