@@ -530,6 +530,119 @@ fn read_cotangent_for_abar(k: &Kernel, stages: &mut [Stage]) {
     }
 }
 
+/// A rewrite of the adjoint plan: it changes the stages when it applies
+/// and returns the note that says what it did.
+type PlanRewrite = fn(&Kernel, &mut Vec<Stage>, &mut Option<SourceSides>) -> Result<Option<String>, AdjointError>;
+
+/// The plan rewrites, in the order they run; every stage kernel is
+/// verified after each.
+const PLAN_REWRITES: [(&str, PlanRewrite); 4] = [
+    ("read-cotangent-directly", read_cotangent_directly),
+    ("drop-copied-cotangents", drop_copied_cotangents),
+    ("recompute-row-statistics", recompute_row_statistics),
+    ("scatter-winning-cotangents", scatter_winning_cotangents),
+];
+
+/// A sum without `node`: the aggregate's cotangent is the output's, so
+/// stages read the cotangent directly, and a stats stage left with nothing
+/// else to do is dropped.
+#[allow(clippy::ptr_arg)] // every rewrite has `PlanRewrite`'s signature; some remove stages
+fn read_cotangent_directly(
+    k: &Kernel,
+    stages: &mut Vec<Stage>,
+    _: &mut Option<SourceSides>,
+) -> Result<Option<String>, AdjointError> {
+    if !((k.reducer.kind == ReducerKind::Sum && k.node.is_none()) || mean_reads_cotangent(k)) {
+        return Ok(None);
+    }
+    read_cotangent_for_abar(k, stages);
+    let still_bound = stages.iter().skip(1).any(|st| st.bindings.iter().any(|b| matches!(b, Binding::Stage { stage: 0, .. })));
+    let stats_needed = still_bound || stages[0].kernel.outputs.iter().any(|o| o.name.starts_with("grad."));
+    if stats_needed {
+        return Ok(None);
+    }
+    stages.remove(0);
+    for st in stages.iter_mut() {
+        for bnd in &mut st.bindings {
+            if let Binding::Stage { stage, .. } = bnd {
+                *stage -= 1;
+            }
+        }
+    }
+    Ok(Some("sum/mean without `node`: each message's cotangent is the output's (over the row's degree for mean), read directly; no row-statistics stage".into()))
+}
+
+/// Max, min, prod or softmax without `node`: likewise the stats stage's
+/// `abar` outputs are copies of the cotangent; later stages read the
+/// cotangent, and the stats stage no longer writes the copies (a row of
+/// the output's width per node, written and read back).
+#[allow(clippy::ptr_arg)] // every rewrite has `PlanRewrite`'s signature; some remove stages
+fn drop_copied_cotangents(
+    k: &Kernel,
+    stages: &mut Vec<Stage>,
+    _: &mut Option<SourceSides>,
+) -> Result<Option<String>, AdjointError> {
+    if !(matches!(k.reducer.kind, ReducerKind::Max | ReducerKind::Min | ReducerKind::Prod | ReducerKind::Softmax)
+        && k.node.is_none()
+        && stages.len() > 1)
+    {
+        return Ok(None);
+    }
+    read_cotangent_for_abar(k, stages);
+    let bound: Vec<String> = stages
+        .iter()
+        .skip(1)
+        .flat_map(|st| st.bindings.iter())
+        .filter_map(|b| match b {
+            Binding::Stage { stage: 0, output } => Some(output.clone()),
+            _ => None,
+        })
+        .collect();
+    let stats = &mut stages[0].kernel;
+    let keep: Vec<bool> = stats.outputs.iter().map(|o| abar_index(&o.name).is_none() || bound.contains(&o.name)).collect();
+    if !keep.iter().any(|k| !k) {
+        return Ok(None);
+    }
+    if let Some(node) = &mut stats.node {
+        let mut kept = keep.iter();
+        node.outputs.retain(|_| kept.next().copied().unwrap_or(true));
+    }
+    let mut kept = keep.iter();
+    stats.outputs.retain(|_| kept.next().copied().unwrap_or(true));
+    Ok(Some(
+        "no `node`: the aggregate's cotangent is the output's; later stages read it directly, the stats stage does not copy it"
+            .into(),
+    ))
+}
+
+/// Scalar row statistics that are short expressions of the row's fields:
+/// the source stage recomputes them per edge (same bits), and the stats
+/// pass and its buffer go.
+#[allow(clippy::ptr_arg)] // every rewrite has `PlanRewrite`'s signature; some remove stages
+fn recompute_row_statistics(
+    _: &Kernel,
+    stages: &mut Vec<Stage>,
+    _: &mut Option<SourceSides>,
+) -> Result<Option<String>, AdjointError> {
+    let is_stats = stages.first().is_some_and(|s| s.kind == StageKind::RowStatistics);
+    Ok(super::inline_stats::recompute_row_statistics(stages, is_stats).then(|| {
+        "the row statistics are short scalar expressions of each row's fields: the source stage recomputes them per edge (same operations, same bits) instead of a stats pass writing them".into()
+    }))
+}
+
+/// Max/min whose messages depend on the source alone: the source side
+/// scatters each lane's winning cotangent to its source node and
+/// differentiates the edge function once per node.
+#[allow(clippy::ptr_arg)] // every rewrite has `PlanRewrite`'s signature; some remove stages
+fn scatter_winning_cotangents(
+    k: &Kernel,
+    stages: &mut Vec<Stage>,
+    sides: &mut Option<SourceSides>,
+) -> Result<Option<String>, AdjointError> {
+    *sides = super::scatter::scatter_winning_cotangents(k, stages)?;
+    Ok(sides.is_some().then(|| super::scatter::NOTE.into()))
+}
+
 /// Build the adjoint stages of a captured kernel.
 pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
     let sp = k.span;
@@ -1013,72 +1126,15 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
         stages.push(Stage { kind, purpose: purpose.into(), graph: side, kernel: ak, bindings: ab });
     }
 
-    // ---- a sum without `node`: the aggregate's cotangent is the output's,
-    // so stages read the cotangent directly, and a stats stage left with
-    // nothing else to do is dropped.
-    if (k.reducer.kind == ReducerKind::Sum && k.node.is_none()) || mean_reads_cotangent(k) {
-        read_cotangent_for_abar(k, &mut stages);
-        let still_bound =
-            stages.iter().skip(1).any(|st| st.bindings.iter().any(|b| matches!(b, Binding::Stage { stage: 0, .. })));
-        let stats_needed = still_bound || stages[0].kernel.outputs.iter().any(|o| o.name.starts_with("grad."));
-        if !stats_needed {
-            stages.remove(0);
-            for st in &mut stages {
-                for bnd in &mut st.bindings {
-                    if let Binding::Stage { stage, .. } = bnd {
-                        *stage -= 1;
-                    }
-                }
-            }
-            notes.push("sum/mean without `node`: each message's cotangent is the output's (over the row's degree for mean), read directly; no row-statistics stage".into());
+    // ---- the plan rewrites, in order, each verified after ---------------
+    let mut source_sides = None;
+    for (name, rewrite) in PLAN_REWRITES {
+        if let Some(note) = rewrite(k, &mut stages, &mut source_sides)? {
+            notes.push(note);
         }
-    }
-
-    // ---- max, min, prod or softmax without `node`: likewise the stats
-    // stage's `abar` outputs are copies of the cotangent; later stages read
-    // the cotangent, and the stats stage no longer writes the copies (a
-    // row of the output's width per node, written and read back).
-    if matches!(k.reducer.kind, ReducerKind::Max | ReducerKind::Min | ReducerKind::Prod | ReducerKind::Softmax)
-        && k.node.is_none()
-        && stages.len() > 1
-    {
-        read_cotangent_for_abar(k, &mut stages);
-        let bound: Vec<String> = stages
-            .iter()
-            .skip(1)
-            .flat_map(|st| st.bindings.iter())
-            .filter_map(|b| match b {
-                Binding::Stage { stage: 0, output } => Some(output.clone()),
-                _ => None,
-            })
-            .collect();
-        let stats = &mut stages[0].kernel;
-        let keep: Vec<bool> = stats.outputs.iter().map(|o| abar_index(&o.name).is_none() || bound.contains(&o.name)).collect();
-        if keep.iter().any(|k| !k) {
-            if let Some(node) = &mut stats.node {
-                let mut kept = keep.iter();
-                node.outputs.retain(|_| kept.next().copied().unwrap_or(true));
-            }
-            let mut kept = keep.iter();
-            stats.outputs.retain(|_| kept.next().copied().unwrap_or(true));
-            notes.push("no `node`: the aggregate's cotangent is the output's; later stages read it directly, the stats stage does not copy it".into());
+        for st in &stages {
+            crate::ir::verify(&st.kernel).map_err(|source| AdjointError::Rewrite { rewrite: name, source: Box::new(source) })?;
         }
-    }
-
-    // ---- scalar row statistics that are short expressions of the row's
-    // fields: the source stage recomputes them per edge (same bits), and
-    // the stats pass and its buffer go.
-    let is_stats = stages.first().is_some_and(|s| s.kind == StageKind::RowStatistics);
-    if super::inline_stats::recompute_row_statistics(&mut stages, is_stats) {
-        notes.push("the row statistics are short scalar expressions of each row's fields: the source stage recomputes them per edge (same operations, same bits) instead of a stats pass writing them".into());
-    }
-
-    // ---- max/min whose messages depend on the source alone: the source
-    // side scatters each lane's winning cotangent to its source node and
-    // differentiates the edge function once per node.
-    let source_sides = super::scatter::scatter_winning_cotangents(k, &mut stages)?;
-    if source_sides.is_some() {
-        notes.push(super::scatter::NOTE.into());
     }
 
     // ---- gradients ------------------------------------------------------

@@ -59,6 +59,13 @@ pub enum AdjointError {
     /// The source region is ill-typed (a verified region never yields this).
     #[error("line {}, column {}: ill-typed region: {message}", span.line, span.col)]
     IllTyped { span: Span, message: String },
+    /// A plan rewrite left a stage the verifier refuses (a bug).
+    #[error("after plan rewrite `{rewrite}`: {source}")]
+    Rewrite {
+        rewrite: &'static str,
+        #[source]
+        source: Box<crate::ir::VerifyError>,
+    },
 }
 
 fn ill(span: Span, message: String) -> AdjointError {
