@@ -208,6 +208,15 @@ pub enum GraphSource {
 }
 
 impl GraphSource {
+    /// The graph as the kernel runs over it: in memory, or paged from the
+    /// file.
+    pub fn realization(&self) -> &dyn tiga::Realization {
+        match self {
+            GraphSource::Memory(g) => g,
+            GraphSource::Paged(f) => f,
+        }
+    }
+
     pub fn num_src(&self) -> usize {
         match self {
             GraphSource::Memory(g) => g.num_src(),

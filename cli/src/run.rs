@@ -341,11 +341,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     let mut outputs = None;
     for _ in 0..req.repeat.max(1) {
         let start = Instant::now();
-        let o = match &graph {
-            GraphSource::Memory(g) => kernel.run_with(g, &inputs, &schedule),
-            GraphSource::Paged(f) => tiga::with_schedule(&schedule, || kernel.run_with(f, &inputs, &schedule)),
-        }
-        .map_err(explain_call)?;
+        let o = kernel.run_with(graph.realization(), &inputs, &schedule).map_err(explain_call)?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
         outputs = Some(o);
     }
@@ -382,14 +378,13 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         let mut grads = None;
         for _ in 0..req.repeat.max(1) {
             let start = Instant::now();
-            let g = match &graph {
-                GraphSource::Memory(g) => kernel.vjp_with(g, &inputs, &views, &schedule),
-                // Every adjoint stage paged; the source stage reads the file's
-                // stored transpose (`tigac convert --transpose`), except a
-                // max/min's scatter, which reads the forward pages.
-                GraphSource::Paged(f) => kernel.vjp_with(f, &inputs, &views, &schedule),
-            }
-            .map_err(|e| Failure::new(format!("gradients of kernel `{}`: {e}", kernel.name())))?;
+            // Over a .gfg every adjoint stage runs paged; the source stage
+            // reads the file's stored transpose (`tigac convert
+            // --transpose`), except a max/min's scatter, which reads the
+            // forward pages.
+            let g = kernel
+                .vjp_with(graph.realization(), &inputs, &views, &schedule)
+                .map_err(|e| Failure::new(format!("gradients of kernel `{}`: {e}", kernel.name())))?;
             vjp_times.push(start.elapsed().as_secs_f64() * 1e3);
             grads = Some(g);
         }

@@ -143,9 +143,7 @@ impl Rows<'_> {
                 let rows = usize::try_from(st.rows).map_err(|_| too_large())?;
                 let c = usize::try_from(st.cols).map_err(|_| too_large())?;
                 let neighbors: Vec<Vec<i64>> = st.offsets.iter().map(|&(dr, dc)| vec![dr, dc]).collect();
-                return Ok(GraphRows::Shared(Arc::new(
-                    Graph::stencil(&[rows, c], &neighbors, st.periodic).map_err(graph_error)?,
-                )));
+                return Ok(GraphRows::Shared(Arc::new(Graph::stencil(&[rows, c], &neighbors, st.periodic)?)));
             }
             Rows::Pages(p) => {
                 let plan = p.plan(schedule)?;
@@ -165,9 +163,7 @@ impl Rows<'_> {
             }
         }
         let num_dst = offsets.len() - 1;
-        Ok(GraphRows::Shared(Arc::new(
-            Graph::from_csr_with_edge_ids(num_src, num_dst, offsets, cols, Some(ids)).map_err(graph_error)?,
-        )))
+        Ok(GraphRows::Shared(Arc::new(Graph::from_csr_with_edge_ids(num_src, num_dst, offsets, cols, Some(ids))?)))
     }
 
     /// Whether the rows carry user edge ids.
@@ -178,10 +174,6 @@ impl Rows<'_> {
             Rows::Generated(_) => false,
         }
     }
-}
-
-fn graph_error(e: crate::GraphError) -> ExecError {
-    ExecError::Source { rows: 0..0, source: Box::new(e) }
 }
 
 impl Realization for Graph {

@@ -13,6 +13,9 @@ use tiga_runtime::{Backend, DType, Data, DataMut, Graph, Realization, Rows, Sche
 use crate::call::{Inputs, Outputs};
 use crate::{Error, Kernel, Result};
 
+/// Each output's name and shape, in declaration order.
+pub type OutputShapes = Vec<(String, Vec<usize>)>;
+
 /// The adjoint of a kernel, compiled: its stages as runnable kernels.
 #[derive(Debug)]
 pub struct AdjointPlan {
@@ -223,13 +226,18 @@ impl Kernel {
     }
 
     /// The shapes of this call's outputs.
-    pub fn output_shapes(&self, r: &dyn Realization, inputs: &Inputs<'_>) -> Result<Vec<(String, Vec<usize>)>> {
+    pub fn output_shapes(&self, r: &dyn Realization, inputs: &Inputs<'_>) -> Result<OutputShapes> {
+        Ok(self.bound_outputs(r, inputs)?.1)
+    }
+
+    /// The call's dtype and its outputs' shapes, binding once.
+    fn bound_outputs(&self, r: &dyn Realization, inputs: &Inputs<'_>) -> Result<(DType, OutputShapes)> {
         let extents = Extents { num_src: r.num_src(), num_dst: r.num_dst(), num_edges: r.num_edges() };
         let handles = crate::call::stored_fields(self.captured(), r, inputs);
         let all = crate::call::with_stored_fields(inputs, &handles)?;
         let b = crate::call::bind_extents(self.captured(), extents, &all)?;
         let shapes = output_shapes(self.captured(), &b.extents, &b.widths);
-        Ok(self.captured().outputs.iter().map(|o| o.name.clone()).zip(shapes).collect())
+        Ok((b.dtype, self.captured().outputs.iter().map(|o| o.name.clone()).zip(shapes).collect()))
     }
 
     /// The vector-Jacobian product over any realization: given the
@@ -288,15 +296,11 @@ impl Kernel {
 
     /// [`Kernel::grad`] as `schedule` says.
     pub fn grad_with(&self, r: &dyn Realization, inputs: &Inputs<'_>, output: &str, schedule: &Schedule) -> Result<Gradients> {
-        let shapes = self.output_shapes(r, inputs)?;
+        let (dtype, shapes) = self.bound_outputs(r, inputs)?;
         if !shapes.iter().any(|(n, _)| n == output) {
             let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
             return Err(Error::NoOutput { name: output.to_string(), outputs: names.join(", ") });
         }
-        let extents = Extents { num_src: r.num_src(), num_dst: r.num_dst(), num_edges: r.num_edges() };
-        let handles = crate::call::stored_fields(self.captured(), r, inputs);
-        let all = crate::call::with_stored_fields(inputs, &handles)?;
-        let dtype = crate::call::bind_extents(self.captured(), extents, &all)?.dtype;
         let mut cots = Vec::new();
         for (name, shape) in &shapes {
             let t = if name == output {

@@ -33,6 +33,10 @@ pub enum ExecError {
     Alloc(#[from] TensorError),
     #[error(transparent)]
     Gfg(#[from] crate::GfgError),
+    /// Rows collected into a graph (for the reference interpreter) that do
+    /// not form one.
+    #[error(transparent)]
+    Graph(#[from] crate::GraphError),
     /// A page source other than a file failed.
     #[error("rows {rows:?}: {source}")]
     Source {
