@@ -34,45 +34,6 @@ pub struct ConvertRequest {
     pub memory: u64,
 }
 
-/// Progress on stderr, drawn by `indicatif` (ten redraws a second; nothing
-/// when stderr is not a terminal, so logs and pipes stay clean). One bar
-/// for the whole conversion, its label the phase (reading, sorting runs,
-/// merging, writing).
-struct Bar {
-    bar: indicatif::ProgressBar,
-    label: String,
-}
-
-impl Bar {
-    fn new() -> Bar {
-        let bar = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr_with_hz(10));
-        let style = indicatif::ProgressStyle::with_template("{msg:<24} [{bar:30}] {percent:>3}%")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("#-");
-        bar.set_style(style);
-        Bar { bar, label: String::new() }
-    }
-
-    fn update(&mut self, label: &str, done: u64, total: u64) {
-        if label != self.label {
-            self.label = label.to_string();
-            self.bar.set_message(self.label.clone());
-        }
-        self.bar.set_length(total.max(1));
-        self.bar.set_position(done.min(total.max(1)));
-    }
-
-    fn clear(&mut self) {
-        self.bar.finish_and_clear();
-    }
-}
-
-impl Drop for Bar {
-    fn drop(&mut self) {
-        self.clear();
-    }
-}
-
 /// Calls `f(line_number, line)` for every line (1-based, line endings
 /// stripped; non-UTF-8 lines are errors naming path and line), and
 /// `tick(bytes_read)` now and then.
@@ -183,7 +144,7 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
     let memory = usize::try_from(req.memory).unwrap_or(usize::MAX);
     let mut builder =
         GfgBuilder::new(&req.out, BuildOptions { memory_bytes: memory, transpose: req.transpose }).map_err(gfg_failure)?;
-    let mut bar = Bar::new();
+    let mut bar = crate::progress::Bar::new();
     let reading = format!("reading {}", req.input.file_name().map(|f| f.to_string_lossy()).unwrap_or_default());
     let reading: String = reading.chars().take(24).collect();
 

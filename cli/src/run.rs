@@ -336,7 +336,14 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         prepare_dir(dir)?;
     }
 
-    let schedule = req.paging.schedule()?;
+    let mut schedule = req.paging.schedule()?;
+    // A paged run counts the rows its pages finish; on a terminal a bar
+    // shows them (forward, then the backward's stages).
+    let progress = tiga::Progress::new();
+    if paged {
+        schedule.progress = Some(progress.clone());
+    }
+    let watch = if paged { crate::progress::Watch::start(&progress, "running (paged)") } else { None };
     let mut times = Vec::with_capacity(req.repeat);
     let mut outputs = None;
     for _ in 0..req.repeat.max(1) {
@@ -397,6 +404,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         }
     }
 
+    drop(watch);
     let runs = times.len();
     let median = median_ms(times);
     if req.timing {

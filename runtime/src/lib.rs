@@ -36,7 +36,7 @@ pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_matrix_m
 pub use npy::{encode_npy, parse_npy, read_npy, write_npy, NpyError};
 pub use petgraph;
 pub use realization::{GraphRows, PagedRows, Realization, Rows};
-pub use schedule::{Backend, Schedule, ScheduleError};
+pub use schedule::{Backend, Progress, Schedule, ScheduleError};
 pub use storage::tensor_store::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
 pub use storage::{save_gfg, FieldHandle, FieldInfo, FieldRole, GfgError, GfgFile, GfgWriter, Page, PendingGfg};
 pub use tensor::{Buffer, DType, Data, DataMut, Tensor, TensorError, TensorView};

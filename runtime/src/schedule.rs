@@ -9,6 +9,8 @@
 //! `tigac`'s flags.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Rows per page when a schedule names neither rows nor bytes.
 pub const DEFAULT_PAGE_ROWS: usize = 1_000_000;
@@ -70,6 +72,53 @@ pub struct Schedule {
     /// Where those spilled outputs go (default: the system's temporary
     /// directory).
     pub spill_dir: Option<PathBuf>,
+    /// Where paged calls count the rows they have finished, for a program
+    /// that shows progress (`None`: not counted).
+    pub progress: Option<Progress>,
+}
+
+/// A count of the destination rows a call's page streams have finished,
+/// out of the rows they have announced, shared between the call and
+/// whoever watches it (`tigac run` draws it as a bar). A call over a file
+/// announces each stream's rows when the stream starts and counts a page's
+/// rows when its work is done, so a backward (several streams, one per
+/// adjoint stage) raises the total as its stages begin. In-memory calls do
+/// not count: they do not run long enough to watch.
+///
+/// It is shared state rather than a callback so that a [`Schedule`] stays a
+/// plain value (`Clone`, comparable: two schedules are equal when they
+/// share one count) and the workers never call into the watcher's code.
+#[derive(Clone, Debug, Default)]
+pub struct Progress(Arc<ProgressCounts>);
+
+#[derive(Debug, Default)]
+struct ProgressCounts {
+    done: AtomicU64,
+    total: AtomicU64,
+}
+
+impl Progress {
+    pub fn new() -> Progress {
+        Progress::default()
+    }
+    /// Rows finished and rows announced so far.
+    pub fn rows(&self) -> (u64, u64) {
+        (self.0.done.load(Ordering::Relaxed), self.0.total.load(Ordering::Relaxed))
+    }
+    /// A stream of `rows` rows begins.
+    pub fn announce(&self, rows: u64) {
+        self.0.total.fetch_add(rows, Ordering::Relaxed);
+    }
+    /// `rows` more rows are finished.
+    pub fn advance(&self, rows: u64) {
+        self.0.done.fetch_add(rows, Ordering::Relaxed);
+    }
+}
+
+impl PartialEq for Progress {
+    fn eq(&self, other: &Progress) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// One line: every setting, defaults spelled out (what `tigac explain`
@@ -135,6 +184,10 @@ impl Schedule {
     }
     pub fn spill_dir(mut self, dir: impl Into<PathBuf>) -> Schedule {
         self.spill_dir = Some(dir.into());
+        self
+    }
+    pub fn progress(mut self, progress: Progress) -> Schedule {
+        self.progress = Some(progress);
         self
     }
 

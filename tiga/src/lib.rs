@@ -61,7 +61,7 @@ pub use tiga_compiler as compiler;
 pub use tiga_runtime as runtime;
 pub use tiga_runtime::exec::Side;
 pub use tiga_runtime::realization::{self, GraphRows, PagedRows, Realization, Rows};
-pub use tiga_runtime::{Backend, Schedule};
+pub use tiga_runtime::{Backend, Progress, Schedule};
 pub use vjp::{AdjointPlan, Gradients};
 
 use tiga_compiler::back::cranelift::{Jit, VariantKey};

@@ -35,43 +35,76 @@ use tiga_runtime::{Graph, Realization, Rows, Schedule, StencilPlan};
 
 use crate::{Error, Result};
 
+/// One scope's settings: its RAM budget and spill directory.
+type Scope = (Option<u64>, Option<PathBuf>);
+
 thread_local! {
     /// The budget and spill directory in force on this thread, innermost
     /// scope last.
-    static AMBIENT: std::cell::RefCell<Vec<(Option<u64>, Option<PathBuf>)>> = const { std::cell::RefCell::new(Vec::new()) };
+    static AMBIENT: std::cell::RefCell<Vec<Scope>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Ends its scope when dropped: on return and on a panic alike.
-struct AmbientGuard;
-
-impl Drop for AmbientGuard {
-    fn drop(&mut self) {
-        AMBIENT.with(|a| a.borrow_mut().pop());
+/// Run `f` with one more scope in force, on a rayon pool of its own whose
+/// every worker starts with this thread's scopes plus the new one. A thread
+/// local alone would hold on the calling thread only, and a process-wide
+/// setting would leak into calls running concurrently under another budget
+/// (other threads, other tests); a pool per scope gives `f` and every
+/// parallel iterator it runs the same view, and nothing else sees it. The
+/// pool has as many threads as the pool the scope is entered from, and its
+/// threads end with the scope (so entering one costs a thread start per
+/// worker: wrap whole graph builds and calls, not single rows).
+fn with_ambient<R: Send>(scope: Scope, f: impl FnOnce() -> R + Send) -> R {
+    let mut seed = AMBIENT.with(|a| a.borrow().clone());
+    seed.push(scope.clone());
+    let threads = rayon::current_num_threads();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("tiga-budget-{i}"))
+        .start_handler(move |_| AMBIENT.with(|a| *a.borrow_mut() = seed.clone()))
+        .build();
+    match pool {
+        Ok(pool) => pool.install(f),
+        // No threads to be had: the scope still holds on this thread (and
+        // so for every call made from it), as it did before workers saw it.
+        Err(_) => {
+            let depth = AMBIENT.with(|a| {
+                let mut a = a.borrow_mut();
+                let depth = a.len();
+                a.push(scope);
+                depth
+            });
+            let _guard = AmbientGuard(depth);
+            f()
+        }
     }
 }
 
-fn with_ambient<R>(budget: Option<u64>, spill_dir: Option<PathBuf>, f: impl FnOnce() -> R) -> R {
-    AMBIENT.with(|a| a.borrow_mut().push((budget, spill_dir)));
-    let _guard = AmbientGuard;
-    f()
+/// Ends a scope pushed on this thread when dropped: on return and on a
+/// panic alike.
+struct AmbientGuard(usize);
+
+impl Drop for AmbientGuard {
+    fn drop(&mut self) {
+        AMBIENT.with(|a| a.borrow_mut().truncate(self.0));
+    }
 }
 
 /// Run `f` with a RAM budget for graphs built inside it and for the row
 /// outputs of paged calls made inside it (sugar for a [`Schedule`] with
 /// that budget, for code that builds graphs far from where it calls
-/// kernels). The budget holds on this thread while `f` runs (the calls
-/// made from it read it before their rows go to the workers) and ends when
-/// `f` returns or panics; the innermost scope wins. A graph built on
-/// another thread (inside a `par_iter` of `f`, say) does not see it: pass
-/// that thread a [`Schedule`] and [`with_schedule`].
-pub fn with_ram_budget<R>(bytes: u64, f: impl FnOnce() -> R) -> R {
-    with_ambient(Some(bytes), None, f)
+/// kernels). The budget holds for `f` and for every rayon parallel
+/// iterator `f` runs (a graph built inside a `par_iter` of `f` sees it),
+/// and ends when `f` returns or panics; the innermost scope wins. `f` runs
+/// on a rayon pool of the scope's own, the size of the pool it is called
+/// from: hence the `Send` bounds.
+pub fn with_ram_budget<R: Send>(bytes: u64, f: impl FnOnce() -> R + Send) -> R {
+    with_ambient((Some(bytes), None), f)
 }
 
 /// Run `f` with the RAM budget and spill directory of `schedule` in force,
 /// as [`with_ram_budget`] does.
-pub fn with_schedule<R>(schedule: &Schedule, f: impl FnOnce() -> R) -> R {
-    with_ambient(schedule.ram_budget, schedule.spill_dir.clone(), f)
+pub fn with_schedule<R: Send>(schedule: &Schedule, f: impl FnOnce() -> R + Send) -> R {
+    with_ambient((schedule.ram_budget, schedule.spill_dir.clone()), f)
 }
 
 /// The budget in force: the innermost [`with_ram_budget`] or

@@ -59,18 +59,24 @@ fn threads_and_back_ends_keep_the_numbers() {
     }
 }
 
-#[test]
-fn a_schedule_budget_spills_row_outputs() {
-    let n = 2000;
+/// A ring with chords of `n` nodes, in memory and saved as a `.gfg` (with
+/// its transpose) in a temporary directory, and an `[n, f]` field `h`.
+fn vecsum_case(n: usize, f: usize) -> (Graph, Tensor, tempfile::TempDir, GfgFile) {
     let g = ring_with_chords(n);
-    let f = 8;
     let h = Tensor::from_f64(vec![n, f], (0..n * f).map(|i| (i % 13) as f64 * 0.25).collect()).expect("h");
-    let k = Kernel::from_source(GNN, "VecSum").expect("kernel");
-    let ins = Inputs::new().src("h", &h);
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("g.gfg");
     save_gfg(&path, &g, true, &[]).expect("save");
     let file = GfgFile::open(&path).expect("open");
+    (g, h, dir, file)
+}
+
+#[test]
+fn a_schedule_budget_spills_row_outputs() {
+    let n = 2000;
+    let (g, h, dir, file) = vecsum_case(n, 8);
+    let k = Kernel::from_source(GNN, "VecSum").expect("kernel");
+    let ins = Inputs::new().src("h", &h);
     let want = k.run(&g, &ins).expect("run");
     let spill = dir.path().join("spill");
     let plain = Schedule::new().page_rows(300);
@@ -91,4 +97,65 @@ fn with_ram_budget_ends_with_its_closure_even_on_a_panic() {
     assert_eq!(tiga::offload::ram_budget(), None);
     let s = Schedule::new().ram_budget(9).spill_dir("elsewhere");
     assert_eq!(tiga::with_schedule(&s, tiga::offload::ram_budget), Some(9));
+}
+
+#[test]
+fn with_ram_budget_reaches_the_rayon_workers_of_its_closure() {
+    use rayon::prelude::*;
+    // Graphs built inside a parallel iterator of the closure see the budget:
+    // a 30 × 40 stencil is over 1000 bytes, so every one is offloaded.
+    let neigh: Vec<Vec<i64>> = vec![vec![-1, 0], vec![1, 0], vec![0, -1], vec![0, 1]];
+    let graphs = tiga::with_ram_budget(1000, || {
+        (0..6).into_par_iter().map(|_| tiga::offload::build::stencil(&[30, 40], &neigh, false)).collect::<Vec<_>>()
+    });
+    for g in graphs {
+        assert!(g.expect("stencil").is_paged(), "a graph built on a worker is over the budget");
+    }
+    // Scopes entered at once on two threads each see their own budget, on
+    // every worker, and nothing is left behind.
+    let seen: Vec<Vec<Option<u64>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = [111u64, 222]
+            .into_iter()
+            .map(|b| {
+                s.spawn(move || {
+                    tiga::with_ram_budget(b, || (0..64).into_par_iter().map(|_| tiga::offload::ram_budget()).collect::<Vec<_>>())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("scope thread")).collect()
+    });
+    assert!(seen[0].iter().all(|b| *b == Some(111)), "{:?}", seen[0]);
+    assert!(seen[1].iter().all(|b| *b == Some(222)), "{:?}", seen[1]);
+    let outside: Vec<Option<u64>> = (0..64).into_par_iter().map(|_| tiga::offload::ram_budget()).collect();
+    assert!(outside.iter().all(Option::is_none));
+    // A nested scope on a worker of the outer one wins there.
+    let inner = tiga::with_ram_budget(4096, || {
+        (0..8).into_par_iter().map(|_| tiga::with_ram_budget(5, tiga::offload::ram_budget)).collect::<Vec<_>>()
+    });
+    assert!(inner.iter().all(|b| *b == Some(5)));
+}
+
+#[test]
+fn a_paged_call_counts_its_rows_in_the_schedules_progress() {
+    let n = 2000;
+    let (g, h, _dir, file) = vecsum_case(n, 4);
+    let k = Kernel::from_source(GNN, "VecSum").expect("kernel");
+    let ins = Inputs::new().src("h", &h);
+    let progress = tiga::Progress::new();
+    let s = Schedule::new().page_rows(300).progress(progress.clone());
+    let out = k.run_with(&file, &ins, &s).expect("paged");
+    // Seven pages of at most 300 rows: every destination row, once.
+    assert_eq!(progress.rows(), (n as u64, n as u64));
+    assert_eq!(out.items[0].1.as_f64(), k.run(&g, &ins).expect("in memory").items[0].1.as_f64());
+    // The backward's paged stages add their rows: the source stage runs over
+    // the transpose (n rows again); all of it is finished when the call is.
+    let cot = Tensor::from_f64(vec![n, 4], vec![1.0; n * 4]).expect("cot");
+    k.vjp_with(&file, &ins, &[("out", cot.view())], &s).expect("paged vjp");
+    let (done, total) = progress.rows();
+    assert_eq!(done, total);
+    assert!(total >= 2 * n as u64 && total % n as u64 == 0, "{total}");
+    // A schedule without a count, and in-memory calls, count nothing.
+    let quiet = tiga::Progress::new();
+    k.run_with(&g, &ins, &Schedule::new().progress(quiet.clone())).expect("in memory");
+    assert_eq!(quiet.rows(), (0, 0));
 }

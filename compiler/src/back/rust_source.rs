@@ -16,7 +16,7 @@
 use std::fmt::Write as _;
 
 use crate::ir::{BinOp, CmpOp, DType, Role, Type, UnOp};
-use crate::loops::{fields_read, Addr, Inst, LoopKernel, LoopVar, Stmt, Var, VarKind};
+use crate::loops::{fields_read, verify, Addr, Inst, LoopKernel, LoopVar, LoopVerifyError, Stmt, Var, VarKind};
 
 /// Widths the macro compiles ahead of time, for kernels with one width
 /// symbol (other widths, and kernels with several symbols, use the JIT).
@@ -24,8 +24,17 @@ pub const AOT_WIDTHS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
 #[derive(Debug, thiserror::Error)]
 pub enum RustSourceError {
-    #[error("kernel `{kernel}`: {message}")]
-    Malformed { kernel: String, message: String },
+    /// The loop kernel breaks a rule of the loop IR's verifier (a
+    /// hand-built or corrupted kernel; the scheduler's output never does).
+    #[error("malformed {source}")]
+    Malformed {
+        #[from]
+        source: LoopVerifyError,
+    },
+    /// A verified kernel the emitter still could not write: a bug in tiga,
+    /// reported rather than panicking.
+    #[error("internal error: the Rust-source back end could not emit verified loop kernel `{kernel}`: {message}")]
+    Internal { kernel: String, message: String },
 }
 
 struct Emitter<'a> {
@@ -55,7 +64,7 @@ fn lit(c: f64, t: &str) -> String {
 
 impl Emitter<'_> {
     fn err(&self, m: impl Into<String>) -> RustSourceError {
-        RustSourceError::Malformed { kernel: self.k.name.clone(), message: m.into() }
+        RustSourceError::Internal { kernel: self.k.name.clone(), message: m.into() }
     }
 
     fn width(&self, w: crate::ir::WidthId) -> Result<usize, RustSourceError> {
@@ -295,6 +304,7 @@ pub fn emit_variant(
         DType::F32 => "f32",
         DType::F64 => "f64",
     };
+    verify(k)?;
     let mut e = Emitter { k, widths, t, not_nan: crate::loops::never_nan(k), out: String::new() };
     // The entry point dispatches once per call to a body compiled for
     // AVX2+FMA when the running CPU has them (LLVM then uses 256-bit

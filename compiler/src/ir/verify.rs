@@ -155,9 +155,76 @@ fn broadcastable(values: &[Type], slots: &[Type]) -> bool {
         && values.iter().zip(slots).all(|(v, s)| v == s || (*v == Type::Scalar && matches!(s, Type::Vector(_))))
 }
 
-/// Check the whole kernel: every region's types and ordering, and that the
-/// regions fit together (message, aggregate and output types).
+/// Every region of `k`, named as errors name them.
+fn regions(k: &Kernel) -> Vec<(&'static str, &Region)> {
+    let mut all = vec![("edge", &k.edge)];
+    all.extend(k.node.as_ref().map(|n| ("node", n)));
+    for (name, r) in [("identity", &k.reducer.identity), ("combine", &k.reducer.combine), ("finalize", &k.reducer.finalize)] {
+        all.extend(r.as_ref().map(|r| (name, r)));
+    }
+    if let Some(seg) = &k.segment {
+        all.extend([("init", &seg.init), ("step", &seg.step), ("finish", &seg.finish)]);
+        all.extend(seg.pre_step.as_ref().map(|p| ("pre_step", p)));
+    }
+    all
+}
+
+/// Every value handle of every region in range: operands name earlier
+/// values and outputs name values that exist. Checked before anything else
+/// (the type checks below ask regions for their output types, which indexes
+/// by those handles), so a kernel read from an artifact is refused, never
+/// indexed out of bounds.
+fn check_handles(k: &Kernel) -> Result<(), VerifyError> {
+    let nw = k.widths.len() as u32;
+    let width_ok = |t: &Type| match *t {
+        Type::Vector(w) | Type::Mask(w) => w.0 < nw,
+        Type::Matrix(a, b) => a.0 < nw && b.0 < nw,
+        _ => true,
+    };
+    let top = |region: &str, m: String| VerifyError { kernel: k.name.clone(), region: region.into(), value: 0, message: m };
+    if let Some(f) = k.fields.iter().find(|f| !width_ok(&f.ty)) {
+        return Err(top("fields", format!("field `{}` has a type of an undeclared width", f.name)));
+    }
+    if let Some(o) = k.outputs.iter().find(|o| !width_ok(&o.ty)) {
+        return Err(top("outputs", format!("output `{}` has a type of an undeclared width", o.name)));
+    }
+    if let Some(seg) = &k.segment {
+        if !seg.state.iter().all(width_ok) {
+            return Err(top("segment", "a state slot has a type of an undeclared width".into()));
+        }
+    }
+    for (name, r) in regions(k) {
+        if !r.inputs.iter().all(width_ok) {
+            return Err(top(name, "an input has a type of an undeclared width".into()));
+        }
+        let err =
+            |v: usize, m: String| VerifyError { kernel: k.name.clone(), region: name.to_string(), value: v as u32, message: m };
+        for (i, n) in r.nodes.iter().enumerate() {
+            if let Some(o) = n.op.operands().into_iter().find(|o| o.0 as usize >= i) {
+                return Err(err(i, format!("operand %{} does not precede its use", o.0)));
+            }
+            match n.op {
+                Op::Field(f) if f.0 as usize >= k.fields.len() => {
+                    return Err(err(i, format!("field #{} does not exist ({} fields)", f.0, k.fields.len())))
+                }
+                Op::Input(j) if j as usize >= r.inputs.len() => {
+                    return Err(err(i, format!("input {j} out of range ({} inputs)", r.inputs.len())))
+                }
+                _ => {}
+            }
+        }
+        if let Some((j, o)) = r.outputs.iter().enumerate().find(|(_, o)| o.0 as usize >= r.nodes.len()) {
+            return Err(err(o.0 as usize, format!("output {j} refers to %{}, but the region has {} values", o.0, r.nodes.len())));
+        }
+    }
+    Ok(())
+}
+
+/// Check the whole kernel: every handle in range, every region's types and
+/// ordering, and that the regions fit together (message, aggregate and
+/// output types).
 pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
+    check_handles(k)?;
     let top = |region: &str, m: String| VerifyError { kernel: k.name.clone(), region: region.into(), value: 0, message: m };
     let out_types = |role: Role| -> Vec<Type> { k.outputs_of(role).iter().map(|(_, o)| o.ty).collect() };
     let (dst_outs, edge_outs, param_outs) = (out_types(Role::Dst), out_types(Role::Edge), out_types(Role::Param));

@@ -15,8 +15,8 @@
 //!   output (a vector of `F` is never indexed by a loop over another width);
 //! - source and edge fields, edge outputs and ranks appear only in the edge
 //!   passes (`pre_body`, `body`), where an edge is current;
-//! - a condition (`Select`'s first operand) is a boolean variable and a
-//!   comparison's result is stored in one.
+//! - a condition (`Select`'s first operand) is a boolean variable, a
+//!   comparison's result is kept in one, and no boolean is stored to memory.
 
 use super::{Addr, Inst, LoopKernel, LoopVar, Stmt, Var, VarKind};
 use crate::ir::{Role, Type, WidthId};
@@ -68,7 +68,9 @@ impl Verifier<'_> {
                 Ok(())
             }
             Stmt::Store(a, x) => {
-                self.var(*x)?;
+                if self.var(*x)? == VarKind::Bool {
+                    return Err(format!("v{} is a boolean: only numbers are stored", x.0));
+                }
                 self.addr(a)
             }
             Stmt::Loop { lane, width, body } => {

@@ -147,6 +147,8 @@ struct Stream<'s, 'a> {
     spilled: &'s [&'s Tensor],
     error: Mutex<Option<ExecError>>,
     failed: AtomicBool,
+    /// The schedule's count of finished rows, if it keeps one.
+    progress_report: Option<&'s crate::schedule::Progress>,
 }
 
 thread_local! {
@@ -360,6 +362,9 @@ impl<'a> Stream<'_, 'a> {
     /// Page `p`'s work is done: release the done pages, in order.
     fn finished(&self, p: usize) {
         self.pages[p].done.store(true, Ordering::Release);
+        if let Some(progress) = self.progress_report {
+            progress.advance(self.plan[p].len() as u64);
+        }
         let Ok(_order) = self.releasing.lock() else { return };
         let mut r = self.first_held.load(Ordering::Acquire);
         let moved = r;
@@ -424,7 +429,11 @@ pub unsafe fn run_pages(
         spilled,
         error: Mutex::new(None),
         failed: AtomicBool::new(false),
+        progress_report: schedule.progress.as_ref(),
     };
+    if let Some(p) = &schedule.progress {
+        p.announce(plan.iter().map(|r| r.len() as u64).sum());
+    }
     super::in_pool(schedule.threads, || {
         let workers = rayon::current_num_threads().max(1);
         rayon::scope(|s| {

@@ -52,7 +52,7 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module, ModuleError, ModuleReloc};
 
 use crate::ir::DType;
-use crate::loops::LoopKernel;
+use crate::loops::{LoopKernel, LoopVerifyError};
 
 use tiga_abi::EntryFn;
 pub use tiga_abi::RawArgs;
@@ -88,8 +88,17 @@ pub enum BackError {
          scratch on the stack and caps it at 1 MiB ({MAX_SCRATCH_BYTES} bytes)"
     )]
     ScratchTooLarge { kernel: String, bytes: u64 },
-    #[error("malformed loop kernel `{kernel}`: {message}")]
-    Malformed { kernel: String, message: String },
+    /// The loop kernel breaks a rule of the loop IR's verifier (a
+    /// hand-built or corrupted kernel; the scheduler's output never does).
+    #[error("malformed {source}")]
+    Malformed {
+        #[from]
+        source: LoopVerifyError,
+    },
+    /// A kernel that passed the verifier that the translator still could not
+    /// lower: a bug in tiga, reported rather than panicking.
+    #[error("internal error: the Cranelift back end could not lower verified loop kernel `{kernel}`: {message}")]
+    Internal { kernel: String, message: String },
     #[error("the host ISA is not supported by Cranelift: {0}")]
     Isa(String),
     #[error("cranelift codegen error in `{kernel}`: {message}")]
@@ -267,7 +276,8 @@ pub fn compile(k: &LoopKernel, key: &VariantKey) -> Result<Variant, BackError> {
     if key.widths.len() != k.widths.len() {
         return Err(BackError::Widths { kernel: kernel(), expected: k.widths.len(), got: key.widths.len() });
     }
-    let scratch = translate::scratch_sizes(k, key).map_err(|message| BackError::Malformed { kernel: kernel(), message })?;
+    crate::loops::verify(k)?;
+    let scratch = translate::scratch_sizes(k, key).map_err(|message| BackError::Internal { kernel: kernel(), message })?;
     let bytes = scratch.iter().try_fold(0u64, |a, &b| a.checked_add(b)).unwrap_or(u64::MAX);
     if bytes > MAX_SCRATCH_BYTES {
         return Err(BackError::ScratchTooLarge { kernel: kernel(), bytes });
@@ -298,7 +308,7 @@ pub fn compile(k: &LoopKernel, key: &VariantKey) -> Result<Variant, BackError> {
     let builder = FunctionBuilder::new(&mut ctx.func, &mut fbc);
     let notes = translate::Translator::new(builder, k, key, &scratch, math)
         .run(module.target_config())
-        .map_err(|message| BackError::Malformed { kernel: kernel(), message })?;
+        .map_err(|message| BackError::Internal { kernel: kernel(), message })?;
     let clif = ctx.func.display().to_string();
 
     let codegen_err = |e: CodegenError, func: &cranelift_codegen::ir::Function| {

@@ -32,9 +32,11 @@
 //! variables (`addr`); this module holds the translator, the row skeleton
 //! and the statements.
 //!
-//! Errors are plain messages: the caller wraps them as
-//! [`super::BackError::Malformed`]. Input the scheduler produces never
-//! triggers one; hand-built kernels may.
+//! The caller runs the loop IR's verifier first, so a malformed kernel is
+//! refused as [`super::BackError::Malformed`] before it gets here. The
+//! translator's own errors are plain messages, wrapped as
+//! [`super::BackError::Internal`]: a verified kernel that still cannot be
+//! lowered is a bug, reported rather than a panic.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{self, types, BlockArg, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Value};
