@@ -15,7 +15,7 @@
 //! cheaper (the mean's row-scaled cotangent is kept as a stage for that
 //! reason).
 
-use super::kernel::{Binding, GraphUse, Stage};
+use super::plan::{Binding, GraphUse, Stage};
 use crate::ir::{FieldDecl, FieldId, Op, Region, Role, Type};
 
 /// The most operations (other than field reads and constants) a statistic

@@ -1,15 +1,29 @@
 //! Reverse-mode differentiation of the kernel IR.
 //!
-//! [`vjp`] holds the vector–Jacobian product of every [`Op`](crate::ir::Op):
-//! [`vjp_region`] copies a region into another and appends its reverse sweep,
-//! yielding the cotangents of the region's leaves (fields, inputs, states,
-//! messages, scans). The kernel-level adjoint construction (reversing the
-//! edge → reduce → node pipeline, reducer adjoints, parameter gradients) lives
-//! beside it in `adjoint/kernel.rs` and is built from these region rules.
+//! [`operation_rules`] holds the vector–Jacobian product of every
+//! [`Op`](crate::ir::Op): [`vjp_region`] copies a region into another and
+//! appends its reverse sweep, yielding the cotangents of the region's leaves
+//! (fields, inputs, states, messages, scans). The kernel-level adjoint
+//! (reversing the edge → reduce → node pipeline, reducer adjoints, parameter
+//! gradients) is built from these region rules by `generate-adjoint`
+//! ([`kernel`]), from these parts:
+//!
+//! - [`plan`]: the plan it returns (stages, bindings, gradients);
+//! - `reducer_rules`: what each reducer's adjoint needs, one exhaustive
+//!   match over reducer kinds;
+//! - `stages/`: one builder per stage (stats, suffix, edge side, source
+//!   side), on the helpers of `builder`;
+//! - `rewrites`: the plan rewrites, in order (`inline_stats` and `scatter`
+//!   hold the larger two).
 
 pub mod operation_rules;
 
 pub use operation_rules::{vjp_region, AdjointError, RegionVjp};
+mod builder;
 mod inline_stats;
 pub mod kernel;
+pub mod plan;
+mod reducer_rules;
+mod rewrites;
 mod scatter;
+mod stages;

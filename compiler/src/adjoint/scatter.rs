@@ -33,8 +33,10 @@
 //! self-loop graph from the sources it saw), so its gradient is 0 as
 //! before, not the edge adjoint of a zero cotangent (NaN for `ln` at 0).
 
-use super::kernel::{builtin, empty_kernel, zero_of, Binding, FieldSet, GraphUse, SourceSides, Stage, StageKind, B};
+use super::builder::{builtin, empty_kernel, zero_of, FieldSet, B};
 use super::operation_rules::{vjp_region, AdjointError};
+use super::plan::{Binding, GraphUse, SourceSides, Stage, StageKind};
+use super::reducer_rules::reducer_rule;
 use crate::ir::{FieldId, Kernel, Op, ReducerKind, Region, Role, ValueId, WidthDecl};
 
 /// The plan's note when it has both source sides.
@@ -47,7 +49,7 @@ pub(crate) const NOTE: &str = "max/min of messages that depend on the source alo
 /// depend on the source alone, the scatter's node-wise stage (appended).
 /// Returns the two when it did; the stages are unchanged when it did not.
 pub(crate) fn scatter_winning_cotangents(k: &Kernel, stages: &mut Vec<Stage>) -> Result<Option<SourceSides>, AdjointError> {
-    if !matches!(k.reducer.kind, ReducerKind::Max | ReducerKind::Min) {
+    if !reducer_rule(k.reducer.kind).needs(k).gives_lanes_to_winners {
         return Ok(None);
     }
     let src_name = format!("{}.vjp.src", k.name);
