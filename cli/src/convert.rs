@@ -13,9 +13,8 @@
 //! On a terminal, a progress bar on stderr (reading by input bytes, then the
 //! merges by edges); nothing of it when stderr is redirected.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Write as _};
-use std::path::{Path, PathBuf};
+use std::io::Write as _;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use tiga_runtime::io::{MatrixMarketLines, MtxLine};
@@ -29,47 +28,10 @@ use crate::report::Failure;
 pub struct ConvertRequest {
     pub input: PathBuf,
     pub out: PathBuf,
-    pub num_nodes: Option<usize>,
+    /// How an edge list is read (its node count, extra columns).
+    pub edges: tiga::EdgeListOptions,
     pub transpose: bool,
     pub memory: u64,
-}
-
-/// Calls `f(line_number, line)` for every line (1-based, line endings
-/// stripped; non-UTF-8 lines are errors naming path and line), and
-/// `tick(bytes_read)` now and then.
-fn for_each_line(
-    path: &Path,
-    mut f: impl FnMut(usize, &str) -> Result<(), Failure>,
-    mut tick: impl FnMut(u64),
-) -> Result<usize, Failure> {
-    let name = path.display().to_string();
-    let io = |e: std::io::Error| Failure::new(GraphError::Io { path: name.clone(), source: e }.to_string());
-    let file = File::open(path).map_err(io)?;
-    let mut reader = BufReader::with_capacity(1 << 20, file);
-    let mut buf = Vec::new();
-    let mut line_no = 0usize;
-    let mut bytes = 0u64;
-    loop {
-        buf.clear();
-        let n = reader.read_until(b'\n', &mut buf).map_err(io)?;
-        if n == 0 {
-            tick(bytes);
-            return Ok(line_no);
-        }
-        bytes += n as u64;
-        line_no += 1;
-        if line_no & 0xffff == 0 {
-            tick(bytes);
-        }
-        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let text = std::str::from_utf8(line).map_err(|_| {
-            Failure::new(
-                GraphError::Parse { path: name.clone(), line: line_no, message: "line is not valid UTF-8".into() }.to_string(),
-            )
-        })?;
-        f(line_no, text)?;
-    }
 }
 
 fn gfg_failure(e: tiga_runtime::storage::GfgError) -> Failure {
@@ -128,7 +90,7 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
     if req.out.is_dir() {
         return Err(Failure::new(format!("{out}: is a directory; give the path of the .gfg file to write")));
     }
-    if let Some(n) = req.num_nodes {
+    if let Some(n) = req.edges.num_nodes {
         if n > MAX_NODES {
             return Err(Failure::new(GraphError::TooManyNodes { side: "edge list", count: n }.to_string()));
         }
@@ -153,9 +115,9 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
         let lines = {
             let b = &mut builder;
             let bar = &mut bar;
-            for_each_line(
+            tiga_runtime::io::walk_file_lines(
                 &req.input,
-                |line, text| mtx_line(&mut mtx, req.num_nodes, line, text, b),
+                |line, text| mtx_line(&mut mtx, req.edges.num_nodes, line, text, b),
                 |bytes| bar.update(&reading, bytes, total_bytes),
             )?
         };
@@ -165,19 +127,19 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
         {
             let b = &mut builder;
             let bar = &mut bar;
-            for_each_line(
+            tiga_runtime::io::walk_file_lines(
                 &req.input,
                 |line, text| {
-                    let parsed = tiga_runtime::io::parse_edge_line(&input, req.num_nodes, line, text);
+                    let parsed = tiga_runtime::io::parse_edge_line(&input, &req.edges, line, text);
                     if let Some((s, d)) = parsed.map_err(|e| Failure::new(e.to_string()))? {
                         b.push(s, d).map_err(gfg_failure)?;
                     }
-                    Ok(())
+                    Ok::<(), Failure>(())
                 },
                 |bytes| bar.update(&reading, bytes, total_bytes),
             )?;
         }
-        let n = match req.num_nodes {
+        let n = match req.edges.num_nodes {
             Some(n) => n as u64,
             None => {
                 let (s, d) = builder.max_ids();

@@ -20,7 +20,7 @@ pub fn explain(
     file: &Path,
     kernel: Option<&str>,
     graph: Option<&Path>,
-    num_nodes: Option<usize>,
+    edges: &tiga::EdgeListOptions,
     paging: &PageArgs,
     variant: Option<(usize, tiga::DType)>,
 ) -> Result<(), Failure> {
@@ -40,7 +40,7 @@ pub fn explain(
     let schedule = paging.schedule()?;
     let realization = match graph {
         None => "realization: in_memory (CSR in RAM; pass --graph FILE.gfg to see a paged plan)\n".to_string(),
-        Some(path) => match open_graph(path, num_nodes)? {
+        Some(path) => match open_graph(path, edges)? {
             GraphSource::Memory(g) => format!(
                 "realization: in_memory\n  graph: {} ({} sources, {} destinations, {} edges, read into RAM)\n",
                 path.display(),

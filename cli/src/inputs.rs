@@ -142,12 +142,13 @@ fn unknown_kernel(path: &Path, name: &str, names: &[String]) -> Failure {
 
 /// A graph file: Matrix Market when the extension is `.mtx`, otherwise a
 /// SNAP-style text edge list. Edge order (for edge fields) is the order of
-/// the entries in the file. `num_nodes` sizes an edge list (default: the
+/// the entries in the file. `edges.num_nodes` sizes an edge list (default: the
 /// largest id + 1); a `.mtx` declares its own size, which must then agree.
-pub fn load_graph(path: &Path, num_nodes: Option<usize>) -> Result<Graph, Failure> {
+pub fn load_graph(path: &Path, edges: &tiga::EdgeListOptions) -> Result<Graph, Failure> {
+    let num_nodes = edges.num_nodes;
     let is_mtx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("mtx"));
     if !is_mtx {
-        return tiga::read_edge_list(path, num_nodes).map_err(|e| Failure::new(e.to_string()));
+        return tiga::read_edge_list_with(path, edges).map_err(|e| Failure::new(e.to_string()));
     }
     let (graph, _values) = tiga::read_matrix_market(path).map_err(|e| Failure::new(e.to_string()))?;
     if let Some(n) = num_nodes {
@@ -244,12 +245,13 @@ impl GraphSource {
 }
 
 /// Opens `--graph`: a `.gfg` (by extension or content) stays on disk; any
-/// other file is read as text (see [`load_graph`]). `num_nodes`, for a
+/// other file is read as text (see [`load_graph`]). `edges.num_nodes`, for a
 /// `.gfg`, must agree with the file.
-pub fn open_graph(path: &Path, num_nodes: Option<usize>) -> Result<GraphSource, Failure> {
+pub fn open_graph(path: &Path, edges: &tiga::EdgeListOptions) -> Result<GraphSource, Failure> {
     if !is_gfg(path) {
-        return load_graph(path, num_nodes).map(GraphSource::Memory);
+        return load_graph(path, edges).map(GraphSource::Memory);
     }
+    let num_nodes = edges.num_nodes;
     let file = GfgFile::open(path).map_err(|e| Failure::new(e.to_string()))?;
     if let Some(n) = num_nodes {
         if file.num_src() != n || file.num_dst() != n {

@@ -58,9 +58,8 @@ struct ConvertArgs {
     input: PathBuf,
     /// The .gfg file to write (replaced atomically; temporary files go beside it).
     out: PathBuf,
-    /// Node count of an edge-list graph (default: largest id + 1); ids must be below it.
-    #[arg(long, value_name = "N")]
-    num_nodes: Option<usize>,
+    #[command(flatten)]
+    text: GraphTextArgs,
     /// Also store the transposed CSR (what a backward pass over the file reads).
     #[arg(long)]
     transpose: bool,
@@ -111,6 +110,24 @@ struct CompileArgs {
     out: Option<PathBuf>,
 }
 
+/// How a text graph (an edge list) is read.
+#[derive(Args, Debug)]
+struct GraphTextArgs {
+    /// Node count of an edge-list graph (default: largest id + 1); ids must be below it.
+    #[arg(long, value_name = "N")]
+    num_nodes: Option<usize>,
+    /// Read the first two columns of edge-list lines that have more (weights, timestamps; they must be
+    /// numbers) instead of refusing them.
+    #[arg(long)]
+    ignore_extra_columns: bool,
+}
+
+impl GraphTextArgs {
+    fn options(&self) -> tiga::EdgeListOptions {
+        tiga::EdgeListOptions { num_nodes: self.num_nodes, ignore_extra_columns: self.ignore_extra_columns }
+    }
+}
+
 #[derive(Args, Debug)]
 struct ExplainArgs {
     /// Kernel file or `tigac compile` artifact (recognised by content).
@@ -121,9 +138,8 @@ struct ExplainArgs {
     /// Also say how this graph would be realized: a .gfg is paged (the page plan), any other graph is in memory.
     #[arg(long, value_name = "GRAPH")]
     graph: Option<PathBuf>,
-    /// Node count of an edge-list graph (default: largest id + 1).
-    #[arg(long, value_name = "N")]
-    num_nodes: Option<usize>,
+    #[command(flatten)]
+    text: GraphTextArgs,
     #[command(flatten)]
     paging: PagingArgs,
     /// Also compile the JIT variant for this feature width (every width symbol) and show what code
@@ -146,9 +162,8 @@ struct RunArgs {
     /// (`tigac convert`), which runs paged from disk; its stored fields are used for fields not given.
     #[arg(long, value_name = "GRAPH")]
     graph: PathBuf,
-    /// Node count of an edge-list graph (default: largest id + 1).
-    #[arg(long, value_name = "N")]
-    num_nodes: Option<usize>,
+    #[command(flatten)]
+    text: GraphTextArgs,
     /// A source-node field: NAME=FILE.npy, shape [N] or [N, F].
     #[arg(long = "src", value_name = "NAME=FILE.npy", value_parser = parse_binding)]
     src: Vec<Binding>,
@@ -190,12 +205,12 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
         Command::Compile(a) => compile::compile(&a.file, a.kernel.as_deref(), &a.emit, a.out.as_deref()),
         Command::Explain(a) => {
             let variant = a.width.map(|w| (w as usize, if a.dtype == "f64" { tiga::DType::F64 } else { tiga::DType::F32 }));
-            explain::explain(&a.file, a.kernel.as_deref(), a.graph.as_deref(), a.num_nodes, &a.paging.page_args(), variant)
+            explain::explain(&a.file, a.kernel.as_deref(), a.graph.as_deref(), &a.text.options(), &a.paging.page_args(), variant)
         }
         Command::Convert(a) => convert::convert(&convert::ConvertRequest {
             input: a.input,
             out: a.out,
-            num_nodes: a.num_nodes,
+            edges: a.text.options(),
             transpose: a.transpose,
             memory: a.memory,
         }),
@@ -209,7 +224,7 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
                 file: a.file,
                 kernel: a.kernel,
                 graph: a.graph,
-                num_nodes: a.num_nodes,
+                edges: a.text.options(),
                 fields,
                 outs: a.out,
                 repeat: a.repeat as usize,

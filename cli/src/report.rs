@@ -30,6 +30,12 @@ impl Failure {
     }
 }
 
+impl From<tiga::GraphError> for Failure {
+    fn from(e: tiga::GraphError) -> Failure {
+        Failure::new(e.to_string())
+    }
+}
+
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.text)

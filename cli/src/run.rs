@@ -43,7 +43,8 @@ pub struct RunRequest {
     pub file: PathBuf,
     pub kernel: String,
     pub graph: PathBuf,
-    pub num_nodes: Option<usize>,
+    /// How an edge-list graph is read (its node count, extra columns).
+    pub edges: tiga::EdgeListOptions,
     pub fields: Vec<(Role, Binding)>,
     pub outs: Vec<OutSpec>,
     pub repeat: usize,
@@ -231,7 +232,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         }
         seen.push((*role, &b.name));
     }
-    let graph = open_graph(&req.graph, req.num_nodes)?;
+    let graph = open_graph(&req.graph, &req.edges)?;
     let tensors: Vec<(Role, &Binding, Tensor)> =
         req.fields.iter().map(|(r, b)| Ok((*r, b, load_field(*r, b)?))).collect::<Result<_, Failure>>()?;
     let cot_files: Vec<(String, PathBuf, Tensor)> = match &backward {
@@ -253,7 +254,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
                 // --num-nodes says otherwise: a node field with more rows
                 // usually means isolated nodes at the end.
                 let edge_list = matches!(graph, GraphSource::Memory(_))
-                    && req.num_nodes.is_none()
+                    && req.edges.num_nodes.is_none()
                     && !req.graph.extension().is_some_and(|x| x.eq_ignore_ascii_case("mtx"));
                 let nodes = if *role == "dst" { graph.num_dst() } else { graph.num_src() };
                 let hint = match actual.first() {

@@ -23,9 +23,9 @@ fn close(actual: &[f64], expected: &[f64], rel: f64) {
     }
 }
 
-/// An edge list with comments, a weight column, a self loop, a duplicate
+/// An edge list with comments, a self loop, a duplicate
 /// edge and (with N = 6) an isolated node 5.
-const EDGES: &str = "# FromNodeId\tToNodeId\n0 1\n2 1 0.5\n1 0\n3 3\n3 2\n4 2\n% dup\n4 2\n0 4\n";
+const EDGES: &str = "# FromNodeId\tToNodeId\n0 1\n2 1\n1 0\n3 3\n3 2\n4 2\n% dup\n4 2\n0 4\n";
 const EDGE_PAIRS: [(usize, usize); 8] = [(0, 1), (2, 1), (1, 0), (3, 3), (3, 2), (4, 2), (4, 2), (0, 4)];
 
 #[test]

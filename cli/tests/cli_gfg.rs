@@ -30,9 +30,9 @@ fn random_edge_list(seed: u64, n: u64, m: usize) -> String {
         };
         last = (src, dst);
         match rng.next() % 12 {
-            0 => text.push_str(&format!("{src}\t{dst} 0.5\n")),
+            0 => text.push_str(&format!("{src}\t{dst}\r")),
             1 => text.push_str(&format!("  {src} {dst}\r\n")),
-            2 => text.push_str(&format!("\n   # indented comment\n{src} {dst} 1 -2e3\n")),
+            2 => text.push_str(&format!("\n   # indented comment\n{src}  {dst}\n")),
             _ => text.push_str(&format!("{src} {dst}\n")),
         }
     }

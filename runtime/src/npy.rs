@@ -69,12 +69,65 @@ pub enum NpyError {
     WriteRank { path: String, shape: Vec<usize>, rank: usize },
 }
 
+/// The most bytes a header may have. numpy writes headers of a few dozen
+/// bytes (at most 65535 in version 1.0); a longer one is not a field.
+const MAX_HEADER: usize = 1 << 20;
+
 /// Reads a 1-D or 2-D `<f4`/`<f8` C-order array.
+///
+/// The file is read in order, and never further than its header says: the
+/// magic first (so `/dev/zero` or a text file is refused after a few
+/// bytes), then the header, then exactly the data the shape needs and one
+/// byte more to tell trailing bytes. A regular file whose size cannot hold
+/// that data is refused before the data is allocated; memory is asked for
+/// fallibly, so a shape too large for this machine is an error, not an
+/// abort.
 pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor, NpyError> {
+    use std::io::Read as _;
     let path = path.as_ref();
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| NpyError::Io { path: name.clone(), source })?;
-    parse_npy_named(&bytes, &name)
+    let io = |source| NpyError::Io { path: name.clone(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let file_len = file.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+    let mut r = std::io::BufReader::new(file);
+    // Magic, version and the longest header length field (u32).
+    let mut prefix = Vec::with_capacity(12);
+    (&mut r).take(12).read_to_end(&mut prefix).map_err(io)?;
+    let header_len = match header_length(&prefix, &name)? {
+        Some(n) => n,
+        None => return Err(NpyError::BadHeader { path: name.clone(), message: "file ends inside the header length".into() }),
+    };
+    let (len_at, len_size) = if prefix[6] == 1 { (8, 2) } else { (8, 4) };
+    let header_start = len_at + len_size;
+    if header_len > MAX_HEADER {
+        return Err(NpyError::BadHeader {
+            path: name.clone(),
+            message: format!("header length is {header_len} bytes; a .npy header is at most {MAX_HEADER} here"),
+        });
+    }
+    let mut head = prefix;
+    (&mut r).take((header_start + header_len - head.len()) as u64).read_to_end(&mut head).map_err(io)?;
+    let (info, data_at) = parse_head(&head, &name)?;
+    debug_assert_eq!(data_at, head.len());
+    if let Some(len) = file_len {
+        let have = len.saturating_sub(data_at as u64);
+        if have < info.bytes as u64 {
+            return Err(NpyError::Truncated { path: name.clone(), expected: info.bytes, actual: have as usize });
+        }
+    }
+    let mut data = Vec::new();
+    data.try_reserve_exact(info.bytes.saturating_add(1))
+        .map_err(|_| NpyError::TooLarge { path: name.clone(), shape: info.shape.clone() })?;
+    (&mut r).take(info.bytes as u64 + 1).read_to_end(&mut data).map_err(io)?;
+    if data.len() > info.bytes {
+        // Count what follows (bounded: a regular file's size is known).
+        let extra = match file_len {
+            Some(len) => (len - data_at as u64 - info.bytes as u64) as usize,
+            None => 1,
+        };
+        return Err(NpyError::TrailingBytes { path: name, expected: info.bytes, extra });
+    }
+    tensor_of(info, &data, &name)
 }
 
 /// Parses `.npy` bytes held in memory; errors name the input `<memory>`.
@@ -83,31 +136,54 @@ pub fn parse_npy(bytes: &[u8]) -> Result<Tensor, NpyError> {
 }
 
 fn parse_npy_named(bytes: &[u8], name: &str) -> Result<Tensor, NpyError> {
-    let bad = |message: String| NpyError::BadHeader { path: name.to_string(), message };
-    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+    let (info, data_at) = parse_head(bytes, name)?;
+    tensor_of(info, &bytes[data_at..], name)
+}
+
+/// The header length a file starting with `prefix` declares: `None` when
+/// the prefix ends before it.
+fn header_length(prefix: &[u8], name: &str) -> Result<Option<usize>, NpyError> {
+    if prefix.len() < MAGIC.len() || &prefix[..MAGIC.len()] != MAGIC {
         return Err(NpyError::BadMagic { path: name.to_string() });
     }
-    let rest = &bytes[MAGIC.len()..];
+    let rest = &prefix[MAGIC.len()..];
     let (major, minor) = match rest {
         [a, b, ..] => (*a, *b),
-        _ => return Err(bad("file ends inside the version bytes".into())),
+        _ => return Err(NpyError::BadHeader { path: name.to_string(), message: "file ends inside the version bytes".into() }),
     };
     let rest = &rest[2..];
-    let (header_len, rest) = match (major, minor) {
+    Ok(match (major, minor) {
         (1, 0) => match rest {
-            [a, b, tail @ ..] => (u16::from_le_bytes([*a, *b]) as usize, tail),
-            _ => return Err(bad("file ends inside the header length".into())),
+            [a, b, ..] => Some(u16::from_le_bytes([*a, *b]) as usize),
+            _ => None,
         },
         (2, 0) | (3, 0) => match rest {
-            [a, b, c, d, tail @ ..] => (u32::from_le_bytes([*a, *b, *c, *d]) as usize, tail),
-            _ => return Err(bad("file ends inside the header length".into())),
+            [a, b, c, d, ..] => Some(u32::from_le_bytes([*a, *b, *c, *d]) as usize),
+            _ => None,
         },
         _ => return Err(NpyError::UnsupportedVersion { path: name.to_string(), major, minor }),
-    };
+    })
+}
+
+/// What a header says the data is.
+struct DataInfo {
+    dtype: DType,
+    shape: Vec<usize>,
+    /// Bytes of data the shape needs.
+    bytes: usize,
+}
+
+/// Magic, version and header of `bytes` (which must hold at least the
+/// whole header): what the data is and where it starts.
+fn parse_head(bytes: &[u8], name: &str) -> Result<(DataInfo, usize), NpyError> {
+    let bad = |message: String| NpyError::BadHeader { path: name.to_string(), message };
+    let header_len = header_length(bytes, name)?.ok_or_else(|| bad("file ends inside the header length".into()))?;
+    let header_start = if bytes[MAGIC.len()] == 1 { MAGIC.len() + 4 } else { MAGIC.len() + 6 };
+    let rest = &bytes[header_start..];
     if rest.len() < header_len {
         return Err(bad(format!("header length is {header_len} bytes, but only {} remain", rest.len())));
     }
-    let (header, data) = rest.split_at(header_len);
+    let header = &rest[..header_len];
     // Version 1.0 and 2.0 headers are latin-1, 3.0 is UTF-8; every valid
     // header is ASCII, so requiring UTF-8 refuses nothing numpy writes.
     let header = std::str::from_utf8(header).map_err(|_| bad("header is not valid text".into()))?;
@@ -127,28 +203,40 @@ fn parse_npy_named(bytes: &[u8], name: &str) -> Result<Tensor, NpyError> {
     if rank > 2 {
         return Err(NpyError::UnsupportedRank { path: name.to_string(), shape: dict.shape, rank });
     }
-    let expected = element_count(&dict.shape)
+    let bytes_needed = element_count(&dict.shape)
         .ok()
         .and_then(|n| n.checked_mul(dtype.size()))
         .ok_or_else(|| NpyError::TooLarge { path: name.to_string(), shape: dict.shape.clone() })?;
+    Ok((DataInfo { dtype, shape: dict.shape, bytes: bytes_needed }, header_start + header_len))
+}
+
+/// The tensor of `data`, which must be exactly the bytes `info` needs.
+fn tensor_of(info: DataInfo, data: &[u8], name: &str) -> Result<Tensor, NpyError> {
+    let expected = info.bytes;
     if data.len() < expected {
         return Err(NpyError::Truncated { path: name.to_string(), expected, actual: data.len() });
     }
     if data.len() > expected {
         return Err(NpyError::TrailingBytes { path: name.to_string(), expected, extra: data.len() - expected });
     }
-    let tensor = match dtype {
+    let too_large = || NpyError::TooLarge { path: name.to_string(), shape: info.shape.clone() };
+    let tensor = match info.dtype {
         DType::F32 => {
-            Tensor::from_f32(dict.shape, data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+            let mut v = Vec::new();
+            v.try_reserve_exact(expected / 4).map_err(|_| too_large())?;
+            v.extend(data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+            Tensor::from_f32(info.shape, v)
         }
-        DType::F64 => Tensor::from_f64(
-            dict.shape,
-            data.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect(),
-        ),
+        DType::F64 => {
+            let mut v = Vec::new();
+            v.try_reserve_exact(expected / 8).map_err(|_| too_large())?;
+            v.extend(data.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])));
+            Tensor::from_f64(info.shape, v)
+        }
     };
     // The length was checked against the shape above, so this cannot fail;
     // map it anyway rather than unwrap.
-    tensor.map_err(|e| bad(e.to_string()))
+    tensor.map_err(|e| NpyError::BadHeader { path: name.to_string(), message: e.to_string() })
 }
 
 /// The three keys of a `.npy` header.

@@ -41,8 +41,8 @@ use std::sync::OnceLock;
 pub use tiga_macros::message_passing;
 pub use tiga_runtime::{add_self_loops, from_edge_index, gcn_norm, in_degree, out_degree, petgraph, Batch, BatchError};
 pub use tiga_runtime::{
-    balanced_row_chunks, for_each_row_chunk, read_edge_list, read_matrix_market, read_npy, write_npy, Buffer, DType, Data, Graph,
-    GraphError, NpyError, Tensor, TensorView,
+    balanced_row_chunks, for_each_row_chunk, read_edge_list, read_edge_list_with, read_matrix_market, read_npy, write_npy,
+    Buffer, DType, Data, EdgeListOptions, Graph, GraphError, NpyError, Tensor, TensorView,
 };
 
 pub use call::{Input, Inputs, Outputs};
