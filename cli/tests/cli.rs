@@ -494,6 +494,10 @@ fn explain_with_a_width_shows_code_generation() {
         "in 16 vector registers",
         "feature blocks: 64 of 128 lanes, 2 passes",
         "touches the source rows 32 edges ahead",
+        // The plan behind the notes, printed whole.
+        "code-generation plan for VecSum (f32, widths [128], CSR rows):",
+        "body k1 over w0 (128 lanes): SIMD, unrolled",
+        "feature blocks: w0 in blocks of 64 lanes, 2 passes over each row's edges",
     ] {
         assert!(text.contains(want), "`{want}` missing:\n{text}");
     }

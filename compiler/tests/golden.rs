@@ -3,32 +3,11 @@
 //! (`generate-adjoint`). Any diff fails; re-bless with `TIGA_BLESS=1 cargo test
 //! -p tiga-compiler --test golden` after checking the change is intended.
 
-use std::path::PathBuf;
-
 use tiga_compiler::front::parse_kernel_file;
 use tiga_compiler::passes::run_pipeline;
 
-const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
-
-fn check(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
-    if std::env::var_os("TIGA_BLESS").is_some() {
-        std::fs::write(&path, actual).expect("write golden file");
-        return;
-    }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("missing golden file {} ({e}); run with TIGA_BLESS=1", path.display()));
-    if expected != actual {
-        let first = expected.lines().zip(actual.lines()).position(|(a, b)| a != b).unwrap_or(0);
-        panic!(
-            "{} differs from the golden file at line {}:\n  expected: {:?}\n  actual:   {:?}\n(re-bless with TIGA_BLESS=1 if intended)",
-            name,
-            first + 1,
-            expected.lines().nth(first),
-            actual.lines().nth(first)
-        );
-    }
-}
+mod common;
+use common::{check_golden as check, GNN};
 
 #[test]
 fn ir_after_each_pass_and_loop_ir() {

@@ -69,8 +69,14 @@ pub(crate) fn explain(k: &Kernel) -> String {
             if key.edge_ids { "permuted" } else { "identity" },
             ms
         );
-        for note in crate::jit().get(key).map(|v| v.notes.clone()).unwrap_or_default() {
-            let _ = writeln!(s, "    {note}");
+        if let Some(v) = crate::jit().get(key) {
+            for note in &v.notes {
+                let _ = writeln!(s, "    {note}");
+            }
+            // Every choice behind the notes, decided before translation.
+            for line in v.plan.to_string().lines() {
+                let _ = writeln!(s, "    {line}");
+            }
         }
     }
     let _ = writeln!(s);

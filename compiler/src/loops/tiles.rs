@@ -8,7 +8,7 @@ use super::{for_each_stmt, Addr, Inst, LoopKernel, Stmt, Var, VarKind};
 pub const EDGE_TILE: usize = 64;
 
 /// An edge body cut in two: its scalar statements and its feature loops.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SplitBody {
     pub scalar: Vec<Stmt>,
     pub loops: Vec<Stmt>,

@@ -116,3 +116,25 @@ pub fn run_over_csr(
     }
     outs.iter().map(Buf::values).collect()
 }
+
+/// Compare `actual` with golden file `tests/golden/<name>` (any diff
+/// fails), or write it there under `TIGA_BLESS=1`.
+pub fn check_golden(name: &str, actual: &str) {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    if std::env::var_os("TIGA_BLESS").is_some() {
+        std::fs::write(&path, actual).expect("write golden file");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("missing golden file {} ({e}); run with TIGA_BLESS=1", path.display()));
+    if expected != actual {
+        let first = expected.lines().zip(actual.lines()).position(|(a, b)| a != b).unwrap_or(0);
+        panic!(
+            "{} differs from the golden file at line {}:\n  expected: {:?}\n  actual:   {:?}\n(re-bless with TIGA_BLESS=1 if intended)",
+            name,
+            first + 1,
+            expected.lines().nth(first),
+            actual.lines().nth(first)
+        );
+    }
+}

@@ -23,7 +23,11 @@
 //!
 //! # Translation
 //!
-//! One `Translator` (module `translate`) owns the `FunctionBuilder`: loop IR
+//! How the variant runs (SIMD width, each feature loop's form, feature
+//! blocks, accumulators in registers, edges per iteration, tiles, touches
+//! ahead) is decided first, as a [`plan::CodegenPlan`] ([`plan::plan_codegen`]),
+//! which the variant keeps for `explain`. One `Translator` (module
+//! `translate`) then follows it and owns the `FunctionBuilder`: loop IR
 //! variables become Cranelift `Variable`s (the dtype's float type, or `i8`
 //! for booleans), every loop (rows, edges, features) is a header block with
 //! the counter as block parameter (`brif i < end, body, exit`), and every
@@ -35,6 +39,7 @@
 //! `i8` 0/1.
 
 mod math;
+pub mod plan;
 mod prefetch;
 mod translate;
 
@@ -134,6 +139,9 @@ pub struct Variant {
     /// What code generation chose: SIMD width, accumulators in registers,
     /// feature blocks (shown by `explain`).
     pub notes: Vec<String>,
+    /// Every code-generation choice, made before translation (`explain`
+    /// prints it).
+    pub plan: plan::CodegenPlan,
     func: EntryFn,
     // Field order matters only for clarity: `func` points into `_module`.
     _module: ModuleGuard,
@@ -304,9 +312,11 @@ pub fn compile(k: &LoopKernel, key: &VariantKey) -> Result<Variant, BackError> {
     ctx.func.name = UserFuncName::user(0, fid.as_u32());
 
     let math = math::declare(module, &mut ctx.func, k, key.dtype).map_err(module_err)?;
+    let plan = plan::plan_codegen(k, key, &plan::Target::CRANELIFT)
+        .map_err(|e| BackError::Malformed { kernel: kernel(), message: e.message })?;
     let mut fbc = FunctionBuilderContext::new();
     let builder = FunctionBuilder::new(&mut ctx.func, &mut fbc);
-    let notes = translate::Translator::new(builder, k, key, &scratch, math)
+    let notes = translate::Translator::new(builder, k, key, &plan, &scratch, math)
         .run(module.target_config())
         .map_err(|message| BackError::Internal { kernel: kernel(), message })?;
     let clif = ctx.func.display().to_string();
@@ -356,5 +366,6 @@ pub fn compile(k: &LoopKernel, key: &VariantKey) -> Result<Variant, BackError> {
     // signature (i64, i64, i64) in the host's default (C) calling
     // convention, which `EntryFn` spells in Rust; pointers are 64-bit.
     let func = unsafe { std::mem::transmute::<*const u8, EntryFn>(code) };
-    Ok(Variant { key: key.clone(), compile_ms: start.elapsed().as_secs_f64() * 1e3, clif, asm, notes, func, _module: guard })
+    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+    Ok(Variant { key: key.clone(), compile_ms, clif, asm, notes, plan, func, _module: guard })
 }

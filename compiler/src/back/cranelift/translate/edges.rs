@@ -1,6 +1,6 @@
 //! Loops: the header-style loop skeleton, and the CSR edge loops (plain,
-//! unrolled four edges at a time, or in tiles for bodies that call math
-//! functions).
+//! several edges per iteration, or in tiles for bodies that call math
+//! functions, as the plan says).
 
 use super::*;
 
@@ -43,7 +43,7 @@ impl Translator<'_> {
     }
 
     /// The CSR edge loop of one row: `for p in first..end`, with `j` and
-    /// `e` loaded for `list` (the body, or the pre-pass, which touches
+    /// `e` loaded for `which` (the body, or the pre-pass, which touches
     /// ahead the source fields it reads when the body touches its rows:
     /// it is the first to gather them).
     pub(super) fn csr_edges(
@@ -52,14 +52,16 @@ impl Translator<'_> {
         end: Value,
         cols: Option<Value>,
         edge_ids: Option<Value>,
-        list: &[Stmt],
+        which: StmtList,
     ) -> TResult<()> {
-        let main = std::ptr::eq(list, self.k.body.as_slice());
-        if main && self.split.is_some() {
+        let main = which == StmtList::Body;
+        if main && self.plan.tiles.is_some() {
             return self.tiled_edges(first, end, cols, edge_ids);
         }
+        let list = which.of(self.k);
         let touch = if main { Touch::Main } else { Touch::Pre };
-        let unroll = if self.unrolls_edges(list) { EDGE_UNROLL } else { 1 };
+        let unroll = if main { self.plan.edge_unroll.body } else { self.plan.edge_unroll.pre_pass };
+        let unroll = unroll.ok_or("internal: an edge loop the plan has not")?;
         let mut start = first;
         if unroll > 1 {
             // The first `degree % unroll` edges one at a time, the rest
@@ -70,41 +72,17 @@ impl Translator<'_> {
             start = self.b.ins().iadd(first, rest);
             let edge = self.open_loop(first, Bound::Value(start));
             self.edge_cursor(edge.counter, first, cols, edge_ids, touch)?;
-            self.stmts(list)?;
+            self.list(which, list)?;
             self.close_loop(edge, 1);
         }
         let edge = self.open_loop(start, Bound::Value(end));
         for k in 0..unroll {
             let p = if k == 0 { edge.counter } else { self.b.ins().iadd_imm_s(edge.counter, k) };
             self.edge_cursor(p, first, cols, edge_ids, touch)?;
-            self.stmts(list)?;
+            self.list(which, list)?;
         }
         self.close_loop(edge, unroll);
         Ok(())
-    }
-
-    /// Whether an edge loop over `list` runs [`EDGE_UNROLL`] edges per
-    /// iteration: a body of a few statements whose feature loops are at
-    /// most a cache line wide ([`EDGE_UNROLL_MAX_ROW_BYTES`]) and call no
-    /// math function, with no rows touched ahead and no feature blocking,
-    /// where the loop's own compare, branch and counter are a large part
-    /// of each edge's instructions. F = 16 f32 sum on the power-law graph,
-    /// Cranelift over rustc's variant in the same run: forward 1.46 ->
-    /// 1.32, backward 1.45 -> 1.16.
-    pub(super) fn unrolls_edges(&self, list: &[Stmt]) -> bool {
-        let size = self.key.dtype.size() as i64;
-        let narrow = |st: &Stmt| match st {
-            Stmt::Loop { width, body, .. } => {
-                self.width(*width).is_ok_and(|n| n * size <= EDGE_UNROLL_MAX_ROW_BYTES)
-                    && body.iter().all(|b| !matches!(b, Stmt::Loop { .. }))
-            }
-            _ => true,
-        };
-        self.touch.is_none()
-            && self.blocking.is_none()
-            && list.len() <= EDGE_UNROLL_MAX_STMTS
-            && list.iter().all(narrow)
-            && !crate::loops::calls_math(list)
     }
 
     /// The main edge loop of a split body ([`crate::loops::split_calls`]):
@@ -114,8 +92,8 @@ impl Translator<'_> {
     /// accumulators stay in registers (GatAttention's weights: one `exp`
     /// call per edge, which clobbers every vector register).
     pub(super) fn tiled_edges(&mut self, first: Value, end: Value, cols: Option<Value>, edge_ids: Option<Value>) -> TResult<()> {
-        let split = self.split.clone().ok_or("internal: no split body")?;
-        let tile = crate::loops::EDGE_TILE as i64;
+        let tiles = self.plan.tiles.as_ref().ok_or("internal: no edge tiles")?;
+        let (split, tile) = (&tiles.split, tiles.edges as i64);
         let size = 1i64 << self.shift;
         let n = split.carried.len() as i64;
         let slot = match self.tile_slot {
@@ -140,7 +118,7 @@ impl Translator<'_> {
         // The scalar part, keeping the carried values.
         let l1 = self.open_loop(p0, Bound::Value(p1));
         self.edge_cursor(l1.counter, first, cols, edge_ids, Touch::Nothing)?;
-        let run = self.stmts(&split.scalar).and_then(|_| {
+        let run = self.list(StmtList::Body, &split.scalar).and_then(|_| {
             let a = at(self, l1.counter);
             for (c, v) in split.carried.iter().enumerate() {
                 let x = self.use_var(*v)?;
@@ -151,8 +129,8 @@ impl Translator<'_> {
         self.close_loop(l1, 1);
         // The loops, reading them back: once per feature block (each pass
         // over the tile's edges updates its block's registers), or once.
-        let blocks: Vec<Option<i64>> = match self.blocking {
-            Some((_, w, bl)) => (0..w / bl).map(|b| Some(b * bl)).collect(),
+        let blocks: Vec<Option<i64>> = match self.plan.feature_blocks {
+            Some(b) => b.starts().map(Some).collect(),
             None => vec![None],
         };
         let mut run = run;
@@ -166,7 +144,7 @@ impl Translator<'_> {
                     let var = self.var(*v)?;
                     self.b.try_def_var(var, x).map_err(|e| format!("v{}: {e}", v.0))?;
                 }
-                self.stmts(&split.loops)
+                self.list(StmtList::Body, &split.loops)
             });
             self.close_loop(l2, 1);
         }
@@ -190,13 +168,11 @@ impl Translator<'_> {
             let a = self.b.ins().iadd(cols, a);
             let j = self.b.ins().uload32(flags(), a, 0);
             self.cur.src = Some(j);
-            match (self.touch.clone(), touch) {
-                (Some((fields, chunk_end)), Touch::Main) => self.touch_ahead(p, cols, &fields, chunk_end)?,
-                (None, Touch::Main) => self.touch_later_blocks(j)?,
-                (Some((_, chunk_end)), Touch::Pre) => {
-                    let fields = self.pre_touched_fields();
-                    self.touch_ahead(p, cols, &fields, chunk_end)?
-                }
+            let plan = self.plan;
+            match (&plan.touch_ahead, self.chunk_end, touch) {
+                (Some(t), Some(chunk_end), Touch::Main) => self.touch_ahead(p, cols, t.edges, &t.fields, chunk_end)?,
+                (None, _, Touch::Main) => self.touch_later_blocks(j)?,
+                (Some(t), Some(chunk_end), Touch::Pre) => self.touch_ahead(p, cols, t.edges, &t.pre_fields, chunk_end)?,
                 _ => {}
             }
         }
@@ -210,17 +186,5 @@ impl Translator<'_> {
         });
         self.cur.rank = Some((p, first));
         Ok(())
-    }
-
-    /// Whether the edge body calls a math library function (`exp`, `ln`,
-    /// `tanh`): a call clobbers every vector register, so whatever the edge
-    /// loop keeps live across it is spilled and reloaded per edge.
-    pub(super) fn edges_call_math(&self) -> bool {
-        use crate::loops::calls_math;
-        match &self.split {
-            // The tiles' loops (where the rows are read) call nothing.
-            Some(split) => calls_math(&split.loops),
-            None => calls_math(&self.k.pre_body) || calls_math(&self.k.body),
-        }
     }
 }

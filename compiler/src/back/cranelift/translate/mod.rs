@@ -25,12 +25,15 @@
 //!     return
 //! ```
 //!
-//! The translator's methods are grouped by what they emit: instruction
-//! selection (`insts`), SIMD feature loops, blocking and register
-//! promotion (`vectorize`), loops and CSR edge loops (`edges`), touches
-//! ahead (`touch`), generated stencils (`stencil`), and addresses and
-//! variables (`addr`); this module holds the translator, the row skeleton
-//! and the statements.
+//! The translator decides nothing about how the variant runs: it follows
+//! the [`CodegenPlan`] computed before it (module `plan`: SIMD width, each
+//! feature loop's form, feature blocks, accumulators in registers, edges
+//! per iteration, tiles, touches ahead, rows as vector lanes). Its methods
+//! are grouped by what they emit: instruction selection (`insts`), SIMD
+//! feature loops, feature blocks and promoted accumulators (`vectorize`),
+//! loops and CSR edge loops (`edges`), touches ahead (`touch`), generated
+//! stencils (`stencil`), and addresses and variables (`addr`); this module
+//! holds the translator, the row skeleton and the statements.
 //!
 //! The caller runs the loop IR's verifier first, so a malformed kernel is
 //! refused as [`super::BackError::Malformed`] before it gets here. The
@@ -51,6 +54,10 @@ mod touch;
 mod vectorize;
 
 use super::math::MathRefs;
+use super::plan::{
+    axis_stride, mark_used, stride, Axis, CodegenPlan, FeatureLoopPlan, LoopForm, StmtList, TouchedField,
+    EDGE_UNROLL_MAX_ROW_BYTES,
+};
 use super::VariantKey;
 use crate::ir::{BinOp, CmpOp, DType, Role, Type, UnOp, WidthId};
 use crate::loops::{Addr, Inst, LoopKernel, LoopVar, Stmt, Var, VarKind};
@@ -69,53 +76,6 @@ pub(super) fn scratch_sizes(k: &LoopKernel, key: &VariantKey) -> TResult<Vec<u64
         })
         .collect()
 }
-
-/// Trusted (cannot trap, aligned) accesses: the ABI guarantees both.
-/// The most vectors a feature loop is unrolled into when its accumulator is
-/// kept in registers (16 × 128 bits = 64 f32 lanes).
-const MAX_UNROLL: i64 = 16;
-
-/// Vectors of lanes per pass over a row's edges under feature blocking
-/// (see `Translator::blocking_plan`): 4 of the 16 xmm registers hold
-/// accumulators, the rest the loads and temporaries (Cranelift loads a
-/// pass's source vectors up front: with 8 accumulators a max kernel
-/// spilled two of them every edge; F = 64 max forward 183 -> 165 ms,
-/// backward 1362 -> 1089 ms); all 16 when the edge body only adds loaded
-/// values into them (each add reads memory, no temporary), which at F = 64
-/// makes one pass over the edges instead of two.
-const BLOCK_VECTORS: i64 = 4;
-
-/// How many edges ahead the edge loop touches the source rows it will
-/// gather ([`Translator::touch_ahead`]). Measured on the power-law graph
-/// (F = 64 f32 sum, Cranelift; ahead 0 / 8 / 16 / 32 edges): backward
-/// (transposed graph, uniform sources) 292 / 185 / 179 / 157 ms, forward
-/// (Zipf sources, mostly cached) 118 / 116 / 116 / 106-126 ms; F = 128
-/// backward 804-1062 / 780 / 720 / 538 ms.
-const TOUCH_AHEAD_EDGES: i64 = 32;
-
-/// Edges per iteration of a short edge loop ([`Translator::unrolls_edges`]),
-/// a power of two. One edge per iteration spent as many instructions on
-/// the loop (counter, compare, branch, the edge's column address) as on the
-/// edge; LLVM unrolls the ahead-of-time variant's loop by 4 the same way.
-/// Measured side by side on the 2000×2000 stencil (`Smoothing`, 4 edges a
-/// row, F = 1), two alternating rounds: Cranelift forward 13.3 and 13.5 ->
-/// 8.4 and 8.5 ms, backward 16.3 and 18.8 -> 9.1 and 8.2 ms (hand-written
-/// loop 9.8 to 10.9 ms, rustc's variant 7.7 to 8.5 ms).
-const EDGE_UNROLL: i64 = 4;
-
-/// The most statements an unrolled edge body may hold.
-const EDGE_UNROLL_MAX_STMTS: usize = 8;
-
-/// The widest feature loop (in bytes: one cache line) an unrolled edge
-/// body may hold.
-const EDGE_UNROLL_MAX_ROW_BYTES: i64 = 64;
-
-/// Source rows narrower than this are not touched ahead: at F = 16 f32 (one
-/// line per row) touching took the forward from 39 to 62 ms.
-const TOUCH_AHEAD_MIN_ROW_BYTES: i64 = 256;
-const BLOCK_VECTORS_ADD_ONLY: i64 = 16;
-/// A weighted sum (`acc += w · x`) needs a temporary per vector: 8.
-const BLOCK_VECTORS_WEIGHTED: i64 = 8;
 
 /// The float condition of a comparison, scalar or lane-wise, with Rust's
 /// semantics (ordered, except `!=`: unordered or unequal, true for NaN).
@@ -143,16 +103,7 @@ fn fcmp(b: &mut FunctionBuilder<'_>, cc: FloatCC, x: Value, y: Value) -> Value {
     }
 }
 
-/// A numeric operation that [`Translator::vector_inst`] has a lane-wise
-/// form of, with the scalar path's exact semantics.
-fn has_vector_form(inst: &Inst) -> bool {
-    matches!(
-        inst,
-        Inst::Unary(UnOp::Neg | UnOp::Abs | UnOp::Sqrt | UnOp::Relu, _)
-            | Inst::Binary(BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Min | BinOp::Max | BinOp::LeakyRelu, ..)
-    )
-}
-
+/// Trusted (cannot trap, aligned) accesses: the ABI guarantees both.
 fn flags() -> MemFlagsData {
     MemFlagsData::trusted()
 }
@@ -162,15 +113,6 @@ fn flags() -> MemFlagsData {
 enum Bound {
     Value(Value),
     Imm(i64),
-}
-
-/// What the lanes of a SIMD vector run over: the lanes of a feature loop,
-/// or consecutive destination rows (a generated stencil's interior, where
-/// row `i + 1`'s neighbours are row `i`'s shifted by one).
-#[derive(Clone, Copy)]
-enum Axis {
-    Lane(LoopVar),
-    Rows,
 }
 
 /// An open header-style loop (see `Translator::open_loop`).
@@ -210,6 +152,7 @@ pub(super) struct Translator<'a> {
     b: FunctionBuilder<'a>,
     k: &'a LoopKernel,
     key: &'a VariantKey,
+    plan: &'a CodegenPlan,
     num: ir::Type,
     /// log2 of the element size.
     shift: i64,
@@ -224,29 +167,21 @@ pub(super) struct Translator<'a> {
     outputs: Vec<Option<Value>>,
     /// The value of each feature-loop counter inside its loop.
     lanes: Vec<Option<Value>>,
-    /// Scratch arrays kept in registers: one vector variable per chunk of
-    /// lanes, when every access is in an unrollable SIMD loop (see
-    /// [`Translator::promote_scratch`]).
+    /// Scratch arrays kept in registers (`CodegenPlan::promoted`): one
+    /// vector variable per chunk of lanes.
     promoted: Vec<Option<Vec<Variable>>>,
-    /// Feature blocking (see [`Translator::blocking_plan`]): the width
-    /// symbol, its lane count and the block size, when the row's work runs
-    /// once per block of lanes.
-    blocking: Option<(WidthId, i64, i64)>,
-    /// The block being emitted: its first lane.
+    /// The feature block being emitted (`CodegenPlan::feature_blocks`):
+    /// its first lane.
     block_start: Option<i64>,
+    /// The index in `CodegenPlan::feature_loops` of the next feature loop
+    /// met, set at the start of each statement list.
+    next_loop: usize,
     /// Variables that are never NaN ([`crate::loops::never_nan`]): a `max`
     /// or `min` with such an operand is one compare and select.
     not_nan: Vec<bool>,
-    /// The source fields touched ahead (field, width) and the chunk's end
-    /// in the CSR (`off[row_end]`), when the edge loop touches ahead
-    /// ([`Translator::touch_ahead`]).
-    touch: Option<(Vec<(usize, i64)>, Value)>,
-    /// Rows per vector in a generated stencil's interior, when vectorized
-    /// across rows.
-    row_vectors: Option<i64>,
-    /// The edge body cut into a scalar part with calls and feature loops
-    /// without ([`crate::loops::split_calls`]), run in edge tiles.
-    split: Option<crate::loops::SplitBody>,
+    /// The chunk's end in the CSR (`off[row_end]`), when the edge loop
+    /// touches ahead ([`Translator::touch_ahead`]).
+    chunk_end: Option<Value>,
     /// The tiles' buffer of carried values, made on first use.
     tile_slot: Option<ir::StackSlot>,
     /// Feature loops emitted as SIMD and as scalar loops (for the notes).
@@ -260,6 +195,7 @@ impl<'a> Translator<'a> {
         mut b: FunctionBuilder<'a>,
         k: &'a LoopKernel,
         key: &'a VariantKey,
+        plan: &'a CodegenPlan,
         scratch_bytes: &'a [u64],
         math: MathRefs,
     ) -> Translator<'a> {
@@ -281,6 +217,7 @@ impl<'a> Translator<'a> {
             b,
             k,
             key,
+            plan,
             num,
             shift,
             math,
@@ -291,13 +228,10 @@ impl<'a> Translator<'a> {
             outputs: vec![None; k.outputs.len()],
             lanes: vec![None; k.num_loop_vars as usize],
             promoted: Vec::new(),
-            blocking: None,
             block_start: None,
+            next_loop: 0,
             not_nan: crate::loops::never_nan(k),
-            row_vectors: None,
-            touch: None,
-            // A generated stencil's neighbours are not tiled.
-            split: crate::loops::split_calls(k).filter(|_| key.stencil.is_none()),
+            chunk_end: None,
             tile_slot: None,
             simd_loops: 0,
             scalar_loops: 0,
@@ -305,9 +239,9 @@ impl<'a> Translator<'a> {
         }
     }
 
-    /// Build the whole function and finalize the builder. Returns what code
-    /// generation chose (vector width, registers, feature blocks), for
-    /// `explain`.
+    /// Build the whole function and finalize the builder. Returns the
+    /// notes for `explain`: the plan's choices in words, with how many
+    /// feature loops were emitted as SIMD.
     pub(super) fn run(mut self, config: TargetFrontendConfig) -> TResult<Vec<String>> {
         let entry = self.b.create_block();
         self.b.append_block_params_for_function_params(entry);
@@ -321,8 +255,8 @@ impl<'a> Translator<'a> {
         // Base pointers, once per call.
         let offsets = self.b.ins().load(types::I64, flags(), args, RawArgs::OFFSETS);
         let (mut used_fields, mut used_outputs) = (vec![false; self.k.fields.len()], vec![false; self.k.outputs.len()]);
-        for list in [&self.k.init, &self.k.pre_body, &self.k.body, &self.k.finish] {
-            mark_used(list, &mut used_fields, &mut used_outputs)?;
+        for list in StmtList::ALL {
+            mark_used(list.of(self.k), &mut used_fields, &mut used_outputs)?;
         }
         if used_fields.iter().any(|&u| u) {
             let table = self.b.ins().load(types::I64, flags(), args, RawArgs::FIELDS);
@@ -352,8 +286,7 @@ impl<'a> Translator<'a> {
             let base = self.b.ins().stack_addr(types::I64, slot, 0);
             self.scratch.push(base);
         }
-        self.blocking = self.blocking_plan()?;
-        self.promote_scratch()?;
+        self.promote_scratch();
 
         // A generated stencil's grid coordinates (r, c) of row i: one
         // division for the chunk's first row, then carried (c + 1, wrapping
@@ -371,12 +304,10 @@ impl<'a> Translator<'a> {
             }
             None => None,
         };
-        let touched = self.touched_fields();
-        if self.key.stencil.is_none() && reads_src && !touched.is_empty() {
+        if self.plan.touch_ahead.is_some() {
             let a = self.b.ins().ishl_imm_u(row_end, 3);
             let a = self.b.ins().iadd(offsets, a);
-            let chunk_end = self.b.ins().load(types::I64, flags(), a, 0);
-            self.touch = Some((touched, chunk_end));
+            self.chunk_end = Some(self.b.ins().load(types::I64, flags(), a, 0));
         }
         // for i in row_begin..row_end
         let row = self.open_loop(row_begin, Bound::Value(row_end));
@@ -406,7 +337,7 @@ impl<'a> Translator<'a> {
                 advance(t, step);
                 Ok(t.b.ins().iadd_imm_s(i, 1))
             };
-            let next = match self.row_vector_lanes(st) {
+            let next = match self.plan.row_vectors {
                 Some(vl) => {
                     // Where `vl` rows from `i` on are interior and in the
                     // chunk, a run of whole vectors to the end of this grid
@@ -455,7 +386,7 @@ impl<'a> Translator<'a> {
                 None => scalar_row(&mut self)?,
             };
             self.close_loop_at(row, next);
-        } else if let Some(vl) = self.row_only_lanes() {
+        } else if let Some(vl) = self.plan.row_vectors {
             // A row-only kernel (an adjoint's row stage) is elementwise over
             // rows: `vl` rows per vector while the chunk has them, then one
             // at a time; no CSR read at all.
@@ -479,9 +410,9 @@ impl<'a> Translator<'a> {
             let deg = self.b.ins().isub(end, first);
             // One pass over the row's edges per feature block (one pass in
             // all without blocking).
-            let blocks: Vec<Option<i64>> = match self.blocking {
+            let blocks: Vec<Option<i64>> = match self.plan.feature_blocks {
                 // A split body's blocks are passes over each tile instead.
-                Some((_, w, bl)) if self.split.is_none() => (0..w / bl).map(|b| Some(b * bl)).collect(),
+                Some(b) if self.plan.tiles.is_none() => b.starts().map(Some).collect(),
                 _ => vec![None],
             };
             for start in blocks {
@@ -490,12 +421,12 @@ impl<'a> Translator<'a> {
                 // whose rows need no edges, like an adjoint's row stage).
                 self.row_pass(i, Some(deg), |t| {
                     if !k.pre_body.is_empty() {
-                        t.csr_edges(first, end, cols, edge_ids, &k.pre_body)?;
+                        t.csr_edges(first, end, cols, edge_ids, StmtList::PreBody)?;
                     }
                     if k.body.is_empty() {
                         Ok(())
                     } else {
-                        t.csr_edges(first, end, cols, edge_ids, &k.body)
+                        t.csr_edges(first, end, cols, edge_ids, StmtList::Body)
                     }
                 })?;
             }
@@ -539,15 +470,18 @@ impl<'a> Translator<'a> {
     fn row_pass(&mut self, i: Value, deg: Option<Value>, edges: impl FnOnce(&mut Self) -> TResult<()>) -> TResult<()> {
         let k = self.k;
         self.cur = Cursor { row: Some(i), deg, src: None, edge: None, rank: None };
-        self.stmts(&k.init)?;
+        self.list(StmtList::Init, &k.init)?;
         edges(self)?;
         self.cur.src = None;
         self.cur.edge = None;
         self.cur.rank = None;
-        self.stmts(&k.finish)
+        self.list(StmtList::Finish, &k.finish)
     }
 
+    /// The plan's choices in words (the lines `explain` showed before the
+    /// plan was printed whole), with the feature loops as emitted.
     fn notes(&self) -> Vec<String> {
+        let plan = self.plan;
         let (vty, vl) = self.vlen();
         let mut notes = Vec::new();
         if let Some(st) = &self.key.stencil {
@@ -558,13 +492,13 @@ impl<'a> Translator<'a> {
                 st.offsets.len(),
                 if st.periodic { ", periodic" } else { "" }
             ));
-            if let Some(vl) = self.row_vectors {
+            if let Some(vl) = plan.row_vectors {
                 notes.push(format!(
                     "interior rows: {vl} at a time as {vty} SIMD lanes (one unaligned load per neighbour), border rows scalar"
                 ));
             }
         }
-        if let (None, Some(vl)) = (&self.key.stencil, self.row_vectors) {
+        if let (None, Some(vl)) = (&self.key.stencil, plan.row_vectors) {
             notes.push(format!("row-only kernel: {vl} rows at a time as {vty} SIMD lanes, no CSR read"));
         }
         let loops = self.simd_loops + self.scalar_loops;
@@ -575,26 +509,24 @@ impl<'a> Translator<'a> {
                 vl * self.key.dtype.size() as i64 * 8
             ));
         }
-        if let Some((fields, _)) = &self.touch {
+        if let Some(t) = &plan.touch_ahead {
             notes.push(format!(
-                "edge loop: touches the source rows {TOUCH_AHEAD_EDGES} edges ahead ({} field(s); one prefetch per 64-byte line)",
-                fields.len()
+                "edge loop: touches the source rows {} edges ahead ({} field(s); one prefetch per 64-byte line)",
+                t.edges,
+                t.fields.len()
             ));
             if !self.k.pre_body.is_empty() {
                 notes.push(format!(
-                    "pre-pass over the edges: touches {} source field(s) it reads {TOUCH_AHEAD_EDGES} edges ahead",
-                    self.pre_touched_fields().len()
+                    "pre-pass over the edges: touches {} source field(s) it reads {} edges ahead",
+                    t.pre_fields.len(),
+                    t.edges
                 ));
             }
         }
-        if self.key.stencil.is_none() && self.row_vectors.is_none() {
-            let k = self.k;
-            // The main body of a split kernel runs in tiles, not `csr_edges`.
-            let passes = [(&k.pre_body, "pre-pass", true), (&k.body, "edge loop", self.split.is_none())];
-            for (list, what, plain) in passes {
-                if plain && !list.is_empty() && self.unrolls_edges(list) {
-                    notes.push(format!("{what}: {EDGE_UNROLL} edges per iteration (a short body, rows of at most {EDGE_UNROLL_MAX_ROW_BYTES} bytes; the first degree % {EDGE_UNROLL} edges one at a time)"));
-                }
+        let passes = [(plan.edge_unroll.pre_pass, "pre-pass"), (plan.edge_unroll.body, "edge loop")];
+        for (unroll, what) in passes {
+            if let Some(unroll) = unroll.filter(|&n| n > 1) {
+                notes.push(format!("{what}: {unroll} edges per iteration (a short body, rows of at most {EDGE_UNROLL_MAX_ROW_BYTES} bytes; the first degree % {unroll} edges one at a time)"));
             }
         }
         for (b, p) in self.promoted.iter().enumerate() {
@@ -602,19 +534,32 @@ impl<'a> Translator<'a> {
                 notes.push(format!("accumulator scratch{b}: in {} vector registers (not the stack)", vars.len()));
             }
         }
-        if self.split.is_some() {
-            let n = self.split.as_ref().map(|s| s.carried.len()).unwrap_or(0);
+        if let Some(t) = &plan.tiles {
             notes.push(format!(
-                "edge tiles: {} edges at a time, the scalar part (with its math calls) first, then the feature loops with none ({n} value(s) kept per edge)",
-                crate::loops::EDGE_TILE
+                "edge tiles: {} edges at a time, the scalar part (with its math calls) first, then the feature loops with none ({} value(s) kept per edge)",
+                t.edges,
+                t.split.carried.len()
             ));
         }
-        if let Some((_, n, bl)) = self.blocking {
-            let touch = if self.touch.is_some() { "" } else { " (the first touches the source lines the later ones read)" };
-            let over = if self.split.is_some() { "each tile's edges" } else { "each row's edges" };
-            notes.push(format!("feature blocks: {bl} of {n} lanes, {} passes over {over}{touch}", n / bl));
+        if let Some(b) = plan.feature_blocks {
+            let touch = if plan.touch_ahead.is_some() { "" } else { " (the first touches the source lines the later ones read)" };
+            let over = if plan.tiles.is_some() { "each tile's edges" } else { "each row's edges" };
+            notes.push(format!(
+                "feature blocks: {} of {} lanes, {} passes over {over}{touch}",
+                b.block,
+                b.lanes,
+                b.lanes / b.block
+            ));
         }
         notes
+    }
+
+    /// Statement list `which` of the kernel, or `stmts` standing for it
+    /// (a split body's loops stand for the body's), with the plan's
+    /// feature loops of that list.
+    fn list(&mut self, which: StmtList, stmts: &[Stmt]) -> TResult<()> {
+        self.next_loop = self.plan.first_loop(which);
+        self.stmts(stmts)
     }
 
     fn stmts(&mut self, list: &[Stmt]) -> TResult<()> {
@@ -639,17 +584,23 @@ impl<'a> Translator<'a> {
                 Ok(())
             }
             Stmt::Loop { lane, width, body } => {
-                let n = self.width(*width)?;
-                let (start, len) = self.lane_range(*width, n);
-                self.feature_loop(*lane, start, len, body)
+                let at = self.next_loop;
+                let fl = self.plan.feature_loops.get(at).filter(|l| l.lane == *lane && l.width == *width);
+                let fl = fl.ok_or_else(|| format!("internal: feature loop over k{} is not the plan's loop {at}", lane.0))?;
+                let (start, len) = self.lane_range(*width, fl.lanes);
+                self.next_loop = at + 1;
+                self.feature_loop(fl, start, len, body)?;
+                self.next_loop = fl.end;
+                Ok(())
             }
         }
     }
 
-    /// `for lane in 0..n { body }` as a header-style loop (straight-line
-    /// code when `n` is 0 or 1; SIMD when the body allows, see
-    /// [`Translator::vector_loop`]).
-    fn feature_loop(&mut self, lane: LoopVar, start: i64, n: i64, body: &[Stmt]) -> TResult<()> {
+    /// `for lane in start..start + n { body }` in the plan's form: SIMD
+    /// ([`Translator::vector_loop`]), or a scalar header-style loop
+    /// (straight-line code when `n` is 0 or 1).
+    fn feature_loop(&mut self, fl: &FeatureLoopPlan, start: i64, n: i64, body: &[Stmt]) -> TResult<()> {
+        let lane = fl.lane;
         let l = lane.0 as usize;
         if l >= self.lanes.len() {
             self.lanes.resize(l + 1, None);
@@ -657,7 +608,8 @@ impl<'a> Translator<'a> {
         if n == 0 {
             return Ok(());
         }
-        if self.vector_loop(lane, start, n, body)? {
+        if let LoopForm::Simd { unrolled, partial_sums } = &fl.form {
+            self.vector_loop(lane, start, n, body, *unrolled, partial_sums)?;
             self.simd_loops += 1;
             return Ok(());
         }
@@ -679,36 +631,4 @@ impl<'a> Translator<'a> {
     }
 
     // --- SIMD feature loops ------------------------------------------------
-}
-
-/// Which fields and outputs `list` touches.
-fn mark_used(list: &[Stmt], fields: &mut [bool], outputs: &mut [bool]) -> TResult<()> {
-    let mut mark = |a: &Addr| -> TResult<()> {
-        match a {
-            Addr::Field { field, .. } => {
-                *fields.get_mut(field.0 as usize).ok_or_else(|| format!("unknown field {}", field.0))? = true
-            }
-            Addr::Output { out, .. } | Addr::OutputMatrix { out, .. } => {
-                *outputs.get_mut(*out as usize).ok_or_else(|| format!("unknown output {out}"))? = true
-            }
-            Addr::Scratch { .. } => {}
-        }
-        Ok(())
-    };
-    fn walk(list: &[Stmt], mark: &mut dyn FnMut(&Addr) -> TResult<()>) -> TResult<()> {
-        for s in list {
-            match s {
-                Stmt::Set(_, Inst::Load(a)) | Stmt::Store(a, _) => mark(a)?,
-                Stmt::Loop { body, .. } => walk(body, mark)?,
-                Stmt::Set(..) => {}
-            }
-        }
-        Ok(())
-    }
-    walk(list, &mut mark)
-}
-
-/// Whether an instruction reads variable `v`.
-fn inst_reads(i: &Inst, v: Var) -> bool {
-    i.operands().contains(&v)
 }

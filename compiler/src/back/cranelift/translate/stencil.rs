@@ -1,5 +1,6 @@
 //! The generated-stencil realization: neighbours from the node index,
-//! and interior rows vectorized across rows.
+//! and rows run as vector lanes where the plan says (a stencil's interior,
+//! a kernel with no edge work).
 
 use super::*;
 
@@ -9,35 +10,38 @@ impl Translator<'_> {
     /// body when the neighbour exists. The degree is the count of
     /// neighbours visited. Rows whose every neighbour is inside the grid
     /// (all but a border as wide as the largest offset) take a copy of the
-    /// body with no tests and a constant degree; the rest take the tested
-    /// (or, periodic, wrapped) path.
+    /// body with no tests and a constant degree where the plan says
+    /// (`CodegenPlan::untested_interior`); the rest take the tested (or,
+    /// periodic, wrapped) path.
     pub(super) fn generated_neighbours(&mut self, st: &tiga_abi::Stencil2d, i: Value, r: Value, c: Value) -> TResult<()> {
         let k = self.k;
         if k.reads_role(Role::Edge) {
             return Err("a generated stencil has no edge fields: use the CSR realization".into());
         }
-        for list in k.edge_passes() {
-            self.generated_pass(st, i, r, c, list)?;
+        if !k.pre_body.is_empty() {
+            self.generated_pass(st, i, r, c, StmtList::PreBody)?;
         }
-        Ok(())
+        self.generated_pass(st, i, r, c, StmtList::Body)
     }
 
-    /// One pass of [`Translator::generated_neighbours`] running `list` per
-    /// neighbour; it leaves the degree (the neighbours visited) set.
+    /// One pass of [`Translator::generated_neighbours`] running list
+    /// `which` per neighbour; it leaves the degree (the neighbours visited)
+    /// set.
     pub(super) fn generated_pass(
         &mut self,
         st: &tiga_abi::Stencil2d,
         i: Value,
         r: Value,
         c: Value,
-        list: &[Stmt],
+        which: StmtList,
     ) -> TResult<()> {
+        let list = which.of(self.k);
         let (rows, cols) = (st.rows as i64, st.cols as i64);
         let count = self.b.declare_var(types::I64);
         let zero = self.b.ins().iconst(types::I64, 0);
         let (dr_lo, dc_lo, inner_r, inner_c) = st.interior();
         let join = self.b.create_block();
-        if inner_r > 0 && inner_c > 0 && !st.offsets.is_empty() {
+        if self.plan.untested_interior {
             // Interior: -dr_lo <= r < rows - dr_hi and likewise for c, as
             // one unsigned compare each.
             let fast = self.b.create_block();
@@ -57,7 +61,7 @@ impl Translator<'_> {
                 self.cur.src = Some(j);
                 self.cur.edge = None;
                 self.cur.rank = Some((seen, zero));
-                self.stmts(list)?;
+                self.list(which, list)?;
             }
             let all = self.b.ins().iconst(types::I64, st.offsets.len() as i64);
             self.b.def_var(count, all);
@@ -100,7 +104,7 @@ impl Translator<'_> {
             self.cur.src = Some(j);
             self.cur.edge = None;
             self.cur.rank = Some((seen, zero));
-            self.stmts(list)?;
+            self.list(which, list)?;
             let seen = self.b.use_var(count);
             let more = self.b.ins().iadd_imm_s(seen, 1);
             self.b.def_var(count, more);
@@ -113,83 +117,6 @@ impl Translator<'_> {
         self.b.switch_to_block(join);
         self.cur.deg = Some(self.b.use_var(count));
         Ok(())
-    }
-
-    /// Whether a generated stencil's interior can run `vl` consecutive
-    /// rows as the lanes of one vector ([`Translator::vector_rows`]): the
-    /// row's code is straight-line (no feature loops, no scratch), every
-    /// access steps with the row or is invariant, every operation has a
-    /// lane-wise form with the scalar path's exact semantics, and every
-    /// value read was set earlier in the row (`init`, then the body once per
-    /// neighbour, then `finish`). Each lane then does the scalar row's
-    /// operations in the scalar row's order: the same bits.
-    pub(super) fn rows_vectorizable(&self) -> bool {
-        let k = self.k;
-        // One straight pass of neighbours per row only.
-        if !k.pre_body.is_empty() {
-            return false;
-        }
-        let mut defined = vec![false; k.vars.len()];
-        let num = |v: &Var| k.vars.get(v.0 as usize) == Some(&VarKind::Num);
-        let list = k.init.iter().chain(&k.body).chain(&k.finish);
-        for st in list {
-            let is = |v: &Var| defined.get(v.0 as usize).copied().unwrap_or(false);
-            let ok = match st {
-                Stmt::Loop { .. } => false,
-                Stmt::Store(a, v) => self.axis_stride(a, Axis::Rows) == Some(true) && is(v) && num(v),
-                Stmt::Set(v, inst) => {
-                    let (vn, reads) = (num(v), inst.operands());
-                    reads.iter().all(is)
-                        && match inst {
-                            Inst::Const(_) | Inst::Degree | Inst::Rank => vn,
-                            Inst::Load(a) => vn && self.axis_stride(a, Axis::Rows).is_some(),
-                            Inst::Copy(x) => num(x) == vn,
-                            Inst::Unary(UnOp::Not, x) => !vn && !num(x),
-                            Inst::Unary(..) => vn && has_vector_form(inst),
-                            Inst::Binary(BinOp::And | BinOp::Or, x, y) => !vn && !num(x) && !num(y),
-                            Inst::Binary(_, x, y) => vn && has_vector_form(inst) && num(x) && num(y),
-                            Inst::Cmp(_, x, y) => !vn && num(x) && num(y),
-                            Inst::Select(c, x, y) => !num(c) && vn && num(x) && num(y),
-                            Inst::Powi(..) => false,
-                        }
-                }
-            };
-            if !ok {
-                return false;
-            }
-            if let Stmt::Set(v, _) = st {
-                defined[v.0 as usize] = true;
-            }
-        }
-        true
-    }
-
-    /// The rows per vector of a generated stencil's interior, when it has
-    /// room for one and the kernel allows ([`Translator::rows_vectorizable`]).
-    pub(super) fn row_vector_lanes(&mut self, st: &tiga_abi::Stencil2d) -> Option<i64> {
-        let (_, vl) = self.vlen();
-        let (_, _, inner_r, inner_c) = st.interior();
-        let ok = inner_r > 0 && inner_c >= vl && !st.offsets.is_empty() && self.rows_vectorizable();
-        self.row_vectors = ok.then_some(vl);
-        self.row_vectors
-    }
-
-    /// The rows per vector of a CSR kernel with no edge work and no use of
-    /// the degree or ranks (elementwise over rows, like an adjoint's row
-    /// stage), when its statements vectorize across rows.
-    pub(super) fn row_only_lanes(&mut self) -> Option<i64> {
-        let k = self.k;
-        if self.key.stencil.is_some() || !k.body.is_empty() || !k.pre_body.is_empty() {
-            return None;
-        }
-        let mut counts = false;
-        for list in [&k.init, &k.finish] {
-            crate::loops::for_each_stmt(list, &mut |st| counts |= matches!(st, Stmt::Set(_, Inst::Degree | Inst::Rank)));
-        }
-        let (_, vl) = self.vlen();
-        let ok = !counts && self.rows_vectorizable();
-        self.row_vectors = ok.then_some(vl);
-        self.row_vectors
     }
 
     /// Rows `i .. i + vl` of a generated stencil's interior as one vector
