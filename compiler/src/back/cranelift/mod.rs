@@ -313,7 +313,7 @@ pub fn compile(k: &LoopKernel, key: &VariantKey) -> Result<Variant, BackError> {
 
     let math = math::declare(module, &mut ctx.func, k, key.dtype).map_err(module_err)?;
     let plan = plan::plan_codegen(k, key, &plan::Target::CRANELIFT)
-        .map_err(|e| BackError::Malformed { kernel: kernel(), message: e.message })?;
+        .map_err(|e| BackError::Internal { kernel: kernel(), message: e.message })?;
     let mut fbc = FunctionBuilderContext::new();
     let builder = FunctionBuilder::new(&mut ctx.func, &mut fbc);
     let notes = translate::Translator::new(builder, k, key, &plan, &scratch, math)
