@@ -56,6 +56,7 @@ fn default_out(file: &Path) -> PathBuf {
 pub fn compile(file: &Path, kernel: Option<&str>, emit: &[Stage], out: Option<&Path>) -> Result<(), Failure> {
     let kernels = load_kernels(file, kernel)?;
     let out = out.map(Path::to_path_buf).unwrap_or_else(|| default_out(file));
+    let out = crate::output_paths::output_path("-o", &out, &[file])?;
     let refs: Vec<&Kernel> = kernels.iter().collect();
     tiga::artifact::save(&out, &refs).map_err(|e| Failure::new(e.to_string()))?;
     let names: Vec<&str> = kernels.iter().map(|k| k.name()).collect();
@@ -72,6 +73,7 @@ pub fn compile(file: &Path, kernel: Option<&str>, emit: &[Stage], out: Option<&P
         for &stage in &stages {
             let text = stage_text(k, stage)?;
             let path = out.with_file_name(format!("{stem}.{}.{}.txt", k.name(), stage.suffix()));
+            let path = crate::output_paths::output_path("--emit", &path, &[file])?;
             write_atomic(&path, text.as_bytes())?;
             written.push(format!("wrote {}", path.display()));
         }

@@ -102,10 +102,12 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
         return Err(Failure::new(format!("{input}: is a directory, not an edge list")));
     }
     let total_bytes = meta.len();
+    // The file the rename replaces (through symbolic links); never the input.
+    let out_path = crate::output_paths::output_path("OUT", &req.out, &[&req.input])?;
     let is_mtx = req.input.extension().is_some_and(|e| e.eq_ignore_ascii_case("mtx"));
     let memory = usize::try_from(req.memory).unwrap_or(usize::MAX);
     let mut builder =
-        GfgBuilder::new(&req.out, BuildOptions { memory_bytes: memory, transpose: req.transpose }).map_err(gfg_failure)?;
+        GfgBuilder::new(&out_path, BuildOptions { memory_bytes: memory, transpose: req.transpose }).map_err(gfg_failure)?;
     let mut bar = crate::progress::Bar::new();
     let reading = format!("reading {}", req.input.file_name().map(|f| f.to_string_lossy()).unwrap_or_default());
     let reading: String = reading.chars().take(24).collect();
@@ -154,7 +156,7 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
         .map_err(gfg_failure)?;
     pending.commit().map_err(gfg_failure)?;
     bar.clear();
-    let size = std::fs::metadata(&req.out).map(|m| m.len()).unwrap_or(0);
+    let size = std::fs::metadata(&out_path).map(|m| m.len()).unwrap_or(0);
     let _ = writeln!(
         std::io::stderr(),
         "wrote {out} ({}): {} sources, {} destinations, {} edges{}{}; {} sorted run(s) of at most {} edges, {} merge pass(es), memory budget {}, {:.2} s",

@@ -40,7 +40,7 @@ pub fn explain(
     let schedule = paging.schedule()?;
     let realization = match graph {
         None => "realization: in_memory (CSR in RAM; pass --graph FILE.gfg to see a paged plan)\n".to_string(),
-        Some(path) => match open_graph(path, edges)? {
+        Some(path) => match open_graph(path, edges, &crate::inputs::any_size)? {
             GraphSource::Memory(g) => format!(
                 "realization: in_memory\n  graph: {} ({} sources, {} destinations, {} edges, read into RAM)\n",
                 path.display(),

@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+use tiga::compiler::bind::Extents;
 use tiga::compiler::front::parse_kernel_file;
 use tiga::compiler::ir::Role;
 use tiga::compiler::passes::PassError;
@@ -144,13 +145,18 @@ fn unknown_kernel(path: &Path, name: &str, names: &[String]) -> Failure {
 /// SNAP-style text edge list. Edge order (for edge fields) is the order of
 /// the entries in the file. `edges.num_nodes` sizes an edge list (default: the
 /// largest id + 1); a `.mtx` declares its own size, which must then agree.
-pub fn load_graph(path: &Path, edges: &tiga::EdgeListOptions) -> Result<Graph, Failure> {
+/// `sizes` sees the graph's sizes before an edge list's CSR (memory
+/// proportional to its node count) is built, and may refuse them.
+pub fn load_graph(path: &Path, edges: &tiga::EdgeListOptions, sizes: &SizeCheck<'_>) -> Result<Graph, Failure> {
     let num_nodes = edges.num_nodes;
     let is_mtx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("mtx"));
     if !is_mtx {
-        return tiga::read_edge_list_with(path, edges).map_err(|e| Failure::new(e.to_string()));
+        let coo = tiga::runtime::io::read_edge_list_coo(path, edges)?;
+        let n = coo.num_nodes;
+        sizes(Extents { num_src: n, num_dst: n, num_edges: coo.src.len() })?;
+        return coo.build().map_err(|e| graph_error(path, e));
     }
-    let (graph, _values) = tiga::read_matrix_market(path).map_err(|e| Failure::new(e.to_string()))?;
+    let (graph, _values) = tiga::read_matrix_market(path).map_err(|e| graph_error(path, e))?;
     if let Some(n) = num_nodes {
         if graph.num_src() != n || graph.num_dst() != n {
             return Err(Failure::new(format!(
@@ -163,7 +169,28 @@ pub fn load_graph(path: &Path, edges: &tiga::EdgeListOptions) -> Result<Graph, F
             )));
         }
     }
+    sizes(Extents { num_src: graph.num_src(), num_dst: graph.num_dst(), num_edges: graph.num_edges() })?;
     Ok(graph)
+}
+
+/// A graph error that names `path` (reading errors already do; building
+/// errors, such as a CSR too large for this machine, do not).
+fn graph_error(path: &Path, e: tiga::GraphError) -> Failure {
+    let text = e.to_string();
+    let name = path.display().to_string();
+    if text.starts_with(&name) {
+        Failure::new(text)
+    } else {
+        Failure::new(format!("{name}: {text}"))
+    }
+}
+
+/// A check of a graph's sizes, run once they are known (see [`load_graph`]).
+pub type SizeCheck<'a> = dyn Fn(Extents) -> Result<(), Failure> + 'a;
+
+/// A [`SizeCheck`] that accepts every size.
+pub fn any_size(_: Extents) -> Result<(), Failure> {
+    Ok(())
 }
 
 /// One field's `.npy` file. Errors name the field as well as the file.
@@ -247,9 +274,9 @@ impl GraphSource {
 /// Opens `--graph`: a `.gfg` (by extension or content) stays on disk; any
 /// other file is read as text (see [`load_graph`]). `edges.num_nodes`, for a
 /// `.gfg`, must agree with the file.
-pub fn open_graph(path: &Path, edges: &tiga::EdgeListOptions) -> Result<GraphSource, Failure> {
+pub fn open_graph(path: &Path, edges: &tiga::EdgeListOptions, sizes: &SizeCheck<'_>) -> Result<GraphSource, Failure> {
     if !is_gfg(path) {
-        return load_graph(path, edges).map(GraphSource::Memory);
+        return load_graph(path, edges, sizes).map(GraphSource::Memory);
     }
     let num_nodes = edges.num_nodes;
     let file = GfgFile::open(path).map_err(|e| Failure::new(e.to_string()))?;
@@ -263,6 +290,7 @@ pub fn open_graph(path: &Path, edges: &tiga::EdgeListOptions) -> Result<GraphSou
             )));
         }
     }
+    sizes(Extents { num_src: file.num_src(), num_dst: file.num_dst(), num_edges: file.num_edges() })?;
     Ok(GraphSource::Paged(file))
 }
 

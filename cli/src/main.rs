@@ -18,6 +18,7 @@ mod convert;
 mod explain;
 mod info;
 mod inputs;
+mod output_paths;
 mod progress;
 mod report;
 mod run;

@@ -27,7 +27,7 @@
 //! command line.
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use tiga::compiler::bind::{bind_shapes, Extents};
@@ -35,6 +35,7 @@ use tiga::compiler::ir::Role;
 use tiga::{Inputs, Kernel, Tensor};
 
 use crate::inputs::{common_dtype, is_gfg, load_field, load_kernels, open_graph, Binding, GraphSource, OutSpec, PageArgs};
+use crate::output_paths::output_path;
 use crate::report::Failure;
 
 /// Everything `tigac run` was asked to do.
@@ -133,12 +134,52 @@ fn plan_cotangents(k: &Kernel, req: &RunRequest) -> Result<Option<(PathBuf, Cota
             return Ok(Some((dir.clone(), Cotangents::Ones)));
         }
         return Err(Failure::new(format!(
-            "--grads needs the cotangent of each output of kernel `{}` ({}): pass --cotangent NAME=FILE.npy for each              (a cotangent of ones is the default only for a kernel with one output)",
+            "--grads needs the cotangent of each output of kernel `{}` ({}): pass --cotangent NAME=FILE.npy for each \
+             (a cotangent of ones is the default only for a kernel with one output)",
             k.name(),
             names.join(", ")
         )));
     }
     Ok(Some((dir.clone(), Cotangents::Files(plan_per_output(k, &req.cotangents, "--cotangent")?))))
+}
+
+/// Every file the command reads.
+fn input_paths(req: &RunRequest) -> Vec<&Path> {
+    let mut inputs: Vec<&Path> = vec![&req.file, &req.graph];
+    inputs.extend(req.fields.iter().map(|(_, b)| b.path.as_path()));
+    inputs.extend(req.cotangents.iter().map(|o| o.path.as_path()));
+    inputs
+}
+
+/// Where each output is written (`--out` through its links), checked before
+/// anything runs: no output may be an input, two outputs may not be one
+/// file, and no gradient `--grads` would write (one per kernel field) may
+/// be an input.
+fn output_targets(
+    k: &Kernel,
+    req: &RunRequest,
+    plan: &[(String, PathBuf)],
+    grads: Option<&Path>,
+) -> Result<Vec<(String, PathBuf)>, Failure> {
+    let inputs = input_paths(req);
+    let mut targets: Vec<(String, PathBuf)> = Vec::with_capacity(plan.len());
+    for (name, path) in plan {
+        let target = output_path("--out", path, &inputs)?;
+        if let Some((other, _)) = targets.iter().find(|(_, t)| *t == target) {
+            return Err(Failure::new(format!(
+                "--out {}: outputs `{other}` and `{name}` would both be written to this file",
+                path.display()
+            )));
+        }
+        targets.push((name.clone(), target));
+    }
+    // (A --grads that is not a folder is refused by `prepare_dir`, which says so.)
+    if let Some(dir) = grads.filter(|d| d.is_dir()) {
+        for f in &k.captured().fields {
+            output_path("--grads", &dir.join(format!("{}.{}.npy", f.role.name(), f.name)), &inputs)?;
+        }
+    }
+    Ok(targets)
 }
 
 /// Create the gradient folder (and its parents) and check that a file can
@@ -232,7 +273,11 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         }
         seen.push((*role, &b.name));
     }
-    let graph = open_graph(&req.graph, &req.edges)?;
+    let targets = output_targets(&kernel, req, &plan, backward.as_ref().map(|(dir, _)| dir.as_path()))?;
+    // The fields first: their shapes are checked against the graph's sizes
+    // as soon as those are known, before memory proportional to the node
+    // count is asked for (a 50-row field is refused at once on a graph of
+    // 300 million nodes, not after the graph is built).
     let tensors: Vec<(Role, &Binding, Tensor)> =
         req.fields.iter().map(|(r, b)| Ok((*r, b, load_field(*r, b)?))).collect::<Result<_, Failure>>()?;
     let cot_files: Vec<(String, PathBuf, Tensor)> = match &backward {
@@ -245,7 +290,9 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     let file_of = |role: &str, name: &str| {
         tensors.iter().find(|(r, b, _)| r.name() == role && b.name == name).map(|(_, b, _)| b.path.display().to_string())
     };
-    let explain_call = |e: tiga::Error| -> Failure {
+    // An error of a call in the user's words: which file a field came
+    // from, and a hint where the graph's size is the likely cause.
+    let explain_sized = |e: tiga::Error, (num_src, num_dst): (usize, usize)| -> Failure {
         use tiga::compiler::bind::BindError;
         let extra = match &e {
             tiga::Error::Bind(BindError::Shape { role, name, actual, .. }) => {
@@ -253,10 +300,10 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
                 // An edge list's node count is its largest id + 1 unless
                 // --num-nodes says otherwise: a node field with more rows
                 // usually means isolated nodes at the end.
-                let edge_list = matches!(graph, GraphSource::Memory(_))
+                let edge_list = !paged
                     && req.edges.num_nodes.is_none()
                     && !req.graph.extension().is_some_and(|x| x.eq_ignore_ascii_case("mtx"));
-                let nodes = if *role == "dst" { graph.num_dst() } else { graph.num_src() };
+                let nodes = if *role == "dst" { num_dst } else { num_src };
                 let hint = match actual.first() {
                     Some(&rows) if edge_list && (*role == "src" || *role == "dst") && rows != nodes => format!(
                         "; the edge list's node count was taken as its largest id + 1 = {nodes}: if the graph has {rows} nodes, pass --num-nodes {rows}"
@@ -268,22 +315,37 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
             tiga::Error::Bind(BindError::Width { role, name, .. }) => {
                 file_of(role, name).map(|p| format!(" (read from {p})")).unwrap_or_default()
             }
-            tiga::Error::Bind(BindError::MissingField { role, name, .. }) => match &graph {
-                GraphSource::Paged(f) => format!(
-                    "; pass it with --{role} {name}=FILE.npy (the graph file {} has no {role} field `{name}` either)",
-                    f.path().display()
-                ),
-                GraphSource::Memory(_) => format!("; pass it with --{role} {name}=FILE.npy"),
-            },
+            tiga::Error::Bind(BindError::MissingField { role, name, .. }) if paged => format!(
+                "; pass it with --{role} {name}=FILE.npy (the graph file {} has no {role} field `{name}` either)",
+                req.graph.display()
+            ),
+            tiga::Error::Bind(BindError::MissingField { role, name, .. }) => format!("; pass it with --{role} {name}=FILE.npy"),
             _ => String::new(),
         };
         Failure::new(format!("{e}{extra}"))
     };
+    // Every field the kernel declares given on the command line: their
+    // shapes are checked against the graph's sizes before it is built.
+    let k_ir = kernel.captured();
+    let given_shapes: Option<Vec<&[usize]>> = k_ir
+        .fields
+        .iter()
+        .map(|f| tensors.iter().find(|(r, b, _)| *r == f.role && b.name == f.name).map(|(_, _, t)| t.shape()))
+        .collect();
+    let check_sizes = |extents: Extents| -> Result<(), Failure> {
+        match &given_shapes {
+            Some(shapes) => bind_shapes(k_ir, &extents, shapes)
+                .map(|_| ())
+                .map_err(|e| explain_sized(tiga::Error::Bind(e), (extents.num_src, extents.num_dst))),
+            None => Ok(()),
+        }
+    };
+    let graph = open_graph(&req.graph, &req.edges, &check_sizes)?;
+    let explain_call = |e: tiga::Error| explain_sized(e, (graph.num_src(), graph.num_dst()));
 
     // Compile the variant up front, so --timing reports the JIT compile on
     // its own. When the fields do not fit the kernel, skip this: the first
     // run then reports exactly what is wrong.
-    let k_ir = kernel.captured();
     let extents = Extents { num_src: graph.num_src(), num_dst: graph.num_dst(), num_edges: graph.num_edges() };
     // Each declared field's shape and dtype: given on the command line, or
     // (for a .gfg) stored in the graph file.
@@ -355,7 +417,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     }
     let outputs = outputs.ok_or_else(|| Failure::new("the kernel did not run"))?;
 
-    for (name, path) in &plan {
+    for (name, path) in &targets {
         let t =
             outputs.get(name).ok_or_else(|| Failure::new(format!("kernel `{}` produced no output `{name}`", kernel.name())))?;
         tiga::write_npy(path, &t.view()).map_err(|e| Failure::new(format!("output `{name}`: {e}")))?;
@@ -399,6 +461,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         let grads = grads.ok_or_else(|| Failure::new("the vjp did not run"))?;
         for (role, name, t) in &grads.items {
             let path = dir.join(format!("{}.{name}.npy", role.name()));
+            let path = output_path("--grads", &path, &input_paths(req))?;
             tiga::write_npy(&path, &t.view())
                 .map_err(|e| Failure::new(format!("gradient of {} field `{name}`: {e}", role.name())))?;
             written_grads.push(format!("{}.{name} -> {}", role.name(), path.display()));

@@ -8,8 +8,13 @@ mod common;
 use common::*;
 
 fn neighbor_sum(d: &Path, graph: &str, extra: &[&str]) -> std::process::Output {
+    sum_of(d, graph, "x=x.npy", extra)
+}
+
+/// `tigac run` of NeighborSum over `graph` with `--src SRC`.
+fn sum_of(d: &Path, graph: &str, src: &str, extra: &[&str]) -> std::process::Output {
     let gnn = gnn_path();
-    let mut args = vec!["run", gnn.to_str().expect("utf8"), "--kernel", "NeighborSum", "--graph", graph, "--src", "x=x.npy"];
+    let mut args = vec!["run", gnn.to_str().expect("utf8"), "--kernel", "NeighborSum", "--graph", graph, "--src", src];
     args.extend_from_slice(extra);
     tigac(d, &args)
 }
@@ -56,13 +61,7 @@ fn endless_inputs_are_refused_after_their_first_bytes() {
     std::fs::write(d.join("g.txt"), "0 1\n1 2\n2 3\n3 0\n").expect("write");
     let start = std::time::Instant::now();
     fails_with(&neighbor_sum(d, "/dev/zero", &["--out", "y.npy"]), &["/dev/zero:1", "longer than 65536 bytes"]);
-    let gnn = gnn_path();
-    let run = |src: &str| {
-        tigac(
-            d,
-            &["run", gnn.to_str().expect("utf8"), "--kernel", "NeighborSum", "--graph", "g.txt", "--src", src, "--out", "y.npy"],
-        )
-    };
+    let run = |src: &str| sum_of(d, "g.txt", src, &["--out", "y.npy"]);
     fails_with(&run("x=/dev/zero"), &["/dev/zero", "not a .npy file"]);
     // A header that promises far more data than the file holds is refused
     // from the file's size, before the data is allocated.
@@ -99,4 +98,108 @@ fn a_damaged_artifact_is_an_error_in_explain_and_run() {
     let edited = text.replacen("\"outputs\":[", "\"outputs\":[ ", 1);
     std::fs::write(d.join("edited.tiga"), edited).expect("write");
     fails_with(&tigac(d, &["explain", "edited.tiga"]), &["edited.tiga", "checksum mismatch"]);
+}
+
+#[cfg(unix)]
+#[test]
+fn outputs_never_replace_inputs_devices_or_links() {
+    use std::os::unix::fs::FileTypeExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    npy_f32(&d.join("x.npy"), &[4], &[1.0, 10.0, 100.0, 1000.0]);
+    std::fs::write(d.join("g.txt"), "0 1\n1 2\n2 3\n3 0\n").expect("write");
+    let x = std::fs::read(d.join("x.npy")).expect("read");
+    // An output that is an input, however it is spelled: refused, the input
+    // untouched.
+    std::fs::create_dir(d.join("sub")).expect("mkdir");
+    std::fs::hard_link(d.join("x.npy"), d.join("hard.npy")).expect("hard link");
+    for out in ["x.npy", "sub/../x.npy", "./x.npy", "hard.npy", "g.txt"] {
+        fails_with(&neighbor_sum(d, "g.txt", &["--out", out]), &[out, "is the input", "overwrite"]);
+    }
+    assert_eq!(std::fs::read(d.join("x.npy")).expect("read"), x);
+    // A device is not replaced by a regular file.
+    fails_with(&neighbor_sum(d, "g.txt", &["--out", "/dev/null"]), &["/dev/null", "not a regular file"]);
+    assert!(std::fs::symlink_metadata("/dev/null").expect("stat").file_type().is_char_device());
+    // A symbolic link stays a link; the file it names gets the output.
+    std::os::unix::fs::symlink("real.npy", d.join("link.npy")).expect("symlink");
+    ok(&neighbor_sum(d, "g.txt", &["--out", "link.npy"]));
+    assert!(std::fs::symlink_metadata(d.join("link.npy")).expect("stat").file_type().is_symlink());
+    assert_eq!(out_of(d, "real.npy"), vec![1000.0, 1.0, 10.0, 100.0]);
+    // Gradients that would land on an input.
+    std::fs::create_dir(d.join("grads")).expect("mkdir");
+    std::fs::copy(d.join("x.npy"), d.join("grads/src.x.npy")).expect("copy");
+    let o = sum_of(d, "g.txt", "x=grads/src.x.npy", &["--out", "y.npy", "--grads", "grads"]);
+    fails_with(&o, &["--grads", "src.x.npy", "is the input"]);
+    assert_eq!(std::fs::read(d.join("grads/src.x.npy")).expect("read"), x);
+    assert!(!d.join("y.npy").exists(), "nothing is written when an output is refused");
+    // compile and convert: the output may not be the input either.
+    std::fs::copy(gnn_path(), d.join("k.rs")).expect("copy");
+    let k = std::fs::read(d.join("k.rs")).expect("read");
+    fails_with(&tigac(d, &["compile", "k.rs", "-o", "k.rs"]), &["k.rs", "is the input"]);
+    assert_eq!(std::fs::read(d.join("k.rs")).expect("read"), k);
+    let g = std::fs::read(d.join("g.txt")).expect("read");
+    fails_with(&tigac(d, &["convert", "g.txt", "g.txt"]), &["g.txt", "is the input"]);
+    assert_eq!(std::fs::read(d.join("g.txt")).expect("read"), g);
+}
+
+/// `tigac ARGS` in `d` with its address space capped at 1 GiB
+/// (`ulimit -v`): an allocation past that fails instead of succeeding.
+#[cfg(unix)]
+fn tigac_within_1gib(d: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("sh")
+        .current_dir(d)
+        .arg("-c")
+        .arg("ulimit -v 1048576 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_tigac"))
+        .args(args)
+        .output()
+        .expect("spawn sh")
+}
+
+#[cfg(unix)]
+#[test]
+fn small_inputs_never_need_more_than_1_gib_before_running_or_refusing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let gnn = gnn_path();
+    let gnn = gnn.to_str().expect("utf8");
+    npy_f32(&d.join("x.npy"), &[2], &[1.0, 2.0]);
+    npy_f32(&d.join("x50.npy"), &[50], &[1.0; 50]);
+    npy_f32(&d.join("w.npy"), &[1], &[0.5]);
+    std::fs::write(d.join("big.txt"), "0 4294967295\n").expect("write");
+    std::fs::write(d.join("g.txt"), "0 1\n1 0\n").expect("write");
+    std::fs::write(
+        d.join("big.mtx"),
+        "%%MatrixMarket matrix coordinate real general\n4294967296 4294967296 2\n1 1 1.0\n4294967296 4294967296 2.0\n",
+    )
+    .expect("write");
+    std::fs::write(
+        d.join("edge_only.rs"),
+        "#[message_passing(reduce = sum)]\npub mod EdgeOnly {\n    use tiga::lang::*;\n    pub struct Edge { pub w: f32 }\n    pub fn edge(edge: &Edge) -> f32 { edge.w }\n}\n",
+    )
+    .expect("write");
+    // Node fields that cannot fit the graph's node count are refused before
+    // the graph is built (2^32 nodes from one edge; 300 million given).
+    let run = |graph: &str, field: &str, extra: &[&str]| {
+        let mut args = vec!["run", gnn, "--kernel", "NeighborSum", "--graph", graph, "--src", field, "--out", "y.npy"];
+        args.extend_from_slice(extra);
+        tigac_within_1gib(d, &args)
+    };
+    let start = std::time::Instant::now();
+    fails_with(&run("big.txt", "x=x.npy", &[]), &["`x`", "x.npy", "4294967296"]);
+    fails_with(&run("g.txt", "x=x50.npy", &["--num-nodes", "300000000"]), &["`x`", "x50.npy", "300000000"]);
+    assert!(start.elapsed().as_secs() < 20, "shape refusals took {:?}", start.elapsed());
+    // Where every field fits, the CSR of 2^32 rows (32 GiB of offsets) is
+    // asked for fallibly and refused with its size.
+    let o = tigac_within_1gib(
+        d,
+        &["run", "edge_only.rs", "--kernel", "EdgeOnly", "--graph", "big.txt", "--edge", "w=w.npy", "--out", "y.npy"],
+    );
+    fails_with(&o, &["could not allocate", "GiB"]);
+    fails_with(&run("big.mtx", "x=x.npy", &[]), &["big.mtx"]);
+    fails_with(
+        &tigac_within_1gib(d, &["explain", gnn, "--kernel", "NeighborSum", "--graph", "big.txt"]),
+        &["could not allocate"],
+    );
+    assert!(!d.join("y.npy").exists());
 }

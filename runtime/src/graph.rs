@@ -69,6 +69,11 @@ pub enum GraphError {
     StencilTooLarge { shape: Vec<usize> },
     #[error("stencil on shape {shape:?} with {offsets} offsets has too many edges")]
     StencilTooManyEdges { shape: Vec<usize>, offsets: usize },
+    #[error(
+        "{what} need {bytes} bytes ({gib:.1} GiB), which this process could not allocate",
+        gib = *bytes as f64 / (1u64 << 30) as f64
+    )]
+    OutOfMemory { what: &'static str, bytes: u64 },
     #[error("{path}: {source}")]
     Io {
         path: String,
@@ -208,7 +213,10 @@ impl Graph {
     /// commutative (a user monoid) see messages in the order the user gave.
     pub fn from_edges(num_src: usize, num_dst: usize, src: &[u32], dst: &[u32]) -> Result<Graph, GraphError> {
         Graph::check_edges(num_src, num_dst, src, dst)?;
-        let mut offsets = vec![0u64; num_dst + 1];
+        // A node count comes from user input (one edge `0 4294967295`): the
+        // arrays sized by it are asked for fallibly, so that a graph too
+        // large for this machine is an error saying how large, not an abort.
+        let mut offsets = zeroed::<u64>(num_dst + 1, "the CSR row offsets (one per destination node)")?;
         for &d in dst {
             offsets[d as usize + 1] += 1;
         }
@@ -216,7 +224,11 @@ impl Graph {
             offsets[i + 1] += offsets[i];
         }
         let edges = src.iter().zip(dst).enumerate().map(|(e, (&s, &d))| (s, d, e as u64));
-        let (cols, edge_ids) = scatter_by_row(&offsets, edges, src.len());
+        let mut cursor = zeroed::<u64>(num_dst, "the CSR row cursors")?;
+        cursor.copy_from_slice(&offsets[..num_dst]);
+        let cols = zeroed::<u32>(src.len(), "the CSR columns")?;
+        let ids = zeroed::<u64>(src.len(), "the CSR edge ids")?;
+        let (cols, edge_ids) = scatter_by_row(cursor, edges, cols, ids);
         Ok(Graph { num_src, num_dst, offsets, cols, edge_ids, derived: Derived::default() })
     }
 
@@ -386,22 +398,31 @@ impl Graph {
             offsets[j + 1] += offsets[j];
         }
         let edges = (0..self.num_dst).flat_map(|i| self.row(i).map(move |pos| (i as u32, self.cols[pos], self.edge_id(pos))));
-        let (cols, edge_ids) = scatter_by_row(&offsets, edges, self.num_edges());
+        let cursor = offsets[..self.num_src].to_vec();
+        let (cols, edge_ids) = scatter_by_row(cursor, edges, vec![0; self.num_edges()], vec![0; self.num_edges()]);
         Graph { num_src: self.num_dst, num_dst: self.num_src, offsets, cols, edge_ids, derived: Derived::default() }
     }
 }
 
+/// `n` zeros, or an error naming `what` when the memory cannot be had.
+fn zeroed<T: Clone + Default>(n: usize, what: &'static str) -> Result<Vec<T>, GraphError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| GraphError::OutOfMemory { what, bytes: (n as u64).saturating_mul(std::mem::size_of::<T>() as u64) })?;
+    v.resize(n, T::default());
+    Ok(v)
+}
+
 /// Places `(src, dst, id)` edges into their destination rows in arrival order
-/// (a stable counting sort, given the rows' `offsets`), and drops the id array
-/// when it turns out to be the identity.
+/// (a stable counting sort: `cursor` starts at each row's first position,
+/// `cols` and `ids` hold one slot per edge), and drops the id array when it
+/// turns out to be the identity.
 fn scatter_by_row(
-    offsets: &[u64],
+    mut cursor: Vec<u64>,
     edges: impl Iterator<Item = (u32, u32, u64)>,
-    num_edges: usize,
+    mut cols: Vec<u32>,
+    mut ids: Vec<u64>,
 ) -> (Vec<u32>, Option<Vec<u64>>) {
-    let mut cursor: Vec<u64> = offsets[..offsets.len().saturating_sub(1)].to_vec();
-    let mut cols = vec![0u32; num_edges];
-    let mut ids = vec![0u64; num_edges];
     for (s, d, id) in edges {
         let pos = cursor[d as usize] as usize;
         cursor[d as usize] += 1;

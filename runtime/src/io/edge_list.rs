@@ -49,11 +49,34 @@ pub fn read_edge_list(path: impl AsRef<Path>, num_nodes: Option<usize>) -> Resul
 
 /// Reads an edge list file as `options` say.
 pub fn read_edge_list_with(path: impl AsRef<Path>, options: &EdgeListOptions) -> Result<Graph, GraphError> {
+    read_edge_list_coo(path, options)?.build()
+}
+
+/// An edge list as read, before its CSR is built: the node count and the
+/// edges in line order. A caller can check what depends on the node count
+/// (the rows of node fields) here, before memory proportional to it is
+/// asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EdgeListCoo {
+    pub num_nodes: usize,
+    pub src: Vec<u32>,
+    pub dst: Vec<u32>,
+}
+
+impl EdgeListCoo {
+    /// The graph (square, `num_nodes` on each side, edges in line order).
+    pub fn build(&self) -> Result<Graph, GraphError> {
+        Graph::from_edges(self.num_nodes, self.num_nodes, &self.src, &self.dst)
+    }
+}
+
+/// Reads an edge list file as `options` say, without building its CSR.
+pub fn read_edge_list_coo(path: impl AsRef<Path>, options: &EdgeListOptions) -> Result<EdgeListCoo, GraphError> {
     let path = path.as_ref();
     let name = path.display().to_string();
     let mut acc = Accumulator::new(&name, *options)?;
     for_each_file_line(path, |line_no, text| acc.line(line_no, text))?;
-    acc.finish()
+    Ok(acc.finish())
 }
 
 /// Parses edge-list text of exactly two columns held in memory; errors
@@ -66,7 +89,7 @@ pub fn parse_edge_list(text: &str, num_nodes: Option<usize>) -> Result<Graph, Gr
 pub fn parse_edge_list_with(text: &str, options: &EdgeListOptions) -> Result<Graph, GraphError> {
     let mut acc = Accumulator::new(INPUT, *options)?;
     for_each_text_line(text, |line_no, line| acc.line(line_no, line))?;
-    acc.finish()
+    acc.finish().build()
 }
 
 /// One line of a SNAP edge list: `Some((src, dst))`, or `None` for a
@@ -135,9 +158,9 @@ impl<'a> Accumulator<'a> {
         Ok(())
     }
 
-    fn finish(self) -> Result<Graph, GraphError> {
-        let n = self.options.num_nodes.unwrap_or(self.max_id.map_or(0, |m| m as usize + 1));
-        Graph::from_edges(n, n, &self.src, &self.dst)
+    fn finish(self) -> EdgeListCoo {
+        let num_nodes = self.options.num_nodes.unwrap_or(self.max_id.map_or(0, |m| m as usize + 1));
+        EdgeListCoo { num_nodes, src: self.src, dst: self.dst }
     }
 }
 

@@ -9,7 +9,8 @@ pub mod edge_list;
 pub mod matrix_market;
 
 pub use edge_list::{
-    parse_edge_line, parse_edge_list, parse_edge_list_with, read_edge_list, read_edge_list_with, EdgeListOptions,
+    parse_edge_line, parse_edge_list, parse_edge_list_with, read_edge_list, read_edge_list_coo, read_edge_list_with, EdgeListCoo,
+    EdgeListOptions,
 };
 pub use matrix_market::{parse_matrix_market, read_matrix_market, MatrixMarketLines, MtxLine};
 
