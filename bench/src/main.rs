@@ -1,7 +1,8 @@
 //! `tiga-bench`: tiga's back ends against hand-written loops and the Python
 //! peers, on the same graphs, side by side in one run on one machine; and,
 //! as `tiga-bench paged`, paged execution against the in-memory run
-//! (`paged.rs`).
+//! (`paged.rs`); and, as `tiga-bench compile-time`, compile time against
+//! kernel size (`compile_time.rs`).
 //!
 //! A number about a compiler means little alone: it needs the same
 //! computation written by hand, the tools a user would otherwise pick, and
@@ -38,8 +39,10 @@
 //! cargo run --release -p tiga-bench -- --quick          # 16× smaller graphs, 3 repeats
 //! cargo run --release -p tiga-bench -- --threads 2 --json bench.json
 //! cargo run --release -p tiga-bench -- paged --quick    # the paged benchmark
+//! cargo run --release -p tiga-bench -- compile-time     # compile time against kernel size
 //! ```
 
+mod compile_time;
 mod graphs;
 mod hand;
 mod paged;
@@ -74,7 +77,7 @@ const CASES: [&str; 6] = ["stencil-csr", "stencil-generated", "powerlaw-sum", "p
     args_conflicts_with_subcommands = true,
     args_override_self = true,
     disable_help_subcommand = true,
-    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)"
+    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -89,6 +92,10 @@ enum Command {
     /// stencil saved as a .gfg file, every row in a fresh child process
     #[command(args_override_self = true)]
     Paged(paged::Args),
+    /// Compile time against kernel size: a chain of 1k to 10k terms through the front end and the
+    /// passes (table and JSON)
+    #[command(args_override_self = true)]
+    CompileTime(compile_time::Args),
 }
 
 /// The main benchmark's flags.
@@ -1041,8 +1048,10 @@ fn real_main(o: Opts) -> Result<ExitCode, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Command::Paged(args)) = cli.command {
-        return paged::main(&args);
+    match cli.command {
+        Some(Command::Paged(args)) => return paged::main(&args),
+        Some(Command::CompileTime(args)) => return compile_time::main(&args),
+        None => {}
     }
     match real_main(cli.bench.into()) {
         Ok(code) => code,

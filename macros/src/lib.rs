@@ -14,6 +14,15 @@ use quote::{quote, quote_spanned};
 pub fn message_passing(attr: TokenStream, item: TokenStream) -> TokenStream {
     let attr2 = proc_macro2::TokenStream::from(attr);
     let item2 = proc_macro2::TokenStream::from(item.clone());
+    // `syn` recurses once per level of nesting: refuse hostile nesting on
+    // the tokens before it parses them (the limits are the front end's).
+    for tokens in [&attr2, &item2] {
+        if let Err(e) = tiga_compiler::front::check_nesting(tokens) {
+            let msg = e.message;
+            let err = quote_spanned! { e.span => compile_error!(#msg); };
+            return quote! { #err #item2 }.into();
+        }
+    }
     let module: syn::ItemMod = match syn::parse2(item2.clone()) {
         Ok(m) => m,
         Err(e) => {
@@ -25,10 +34,14 @@ pub fn message_passing(attr: TokenStream, item: TokenStream) -> TokenStream {
     let compiled = tiga_compiler::front::capture_module(attr2.clone(), &module)
         .map_err(|e| (e.span, e.message))
         .and_then(|k| tiga_compiler::passes::run_pipeline(k).map_err(|e| pass_error(&[&attr2, &item2], module.ident.span(), e)));
-    let (vis, ident, attrs) = (&module.vis, &module.ident, &module.attrs);
-    let items = match &module.content {
-        Some((_, items)) => items.clone(),
-        None => Vec::new(),
+    let (vis, ident) = (&module.vis, &module.ident);
+    // Inner attributes (`#![..]`) stay in the body below.
+    let attrs: Vec<&syn::Attribute> = module.attrs.iter().filter(|a| matches!(a.style, syn::AttrStyle::Outer)).collect();
+    // The module's body as the user's tokens, not printed back from `syn`'s
+    // tree: printing recurses once per term of a chain (thousands deep).
+    let items = match item2.clone().into_iter().last() {
+        Some(proc_macro2::TokenTree::Group(g)) if g.delimiter() == proc_macro2::Delimiter::Brace => g.stream(),
+        _ => proc_macro2::TokenStream::new(),
     };
     let allow = quote! { #[allow(non_snake_case, dead_code, unused_imports, clippy::all)] };
     match compiled {
@@ -46,7 +59,7 @@ pub fn message_passing(attr: TokenStream, item: TokenStream) -> TokenStream {
                 #(#attrs)*
                 #allow
                 #vis mod #ident {
-                    #(#items)*
+                    #items
 
                     /// The checked, lowered IR of this kernel, embedded at build time.
                     #[doc(hidden)]
@@ -75,7 +88,7 @@ pub fn message_passing(attr: TokenStream, item: TokenStream) -> TokenStream {
                 #err
                 #(#attrs)*
                 #allow
-                #vis mod #ident { #(#items)* }
+                #vis mod #ident { #items }
             }
             .into()
         }

@@ -5,9 +5,10 @@ use std::collections::HashMap;
 
 use syn::spanned::Spanned;
 
+use super::nesting::{too_deep, MAX_NESTING};
 use super::types::{parse_decl_type, type_text, DeclType, Widths};
 use super::{span_of, FrontError, FrontResult};
-use crate::ir::{BinOp, CmpOp, FieldDecl, FieldId, Op, Region, Role, Type, UnOp, ValueId};
+use crate::ir::{self, BinOp, CmpOp, FieldDecl, FieldId, Op, Region, Role, Type, UnOp, ValueId};
 
 #[derive(Clone, Copy)]
 pub enum FnKind<'a> {
@@ -56,6 +57,8 @@ struct Body<'k, 'a> {
     region: Region,
     scopes: Vec<HashMap<String, Val>>,
     field_cache: HashMap<FieldId, ValueId>,
+    /// How many [`Body::lower_expr`] calls are open.
+    depth: usize,
 }
 
 fn role_struct(role: Role) -> &'static str {
@@ -142,6 +145,7 @@ impl<'a> Lowerer<'a> {
             region: Region::new(region_inputs.clone()),
             scopes: vec![HashMap::new()],
             field_cache: HashMap::new(),
+            depth: 0,
         };
         // Bind parameters.
         let mut value_params = 0usize;
@@ -278,8 +282,8 @@ impl Body<'_, '_> {
         Ok(())
     }
 
-    fn push(&mut self, op: Op, ty: Type, at: &impl Spanned) -> ValueId {
-        self.region.push(op, ty, span_of(at))
+    fn push(&mut self, op: Op, ty: Type, at: ir::Span) -> ValueId {
+        self.region.push(op, ty, at)
     }
 
     fn one(&self, v: Val, at: &impl Spanned) -> FrontResult<ValueId> {
@@ -458,9 +462,9 @@ impl Body<'_, '_> {
         }
     }
 
-    fn binary(&mut self, op: BinOp, a: ValueId, b: ValueId, at: &impl Spanned, what: &str) -> FrontResult<ValueId> {
+    fn binary(&mut self, op: BinOp, a: ValueId, b: ValueId, at: &impl Spanned, sp: ir::Span, what: &str) -> FrontResult<ValueId> {
         let t = self.elementwise(a, b, at, what)?;
-        Ok(self.push(Op::Binary(op, a, b), t, at))
+        Ok(self.push(Op::Binary(op, a, b), t, sp))
     }
 
     fn lower_one(&mut self, e: &syn::Expr) -> FrontResult<ValueId> {
@@ -468,20 +472,38 @@ impl Body<'_, '_> {
         self.one(v, e)
     }
 
-    fn constant(&mut self, c: f64, at: &impl Spanned) -> ValueId {
+    fn constant(&mut self, c: f64, at: ir::Span) -> ValueId {
         self.push(Op::Const(c), Type::Scalar, at)
     }
 
+    /// Lower one expression, refusing nesting past [`MAX_NESTING`]. The
+    /// token scan ([`super::nesting`]) already bounds parentheses, blocks
+    /// and prefix operators; what reaches here deeper is a chain `syn`
+    /// builds left-deep in a loop (`x.relu().relu()...`, `x as f32 as
+    /// f32...`), which this recursion would otherwise follow term by term.
+    /// Binary chains are walked iteratively ([`Body::lower_binary`]) and do
+    /// not count.
     fn lower_expr(&mut self, e: &syn::Expr) -> FrontResult<Val> {
+        let at = first_token(e);
+        if self.depth >= MAX_NESTING {
+            return Err(too_deep(at));
+        }
+        self.depth += 1;
+        let v = self.lower_expr_at(e, span_at(at));
+        self.depth -= 1;
+        v
+    }
+
+    fn lower_expr_at(&mut self, e: &syn::Expr, at: ir::Span) -> FrontResult<Val> {
         match e {
             syn::Expr::Lit(l) => match &l.lit {
                 syn::Lit::Float(f) => {
                     let c: f64 = f.base10_parse().map_err(|er| FrontError::at(f, er.to_string()))?;
-                    Ok(Val::One(self.constant(c, e)))
+                    Ok(Val::One(self.constant(c, at)))
                 }
                 syn::Lit::Int(i) => {
                     let c: f64 = i.base10_parse().map_err(|er| FrontError::at(i, er.to_string()))?;
-                    Ok(Val::One(self.constant(c, e)))
+                    Ok(Val::One(self.constant(c, at)))
                 }
                 other => Err(FrontError::at(other, "only numeric literals are part of the kernel language")),
             },
@@ -489,8 +511,8 @@ impl Body<'_, '_> {
             syn::Expr::Group(g) => self.lower_expr(&g.expr),
             syn::Expr::Reference(r) => self.lower_expr(&r.expr),
             syn::Expr::Block(b) if b.label.is_none() => self.lower_block(&b.block),
-            syn::Expr::Path(p) => self.lower_path(p),
-            syn::Expr::Field(f) => self.lower_field(f),
+            syn::Expr::Path(p) => self.lower_path(p, at),
+            syn::Expr::Field(f) => self.lower_field(f, at),
             syn::Expr::Tuple(t) => {
                 let mut v = Vec::new();
                 for x in &t.elems {
@@ -503,18 +525,18 @@ impl Body<'_, '_> {
                 match u.op {
                     syn::UnOp::Neg(_) => {
                         let t = self.numeric(a, e, "-")?;
-                        Ok(Val::One(self.push(Op::Unary(UnOp::Neg, a), t, e)))
+                        Ok(Val::One(self.push(Op::Unary(UnOp::Neg, a), t, at)))
                     }
                     syn::UnOp::Not(_) => {
                         self.boolean(a, e, "`!`")?;
-                        Ok(Val::One(self.push(Op::Unary(UnOp::Not, a), Type::Bool, e)))
+                        Ok(Val::One(self.push(Op::Unary(UnOp::Not, a), Type::Bool, at)))
                     }
                     syn::UnOp::Deref(_) => Ok(Val::One(a)),
                     _ => Err(FrontError::at(e, "unsupported unary operator")),
                 }
             }
             syn::Expr::Binary(b) => self.lower_binary(b),
-            syn::Expr::If(i) => self.lower_if(i),
+            syn::Expr::If(i) => self.lower_if(i, at),
             syn::Expr::Call(c) => {
                 let name = match &*c.func {
                     syn::Expr::Path(p) if p.qself.is_none() => {
@@ -530,7 +552,7 @@ impl Body<'_, '_> {
                     other => return Err(FrontError::at(other, "only the kernel language's functions can be called")),
                 };
                 let args: Vec<&syn::Expr> = c.args.iter().collect();
-                self.lower_call(&name, &args, e, &c.func)
+                self.lower_call(&name, &args, e, at, &c.func)
             }
             syn::Expr::MethodCall(m) => {
                 let name = m.method.to_string();
@@ -539,7 +561,7 @@ impl Body<'_, '_> {
                 }
                 let mut args: Vec<&syn::Expr> = vec![&m.receiver];
                 args.extend(m.args.iter());
-                self.lower_call(&name, &args, e, &m.method)
+                self.lower_call(&name, &args, e, at, &m.method)
             }
             syn::Expr::Cast(c) => {
                 let ok = matches!(&*c.ty, syn::Type::Path(p) if p.path.is_ident("f32") || p.path.is_ident("f64"));
@@ -567,7 +589,7 @@ impl Body<'_, '_> {
         }
     }
 
-    fn lower_path(&mut self, p: &syn::ExprPath) -> FrontResult<Val> {
+    fn lower_path(&mut self, p: &syn::ExprPath, at: ir::Span) -> FrontResult<Val> {
         if let Some(id) = p.path.get_ident() {
             let name = id.to_string();
             return match self.lookup(&name) {
@@ -595,12 +617,12 @@ impl Body<'_, '_> {
             _ => None,
         };
         match c {
-            Some(c) => Ok(Val::One(self.constant(c, p))),
+            Some(c) => Ok(Val::One(self.constant(c, at))),
             None => Err(FrontError::at(p, "unknown path: constants are f32::INFINITY, f32::NEG_INFINITY, f32::MAX, f32::MIN, f32::consts::{PI, E, LN_2, SQRT_2}")),
         }
     }
 
-    fn lower_field(&mut self, f: &syn::ExprField) -> FrontResult<Val> {
+    fn lower_field(&mut self, f: &syn::ExprField, at: ir::Span) -> FrontResult<Val> {
         // `src.h`: a field of a role struct.
         if let syn::Expr::Path(p) = &*f.base {
             if let Some(id) = p.path.get_ident() {
@@ -623,7 +645,7 @@ impl Body<'_, '_> {
                         return Ok(Val::One(v));
                     }
                     let ty = self.lw.fields[ix].ty;
-                    let v = self.push(Op::Field(fid), ty, f);
+                    let v = self.push(Op::Field(fid), ty, at);
                     self.field_cache.insert(fid, v);
                     return Ok(Val::One(v));
                 }
@@ -639,23 +661,40 @@ impl Body<'_, '_> {
         }
     }
 
+    /// `a + b + c + ...`: `syn` builds a chain as a left-deep tree, one
+    /// level per term, so its left spine is walked with a loop (a recursion
+    /// would need a stack frame per term) and its first token, where every
+    /// link's span starts, is found once.
     fn lower_binary(&mut self, b: &syn::ExprBinary) -> FrontResult<Val> {
-        use syn::BinOp as B;
-        let l = self.lower_one(&b.left)?;
-        let r = self.lower_one(&b.right)?;
-        fn arith(op: BinOp, s: &'static str) -> (BinOp, &'static str) {
-            (op, s)
+        let mut spine = vec![b];
+        let mut first = &*b.left;
+        while let syn::Expr::Binary(inner) = first {
+            spine.push(inner);
+            first = &inner.left;
         }
+        let mut acc = self.lower_expr(first)?;
+        let at = span_at(first_token(first));
+        for link in spine.into_iter().rev() {
+            let l = self.one(acc, &link.left)?;
+            let r = self.lower_one(&link.right)?;
+            acc = Val::One(self.binary_link(link, l, r, at)?);
+        }
+        Ok(acc)
+    }
+
+    /// One link `l op r` of a binary chain whose first token is at `at`.
+    fn binary_link(&mut self, b: &syn::ExprBinary, l: ValueId, r: ValueId, at: ir::Span) -> FrontResult<ValueId> {
+        use syn::BinOp as B;
         let (op, sym) = match b.op {
-            B::Add(_) => arith(BinOp::Add, "+"),
-            B::Sub(_) => arith(BinOp::Sub, "-"),
-            B::Mul(_) => arith(BinOp::Mul, "*"),
-            B::Div(_) => arith(BinOp::Div, "/"),
+            B::Add(_) => (BinOp::Add, "+"),
+            B::Sub(_) => (BinOp::Sub, "-"),
+            B::Mul(_) => (BinOp::Mul, "*"),
+            B::Div(_) => (BinOp::Div, "/"),
             B::And(_) | B::Or(_) => {
                 self.boolean(l, &b.left, "`&&`/`||`")?;
                 self.boolean(r, &b.right, "`&&`/`||`")?;
                 let op = if matches!(b.op, B::And(_)) { BinOp::And } else { BinOp::Or };
-                return Ok(Val::One(self.push(Op::Binary(op, l, r), Type::Bool, b)));
+                return Ok(self.push(Op::Binary(op, l, r), Type::Bool, at));
             }
             B::Lt(_) | B::Le(_) | B::Gt(_) | B::Ge(_) | B::Eq(_) | B::Ne(_) => {
                 let c = match b.op {
@@ -668,16 +707,16 @@ impl Body<'_, '_> {
                 };
                 self.scalar(l, &b.left, "comparison")?;
                 self.scalar(r, &b.right, "comparison")?;
-                return Ok(Val::One(self.push(Op::Cmp(c, l, r), Type::Bool, b)));
+                return Ok(self.push(Op::Cmp(c, l, r), Type::Bool, at));
             }
             _ => {
                 return Err(FrontError::at(&b.op, "unsupported operator: use + - * / and comparisons; bind new names with `let`"))
             }
         };
-        Ok(Val::One(self.binary(op, l, r, b, sym)?))
+        self.binary(op, l, r, b, at, sym)
     }
 
-    fn lower_if(&mut self, i: &syn::ExprIf) -> FrontResult<Val> {
+    fn lower_if(&mut self, i: &syn::ExprIf, at: ir::Span) -> FrontResult<Val> {
         let c = self.lower_one(&i.cond)?;
         self.boolean(c, &i.cond, "`if`")?;
         let Some((_, els)) = &i.else_branch else {
@@ -701,12 +740,19 @@ impl Body<'_, '_> {
         let mut out = Vec::new();
         for (x, y) in xa.into_iter().zip(xb) {
             let t = self.elementwise(x, y, i, "if/else")?;
-            out.push(self.push(Op::Select(c, x, y), t, i));
+            out.push(self.push(Op::Select(c, x, y), t, at));
         }
         Ok(if tuple { Val::Tuple(out) } else { Val::One(out[0]) })
     }
 
-    fn lower_call(&mut self, name: &str, args: &[&syn::Expr], at: &syn::Expr, name_at: &impl Spanned) -> FrontResult<Val> {
+    fn lower_call(
+        &mut self,
+        name: &str,
+        args: &[&syn::Expr],
+        call: &syn::Expr,
+        at: ir::Span,
+        name_at: &impl Spanned,
+    ) -> FrontResult<Val> {
         let arity = |n: usize| -> FrontResult<()> {
             if args.len() != n {
                 Err(FrontError::at(name_at, format!("`{name}` takes {n} argument(s), found {}", args.len())))
@@ -740,7 +786,7 @@ impl Body<'_, '_> {
                     "max" => BinOp::Max,
                     _ => BinOp::LeakyRelu,
                 };
-                self.binary(op, a, b, at, name)?
+                self.binary(op, a, b, call, at, name)?
             }
             "powi" => {
                 arity(2)?;
@@ -766,7 +812,7 @@ impl Body<'_, '_> {
                         self.lw.widths.unify(x, y);
                     }
                     (ta, tb) => {
-                        return Err(FrontError::at(at, format!("type mismatch: `dot` takes two vectors, found {} and {}", type_text(ta), type_text(tb))));
+                        return Err(FrontError::at(call, format!("type mismatch: `dot` takes two vectors, found {} and {}", type_text(ta), type_text(tb))));
                     }
                 }
                 self.push(Op::Dot(a, b), Type::Scalar, at)
@@ -781,7 +827,7 @@ impl Body<'_, '_> {
                         self.push(Op::MatVec(m, v), Type::Vector(r), at)
                     }
                     (tm, tv) => {
-                        return Err(FrontError::at(at, format!("type mismatch: `matvec` takes a matrix parameter and a vector, found {} and {}", type_text(tm), type_text(tv))));
+                        return Err(FrontError::at(call, format!("type mismatch: `matvec` takes a matrix parameter and a vector, found {} and {}", type_text(tm), type_text(tv))));
                     }
                 }
             }
@@ -803,4 +849,68 @@ fn int_literal(e: &syn::Expr) -> Option<i32> {
         syn::Expr::Paren(p) => int_literal(&p.expr),
         _ => None,
     }
+}
+
+fn span_at(sp: proc_macro2::Span) -> ir::Span {
+    let lc = sp.start();
+    ir::Span { line: lc.line as u32, col: lc.column as u32 }
+}
+
+/// The span of an expression's first token, where its IR span starts.
+/// `Spanned::span` would print the whole expression back to tokens to join
+/// their spans: a cost in the size of the expression on every call, which
+/// made capturing a chain quadratic. The walk follows left operands, so it
+/// costs the length of the expression's left spine.
+fn first_token(mut e: &syn::Expr) -> proc_macro2::Span {
+    use syn::Expr as E;
+    loop {
+        let (attrs, next): (&[syn::Attribute], Option<&syn::Expr>) = match e {
+            E::Binary(x) => (&x.attrs, Some(&x.left)),
+            E::Cast(x) => (&x.attrs, Some(&x.expr)),
+            E::MethodCall(x) => (&x.attrs, Some(&x.receiver)),
+            E::Field(x) => (&x.attrs, Some(&x.base)),
+            E::Call(x) => (&x.attrs, Some(&x.func)),
+            E::Index(x) => (&x.attrs, Some(&x.expr)),
+            E::Try(x) => (&x.attrs, Some(&x.expr)),
+            E::Await(x) => (&x.attrs, Some(&x.base)),
+            E::Assign(x) => (&x.attrs, Some(&x.left)),
+            E::Lit(x) => (&x.attrs, None),
+            E::Path(x) => (&x.attrs, None),
+            E::Paren(x) => (&x.attrs, None),
+            E::Unary(x) => (&x.attrs, None),
+            E::Reference(x) => (&x.attrs, None),
+            E::Block(x) => (&x.attrs, None),
+            E::If(x) => (&x.attrs, None),
+            E::Tuple(x) => (&x.attrs, None),
+            E::Struct(x) => (&x.attrs, None),
+            // Outside the kernel language: refused once, whatever it costs.
+            _ => return e.span(),
+        };
+        if let Some(a) = attrs.first() {
+            return a.pound_token.span;
+        }
+        match (e, next) {
+            (_, Some(n)) => e = n,
+            (E::Lit(x), _) => return x.lit.span(),
+            (E::Path(x), _) => return path_start(x.qself.as_ref(), &x.path),
+            (E::Struct(x), _) => return path_start(x.qself.as_ref(), &x.path),
+            (E::Paren(x), _) => return x.paren_token.span.open(),
+            (E::Tuple(x), _) => return x.paren_token.span.open(),
+            (E::Unary(x), _) => return x.op.span(),
+            (E::Reference(x), _) => return x.and_token.span,
+            (E::Block(x), _) => return x.label.as_ref().map(|l| l.name.apostrophe).unwrap_or(x.block.brace_token.span.open()),
+            (E::If(x), _) => return x.if_token.span,
+            _ => return e.span(),
+        }
+    }
+}
+
+fn path_start(qself: Option<&syn::QSelf>, path: &syn::Path) -> proc_macro2::Span {
+    if let Some(q) = qself {
+        return q.lt_token.span;
+    }
+    if let Some(c) = &path.leading_colon {
+        return c.spans[0];
+    }
+    path.segments.first().map(|s| s.ident.span()).unwrap_or_else(|| path.span())
 }

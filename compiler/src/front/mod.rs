@@ -7,9 +7,12 @@
 
 mod dtypes;
 mod expr;
+mod nesting;
 mod types;
 
 use std::collections::HashMap;
+
+pub use nesting::{check_nesting, MAX_CHAIN, MAX_NESTING};
 
 use proc_macro2::TokenStream;
 use syn::punctuated::Punctuated;
@@ -51,9 +54,36 @@ pub fn is_message_passing_attr(attr: &syn::Attribute) -> bool {
     attr.path().segments.last().is_some_and(|s| s.ident == "message_passing")
 }
 
+/// The stack of the thread [`parse_kernel_file`] runs on.
+///
+/// The token scan ([`check_nesting`]) bounds how deep `syn` and our walks
+/// recurse, and so how much stack they need: at most [`MAX_CHAIN`] levels
+/// of `syn` printing a chain back to tokens for an error's span (about
+/// 450 bytes a level), or [`MAX_NESTING`] levels of parsing. That bound is
+/// about 7 MiB; a caller's thread may have 2 MiB (a test, a worker), so the
+/// front end runs on a thread of its own whose stack is fixed here, with
+/// room to spare. Only touched pages cost memory.
+pub const FRONT_STACK_BYTES: usize = 64 << 20;
+
 /// Capture every `#[message_passing]` module of a kernel file.
+///
+/// Runs on a thread with a [`FRONT_STACK_BYTES`] stack (see there). The
+/// error's `span` is then `Span::call_site()`: proc-macro2 spans belong to
+/// the thread that lexed the text; `line` and `col` are exact.
 pub fn parse_kernel_file(source: &str) -> FrontResult<Vec<Kernel>> {
-    let file = syn::parse_file(source).map_err(|e| FrontError::new(e.span(), e.to_string()))?;
+    let run = || parse_kernel_file_here(source).map_err(|e| (e.message, e.line, e.col));
+    let result = std::thread::scope(|s| {
+        let worker = std::thread::Builder::new().name("tiga-front".into()).stack_size(FRONT_STACK_BYTES).spawn_scoped(s, run);
+        match worker {
+            Ok(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(e) => Err((format!("cannot start the front end's thread: {e}"), 1, 0)),
+        }
+    });
+    result.map_err(|(message, line, col)| FrontError { message, line, col, span: proc_macro2::Span::call_site() })
+}
+
+fn parse_kernel_file_here(source: &str) -> FrontResult<Vec<Kernel>> {
+    let file = parse_file(source)?;
     let mut kernels = Vec::new();
     for item in &file.items {
         if let syn::Item::Mod(m) = item {
@@ -75,6 +105,23 @@ pub fn parse_kernel_file(source: &str) -> FrontResult<Vec<Kernel>> {
         }
     }
     Ok(kernels)
+}
+
+/// `syn::parse_file`, with the nesting limits ([`check_nesting`]) checked
+/// on the tokens before `syn` recurses over them. The byte-order mark and a
+/// `#!` first line are skipped as `syn::parse_file` skips them (the line
+/// break stays, so lines keep their numbers; `#!` then `[` on the first
+/// line is an inner attribute, not a `#!` line).
+fn parse_file(mut source: &str) -> FrontResult<syn::File> {
+    source = source.strip_prefix('\u{feff}').unwrap_or(source);
+    if let Some(rest) = source.strip_prefix("#!") {
+        if !rest.trim_start().starts_with('[') {
+            source = source.find('\n').map_or("", |i| &source[i..]);
+        }
+    }
+    let tokens: TokenStream = source.parse().map_err(|e: proc_macro2::LexError| FrontError::new(e.span(), e.to_string()))?;
+    check_nesting(&tokens)?;
+    syn::parse2(tokens).map_err(|e| FrontError::new(e.span(), e.to_string()))
 }
 
 struct Reduce {
