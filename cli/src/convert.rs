@@ -32,6 +32,9 @@ pub struct ConvertRequest {
     pub edges: tiga::EdgeListOptions,
     pub transpose: bool,
     pub memory: u64,
+    /// The largest output to write (`None`: 64 times the input, at least
+    /// 1 GiB).
+    pub max_output: Option<u64>,
 }
 
 fn gfg_failure(e: tiga_runtime::storage::GfgError) -> Failure {
@@ -105,7 +108,7 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
     // The file the rename replaces (through symbolic links); never the input.
     let out_path = crate::output_paths::output_path("OUT", &req.out, &[&req.input])?;
     let is_mtx = req.input.extension().is_some_and(|e| e.eq_ignore_ascii_case("mtx"));
-    let memory = usize::try_from(req.memory).unwrap_or(usize::MAX);
+    let memory = usize::try_from(working_memory(req.memory, &meta)).unwrap_or(usize::MAX);
     let mut builder =
         GfgBuilder::new(&out_path, BuildOptions { memory_bytes: memory, transpose: req.transpose }).map_err(gfg_failure)?;
     let mut bar = crate::progress::Bar::new();
@@ -151,6 +154,7 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
         (n, n)
     };
 
+    check_output_size(req, &meta, num_src, num_dst, builder.num_edges())?;
     let (pending, stats) = builder
         .finish(num_src, num_dst, &mut |phase: BuildPhase, done, total| bar.update(phase.name(), done, total))
         .map_err(gfg_failure)?;
@@ -169,7 +173,11 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
         stats.runs,
         stats.chunk_edges,
         stats.merge_passes,
-        human_bytes(req.memory),
+        if memory as u64 == req.memory {
+            human_bytes(req.memory)
+        } else {
+            format!("{} (--memory {}, cut to what the input and this machine can use)", human_bytes(memory as u64), human_bytes(req.memory))
+        },
         start.elapsed().as_secs_f64()
     );
     report_peak_memory();
@@ -178,6 +186,68 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
 
 /// With `TIGAC_REPORT_RSS` set, prints the process's peak resident set
 /// (`VmHWM`, Linux) on stderr: how a budget is checked.
+/// Refuses, before anything is written, a `.gfg` larger than the output
+/// limit: its row offsets grow with the node count, which a file declares
+/// (a `.mtx` header) or implies (an edge list's largest id), not with its
+/// edges, so a three-line input can ask for tens of GiB. The size counted
+/// is an upper bound: offsets, columns and edge ids, and the transpose's.
+fn check_output_size(
+    req: &ConvertRequest,
+    input: &std::fs::Metadata,
+    num_src: u64,
+    num_dst: u64,
+    edges: u64,
+) -> Result<(), Failure> {
+    let side = |rows: u64| rows.saturating_add(1).saturating_mul(8).saturating_add(edges.saturating_mul(12));
+    let mut bytes = side(num_dst);
+    if req.transpose {
+        bytes = bytes.saturating_add(side(num_src));
+    }
+    let limit = req.max_output.unwrap_or_else(|| input.len().saturating_mul(64).max(1 << 30));
+    if bytes <= limit {
+        return Ok(());
+    }
+    Err(Failure::new(format!(
+        "{}: the .gfg would take up to {} ({num_dst} destination rows, {num_src} sources, {edges} edges{}), over the {} limit; \
+         row offsets grow with the node count ({}); if this is meant, pass --max-output {}",
+        req.input.display(),
+        human_bytes(bytes),
+        if req.transpose { ", with transpose" } else { "" },
+        human_bytes(limit),
+        match req.edges.num_nodes {
+            Some(_) => "given by --num-nodes or declared by the file".to_string(),
+            None => "declared by the file, or an edge list's largest id + 1".to_string(),
+        },
+        bytes.div_ceil(1 << 30).max(1).to_string() + "G"
+    )))
+}
+
+/// The memory the builder may hold: `--memory` is an upper bound, not a
+/// size to allocate (the sort's chunk is allocated at its full size up
+/// front). So it is cut to what the input can need, 32 bytes per edge it
+/// can hold (a line of an edge list or a `.mtx` is at least four bytes: `0
+/// 1` and its end; the chunk holds half the budget, 16 bytes an edge), and
+/// to half of this machine's memory. At least 1 MiB.
+fn working_memory(requested: u64, input: &std::fs::Metadata) -> u64 {
+    let mut bytes = requested;
+    if input.is_file() {
+        bytes = bytes.min((input.len() / 4 + 1).saturating_mul(32));
+    }
+    if let Some(total) = physical_memory() {
+        bytes = bytes.min(total / 2);
+    }
+    bytes.max(1 << 20)
+}
+
+/// This machine's memory in bytes, where the system says (Linux's
+/// `/proc/meminfo`).
+fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 fn report_peak_memory() {
     if std::env::var_os("TIGAC_REPORT_RSS").is_none() {
         return;

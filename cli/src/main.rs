@@ -67,6 +67,10 @@ struct ConvertArgs {
     /// The memory budget in bytes (suffixes K, M, G: powers of 1024). Half holds the edges being sorted.
     #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = tiga::runtime::schedule::parse_bytes)]
     memory: u64,
+    /// The largest .gfg to write (suffixes K, M, G, T). Default: 64 times the input's size, at least 1G. A graph's
+    /// row offsets grow with its node count, not its edges: one edge `0 4294967295` makes a 32 GiB file.
+    #[arg(long, value_name = "BYTES", value_parser = tiga::runtime::schedule::parse_bytes)]
+    max_output: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -214,6 +218,7 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
             edges: a.text.options(),
             transpose: a.transpose,
             memory: a.memory,
+            max_output: a.max_output,
         }),
         Command::Info(a) => info::info(&a.file),
         Command::Run(a) => {

@@ -202,4 +202,26 @@ fn small_inputs_never_need_more_than_1_gib_before_running_or_refusing() {
         &["could not allocate"],
     );
     assert!(!d.join("y.npy").exists());
+    // A .gfg's row offsets grow with the node count a three-line input
+    // declares: convert refuses past its output limit instead of writing
+    // 64 GiB, and nothing is left behind.
+    for input in ["big.txt", "big.mtx"] {
+        let o = tigac_within_1gib(d, &["convert", input, "big.gfg", "--transpose"]);
+        fails_with(&o, &[input, "would take up to 64.0 GiB", "--max-output 65G"]);
+    }
+    assert!(!d.join("big.gfg").exists());
+    assert_eq!(
+        std::fs::read_dir(d)
+            .expect("ls")
+            .filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with('.')))
+            .count(),
+        0
+    );
+    // convert's --memory is an upper bound: a budget far beyond the input
+    // (and the machine) is cut to what the input can need.
+    for budget in ["100G", "1T", "18446744073709551615"] {
+        let o = tigac_within_1gib(d, &["convert", "g.txt", "g.gfg", "--memory", budget]);
+        ok(&o);
+        assert!(stderr(&o).contains("cut to what the input and this machine can use"), "{}", stderr(&o));
+    }
 }

@@ -126,3 +126,44 @@ fn every_out_of_range_handle_is_refused_not_indexed() {
     }
     assert!(bad_operands >= 5, "{bad_operands}");
 }
+
+/// Every number in `v`, as a JSON pointer.
+fn numbers(v: &serde_json::Value, at: String, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Number(_) => out.push(at),
+        serde_json::Value::Array(a) => a.iter().enumerate().for_each(|(i, x)| numbers(x, format!("{at}/{i}"), out)),
+        serde_json::Value::Object(o) => o.iter().for_each(|(k, x)| numbers(x, format!("{at}/{k}"), out)),
+        _ => {}
+    }
+}
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Numbers of a valid artifact replaced (handles, ids, widths,
+        /// constants), its checksum dropped: loading is an error or a
+        /// kernel that runs, never a panic.
+        #[test]
+        fn artifacts_with_numbers_changed(
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), prop::sample::select(vec![0i64, 1, 2, 3, 7, 64, 65535, -1, 4_294_967_295])), 1..4),
+        ) {
+            let (_d, path, text) = saved(&["Smoothing", "MaxPool"]);
+            let mut v: serde_json::Value = serde_json::from_str(&text).expect("json");
+            v.as_object_mut().expect("object").remove("checksum");
+            let mut at = Vec::new();
+            numbers(&v["kernels"], "/kernels".into(), &mut at);
+            for (i, n) in &edits {
+                if let Some(x) = v.pointer_mut(&at[i.index(at.len())]) {
+                    *x = serde_json::json!(n);
+                }
+            }
+            let text = serde_json::to_string(&v).expect("json");
+            let loaded = std::panic::catch_unwind(|| tiga::artifact::parse(&path, &text).map(|ks| ks.len()));
+            prop_assert!(loaded.is_ok(), "loading panicked: {}", text);
+        }
+    }
+}

@@ -1,0 +1,3 @@
+#[message_passing(reduce = sum)]
+pub mod M {
+    pub fn edge(
