@@ -109,8 +109,13 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
     let out_path = crate::output_paths::output_path("OUT", &req.out, &[&req.input])?;
     let is_mtx = req.input.extension().is_some_and(|e| e.eq_ignore_ascii_case("mtx"));
     let memory = usize::try_from(working_memory(req.memory, &meta)).unwrap_or(usize::MAX);
+    // Sorted runs and the file being written live in one private folder
+    // beside OUT, removed on every way out of this function; the finished
+    // file is renamed from it over OUT (one file system, so atomic).
+    let work = WorkDir::new(&out_path)?;
+    let staged = work.path().join(out_path.file_name().unwrap_or(std::ffi::OsStr::new("out.gfg")));
     let mut builder =
-        GfgBuilder::new(&out_path, BuildOptions { memory_bytes: memory, transpose: req.transpose }).map_err(gfg_failure)?;
+        GfgBuilder::new(&staged, BuildOptions { memory_bytes: memory, transpose: req.transpose }).map_err(gfg_failure)?;
     let mut bar = crate::progress::Bar::new();
     let reading = format!("reading {}", req.input.file_name().map(|f| f.to_string_lossy()).unwrap_or_default());
     let reading: String = reading.chars().take(24).collect();
@@ -159,6 +164,7 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
         .finish(num_src, num_dst, &mut |phase: BuildPhase, done, total| bar.update(phase.name(), done, total))
         .map_err(gfg_failure)?;
     pending.commit().map_err(gfg_failure)?;
+    work.publish(&staged, &out_path)?;
     bar.clear();
     let size = std::fs::metadata(&out_path).map(|m| m.len()).unwrap_or(0);
     let _ = writeln!(
@@ -186,6 +192,69 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
 
 /// With `TIGAC_REPORT_RSS` set, prints the process's peak resident set
 /// (`VmHWM`, Linux) on stderr: how a budget is checked.
+/// The private folder of one conversion: `.tigac-convert.<pid>.<random>`
+/// in OUT's folder, removed when dropped (on success, on an error, on a
+/// panic). A conversion killed outright leaves it behind; the next one in
+/// that folder removes every such folder whose process is gone, which it
+/// can prove on Linux (no `/proc/<pid>`); elsewhere it leaves them.
+struct WorkDir(tempfile::TempDir);
+
+const WORK_PREFIX: &str = ".tigac-convert.";
+
+impl WorkDir {
+    fn new(out: &std::path::Path) -> Result<WorkDir, Failure> {
+        let dir = match out.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        remove_abandoned(&dir);
+        let prefix = format!("{WORK_PREFIX}{}.", std::process::id());
+        let made = tempfile::Builder::new().prefix(&prefix).tempdir_in(&dir).map_err(|e| {
+            Failure::new(format!("{}: cannot create a temporary folder in {}: {e}", out.display(), dir.display()))
+        })?;
+        Ok(WorkDir(made))
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.0.path()
+    }
+
+    /// Rename the finished file over `out` and make the rename durable.
+    fn publish(&self, staged: &std::path::Path, out: &std::path::Path) -> Result<(), Failure> {
+        std::fs::rename(staged, out)
+            .map_err(|e| Failure::new(format!("{}: cannot move the finished file into place: {e}", out.display())))?;
+        #[cfg(unix)]
+        if let Ok(d) =
+            std::fs::File::open(out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new(".")))
+        {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+/// Remove the private folders of conversions in `dir` whose process is
+/// gone (see [`WorkDir`]). Best effort: a folder that cannot be removed is
+/// left for later.
+fn remove_abandoned(dir: &std::path::Path) {
+    if !std::path::Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) =
+            name.strip_prefix(WORK_PREFIX).and_then(|rest| rest.split('.').next()).and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        if is_dir && pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// Refuses, before anything is written, a `.gfg` larger than the output
 /// limit: its row offsets grow with the node count, which a file declares
 /// (a `.mtx` header) or implies (an edge list's largest id), not with its
@@ -227,7 +296,8 @@ fn check_output_size(
 /// front). So it is cut to what the input can need, 32 bytes per edge it
 /// can hold (a line of an edge list or a `.mtx` is at least four bytes: `0
 /// 1` and its end; the chunk holds half the budget, 16 bytes an edge), and
-/// to half of this machine's memory. At least 1 MiB.
+/// to half of this machine's memory. Never raised: a small budget stays
+/// small (many sorted runs).
 fn working_memory(requested: u64, input: &std::fs::Metadata) -> u64 {
     let mut bytes = requested;
     if input.is_file() {
@@ -236,7 +306,7 @@ fn working_memory(requested: u64, input: &std::fs::Metadata) -> u64 {
     if let Some(total) = physical_memory() {
         bytes = bytes.min(total / 2);
     }
-    bytes.max(1 << 20)
+    bytes
 }
 
 /// This machine's memory in bytes, where the system says (Linux's

@@ -225,3 +225,41 @@ fn small_inputs_never_need_more_than_1_gib_before_running_or_refusing() {
         assert!(stderr(&o).contains("cut to what the input and this machine can use"), "{}", stderr(&o));
     }
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn convert_works_in_a_private_folder_and_clears_what_killed_runs_left() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let mut text = String::new();
+    for i in 0..20_000u32 {
+        text.push_str(&format!("{} {}\n", (i * 7919) % 5000, i % 5000));
+    }
+    std::fs::write(d.join("g.txt"), &text).expect("write");
+    // What a convert killed by a signal leaves: its folder, with a sorted
+    // run and a half-written file; its process is gone (no such pid).
+    let dead = d.join(".tigac-convert.4194304999.AbC123");
+    std::fs::create_dir(&dead).expect("mkdir");
+    std::fs::write(dead.join(".g.gfg.x.run"), vec![7u8; 4096]).expect("write");
+    std::fs::write(dead.join(".g.gfg.y.tmp"), vec![7u8; 4096]).expect("write");
+    // A folder of a conversion still running (this test's own process) and
+    // an unrelated dot-folder stay.
+    let live = d.join(format!(".tigac-convert.{}.XyZ789", std::process::id()));
+    std::fs::create_dir(&live).expect("mkdir");
+    std::fs::create_dir(d.join(".tigac-convert-notes")).expect("mkdir");
+    // A small budget: several sorted runs.
+    ok(&tigac(d, &["convert", "g.txt", "g.gfg", "--transpose", "--memory", "64K"]));
+    assert!(!dead.exists(), "the folder of a dead conversion is removed");
+    assert!(live.exists() && d.join(".tigac-convert-notes").exists());
+    let mut names: Vec<String> =
+        std::fs::read_dir(d).expect("ls").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    let own = format!(".tigac-convert.{}.XyZ789", std::process::id());
+    assert_eq!(names, vec![".tigac-convert-notes".to_string(), own, "g.gfg".into(), "g.txt".into()]);
+    // The same file as converting in memory would write.
+    let g = tiga_runtime::read_edge_list(d.join("g.txt"), None).expect("graph");
+    let want = d.join("want.gfg");
+    let none: [(tiga_runtime::storage::FieldRole, &str, tiga::TensorView<'_>); 0] = [];
+    tiga_runtime::save_gfg(&want, &g, true, &none).expect("save");
+    assert_eq!(std::fs::read(d.join("g.gfg")).expect("read"), std::fs::read(&want).expect("read"));
+}
