@@ -259,7 +259,7 @@ fn manifest_prints_a_summary() {
     let g = Graph::from_edges(3, 2, &[0, 1, 2], &[1, 1, 0]).expect("g");
     save_gfg(&path, &g, true, &[(FieldRole::Src, "x", TensorView::from(&[1.0f32, 2.0, 3.0][..]))]).expect("save");
     let text = GfgFile::open(&path).expect("open").manifest().to_string();
-    for needle in ["gfg 1.0", "3 sources, 2 destinations", "edges: 3", "t_offsets", "field.src.x"] {
+    for needle in ["gfg 2.0", "3 sources, 2 destinations", "edges: 3", "t_offsets", "field.src.x"] {
         assert!(text.contains(needle), "{needle} missing from\n{text}");
     }
 }
