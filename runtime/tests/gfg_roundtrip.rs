@@ -25,7 +25,7 @@ fn bits(d: Data<'_>) -> Vec<u64> {
 /// Compares every array of `file` with `g` (and its transpose) and `fields`.
 fn check_file(file: &GfgFile, g: &Graph, transpose: bool, fields: &[Field]) {
     assert_eq!((file.num_src(), file.num_dst(), file.num_edges()), (g.num_src(), g.num_dst(), g.num_edges()));
-    assert_eq!(file.version(), (1, 0));
+    assert_eq!(file.version(), (2, 0));
     assert_eq!(file.offsets().expect("offsets"), g.offsets());
     assert_eq!(file.cols().expect("cols"), g.cols());
     assert_eq!(file.edge_ids().expect("edge ids"), g.edge_ids());

@@ -259,6 +259,8 @@ pub(crate) struct Permutation {
     n: u64,
     seen: u64,
     mode: PermutationMode,
+    /// The id found twice, once `feed` has reported it.
+    repeated: Option<u64>,
 }
 
 enum PermutationMode {
@@ -272,7 +274,7 @@ impl Permutation {
             Ok(words) if n <= bitmap_max => PermutationMode::Bitmap(vec![0; words]),
             _ => PermutationMode::Hash { key: random_keys()[0], sum: 0, xor: 0 },
         };
-        Permutation { invariant, n, seen: 0, mode }
+        Permutation { invariant, n, seen: 0, mode, repeated: None }
     }
 
     /// Feeds ids `base..base + chunk.len()` of the section.
@@ -293,6 +295,7 @@ impl Permutation {
                     let Some(word) = bits.get_mut(w) else { continue };
                     if *word & bit != 0 {
                         let at = base + k as u64;
+                        self.repeated = Some(id);
                         return Err(Violation::new(inv, Some(at), format!("{section}[{at}] = {id} is a duplicate")));
                     }
                     *word |= bit;
@@ -307,6 +310,12 @@ impl Permutation {
             }
         }
         Ok(())
+    }
+
+    /// The id `feed` found twice (bitmap mode), for naming where it first
+    /// appeared.
+    pub(crate) fn repeated(&self) -> Option<u64> {
+        self.repeated
     }
 
     /// After every id was fed: the hash check compares with `0..n` (every

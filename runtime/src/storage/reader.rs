@@ -854,63 +854,64 @@ impl Inner {
         s.and(e).map_err(|v| self.invariant(v))
     }
 
-    /// A side's offsets never decrease (a chunked pass).
-    fn check_offsets(&self, side: Side) -> Result<(), GfgError> {
-        let (o, _, _) = side.names();
-        let k = self.section_index(o)?;
-        let offsets = self.typed::<u64>(o)?;
-        let mut mono = Monotone::new(side.invariants()[2]);
-        for start in (0..offsets.len()).step_by(PASS_ROWS) {
-            let end = (start + PASS_ROWS).min(offsets.len());
-            self.ensure_blocks(k, start * 8..end * 8, true)?;
-            mono.feed(&offsets[start..end], start as u64).map_err(|v| self.invariant(v))?;
-            self.advise(k, start * 8..end * 8, Advice::Done);
+    /// Passes over section `name` in chunks of `step` elements: each
+    /// chunk's blocks are verified before `f(chunk, first index)` sees it
+    /// and the chunk is released after, so a pass over a file larger than
+    /// memory holds one chunk of it. Returns the whole section.
+    fn pass<T: Element>(
+        &self,
+        name: &str,
+        step: usize,
+        mut f: impl FnMut(&[T], u64) -> Result<(), Violation>,
+    ) -> Result<&[T], GfgError> {
+        let k = self.section_index(name)?;
+        let all = self.typed::<T>(name)?;
+        let size = T::ELEM.size();
+        for start in (0..all.len()).step_by(step) {
+            let end = (start + step).min(all.len());
+            self.ensure_blocks(k, start * size..end * size, true)?;
+            f(&all[start..end], start as u64).map_err(|v| self.invariant(v))?;
+            self.advise(k, start * size..end * size, Advice::Done);
         }
-        Ok(())
+        Ok(all)
     }
 
-    /// A side's columns are below its source count (a chunked pass).
+    /// A side's offsets never decrease.
+    fn check_offsets(&self, side: Side) -> Result<(), GfgError> {
+        let mut mono = Monotone::new(side.invariants()[2]);
+        self.pass::<u64>(side.names().0, PASS_ROWS, |chunk, base| mono.feed(chunk, base)).map(|_| ())
+    }
+
+    /// A side's columns are below its source count.
     fn check_cols(&self, side: Side) -> Result<(), GfgError> {
-        let (_, c, _) = side.names();
-        let k = self.section_index(c)?;
-        let cols = self.typed::<u32>(c)?;
         let (bound, what) = match side {
             Side::Forward => (self.manifest.num_src, "sources"),
             Side::Transposed => (self.manifest.num_dst, "destinations"),
         };
-        for start in (0..cols.len()).step_by(PASS_IDS) {
-            let end = (start + PASS_IDS).min(cols.len());
-            self.ensure_blocks(k, start * 4..end * 4, true)?;
-            cols_in_range(side.invariants()[3], &cols[start..end], start as u64, bound, what).map_err(|v| self.invariant(v))?;
-            self.advise(k, start * 4..end * 4, Advice::Done);
-        }
-        Ok(())
+        let inv = side.invariants()[3];
+        self.pass::<u32>(side.names().1, PASS_IDS, |chunk, base| cols_in_range(inv, chunk, base, bound, what)).map(|_| ())
     }
 
-    /// A side's stored edge ids are a permutation of `0..num_edges` (a
-    /// chunked pass; see [`PERMUTATION_BITMAP_MAX_EDGES`]). A repeated id
-    /// is named with the position it first appeared at.
+    /// A side's stored edge ids are a permutation of `0..num_edges` (see
+    /// [`PERMUTATION_BITMAP_MAX_EDGES`]). A repeated id is named with the
+    /// position it first appeared at (a second look, on failure only).
     fn check_ids(&self, side: Side) -> Result<(), GfgError> {
-        let (_, _, e) = side.names();
-        let k = self.section_index(e)?;
-        let ids = self.typed::<u64>(e)?;
+        let e = side.names().2;
         let inv = side.invariants()[4];
         let mut perm = Permutation::new(inv, self.manifest.num_edges, PERMUTATION_BITMAP_MAX_EDGES);
-        for start in (0..ids.len()).step_by(PASS_IDS) {
-            let end = (start + PASS_IDS).min(ids.len());
-            self.ensure_blocks(k, start * 8..end * 8, true)?;
-            if let Err(mut v) = perm.feed(&ids[start..end], start as u64) {
-                if let Some(at) = v.position.filter(|_| v.detail.ends_with("is a duplicate")) {
-                    let id = ids.get(at as usize).copied().unwrap_or(0);
+        match self.pass::<u64>(e, PASS_IDS, |chunk, base| perm.feed(chunk, base)) {
+            Ok(_) => perm.finish().map_err(|v| self.invariant(v)),
+            Err(GfgError::Invariant { path, mut violation }) => {
+                if let (Some(at), Some(id)) = (violation.position, perm.repeated()) {
+                    let ids = self.typed::<u64>(e)?;
                     if let Some(first) = ids.iter().take(at as usize).position(|&x| x == id) {
-                        v.detail = format!("{e}[{at}] = {id} repeats {e}[{first}]: not a permutation");
+                        violation.detail = format!("{e}[{at}] = {id} repeats {e}[{first}]: not a permutation");
                     }
                 }
-                return Err(self.invariant(v));
+                Err(GfgError::Invariant { path, violation })
             }
-            self.advise(k, start * 8..end * 8, Advice::Done);
+            Err(other) => Err(other),
         }
-        perm.finish().map_err(|v| self.invariant(v))
     }
 
     /// Runs `check` once per open file behind `slot` (a failure is not
