@@ -4,7 +4,11 @@
 //!
 //! Rows: the in-memory reference (`Kernel::run` on the graph loaded from the
 //! file), then the kernel over the `GfgFile` with pages of all rows and of 100k rows,
-//! each with prefetch off (0) and on (2). Every row runs in a fresh child
+//! each with prefetch off (0) and on (2), then two of them again over the
+//! same graph saved in format version 1, which has no block checksums: the
+//! side-by-side measure of what verifying each block as it is read costs
+//! (the rows alternate in every round). "first run" is each child's
+//! untimed warm-up, the run that hashes the blocks and checks the pages. Every row runs in a fresh child
 //! process (this binary re-executed with `TIGA_BENCH_PAGED_CHILD` set), so
 //! its peak RSS is its own: the child reads `VmHWM` from `/proc/self/status`
 //! at the end. A child runs one untimed warm-up and 3 timed repeats of 5
@@ -36,7 +40,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use tiga::runtime::storage::{FieldRole, GfgFile};
+use tiga::runtime::storage::{FieldRole, GfgFile, GfgWriter};
 use tiga::runtime::{save_gfg, tensor_crc32};
 use tiga::{Graph, Inputs, Outputs, Schedule, Tensor};
 
@@ -110,6 +114,8 @@ struct Config {
     /// `None`: the in-memory reference.
     page_rows: Option<usize>,
     prefetch: usize,
+    /// Over the version 1 file (no block checksums).
+    v1: bool,
 }
 
 /// What a child measured.
@@ -118,6 +124,9 @@ struct Measured {
     pages: Option<usize>,
     times_ms: Vec<f64>,
     median_ms: f64,
+    /// The warm-up runs' times (the first run of a child: what the one-time
+    /// checks cost lands there).
+    first_ms: Vec<f64>,
     hwm_kib: u64,
     rss_open_kib: u64,
     sum: f64,
@@ -140,6 +149,7 @@ fn merge(list: &[Measured]) -> Result<Measured, String> {
     }
     let times: Vec<f64> = list.iter().flat_map(|m| m.times_ms.iter().copied()).collect();
     Ok(Measured {
+        first_ms: list.iter().flat_map(|m| m.first_ms.iter().copied()).collect(),
         pages: first.pages,
         median_ms: median(times.clone()),
         times_ms: times,
@@ -175,11 +185,16 @@ fn take_out(o: Outputs) -> Result<Tensor, String> {
     o.items.into_iter().next().map(|(_, t)| t).ok_or_else(|| "the kernel returned no output".to_string())
 }
 
+/// What [`timed_steps`] measured: the warm-up and the timed runs' times
+/// (ms), and the last output.
+type Steps = (Vec<f64>, Vec<f64>, Option<Tensor>);
+
 /// `WARMUPS` untimed and `REPEATS` timed runs of `STEPS` Jacobi steps,
-/// each step's output the next one's `x` (`None` in step 1): each timed
-/// run's time, and the last output.
-fn timed_steps(mut step: impl FnMut(Option<&Tensor>) -> tiga::Result<Outputs>) -> Result<(Vec<f64>, Option<Tensor>), String> {
+/// each step's output the next one's `x` (`None` in step 1): the warm-up
+/// runs' and the timed runs' times, and the last output.
+fn timed_steps(mut step: impl FnMut(Option<&Tensor>) -> tiga::Result<Outputs>) -> Result<Steps, String> {
     let mut times = Vec::with_capacity(REPEATS);
+    let mut first = Vec::with_capacity(WARMUPS);
     let mut last: Option<Tensor> = None;
     for run in 0..WARMUPS + REPEATS {
         drop(last.take()); // free the previous run's result first
@@ -189,12 +204,15 @@ fn timed_steps(mut step: impl FnMut(Option<&Tensor>) -> tiga::Result<Outputs>) -
             let outs = step(x.as_ref()).map_err(|e| e.to_string())?;
             x = Some(take_out(outs)?);
         }
+        let ms = t.elapsed().as_secs_f64() * 1e3;
         if run >= WARMUPS {
-            times.push(t.elapsed().as_secs_f64() * 1e3);
+            times.push(ms);
+        } else {
+            first.push(ms);
         }
         last = x;
     }
-    Ok((times, last))
+    Ok((first, times, last))
 }
 
 /// The child: `MODE|PATH|PAGE_ROWS|PREFETCH`, MODE `memory` or `paged`.
@@ -211,7 +229,7 @@ fn child(spec: &str) -> Result<(), String> {
     let x_field = file.field(FieldRole::Src, "x").map_err(|x| e(&x))?;
     let mut pages = None;
     let rss_open_kib;
-    let (times, last) = match mode {
+    let (first_ms, times, last) = match mode {
         "paged" => {
             let opts = Schedule::new().page_rows(rows).prefetch(prefetch);
             pages = Some(opts.plan(file.offsets().map_err(|x| e(&x))?, 4).len());
@@ -238,6 +256,7 @@ fn child(spec: &str) -> Result<(), String> {
         "pages": pages,
         "times_ms": times,
         "median_ms": median(times.clone()),
+        "first_ms": first_ms,
         "hwm_kib": hwm_kib,
         "rss_open_kib": rss_open_kib,
         "sum": sum,
@@ -280,6 +299,7 @@ fn run_child(cfg: &Config, path: &Path, threads: Option<usize>) -> Result<Measur
         pages: v["pages"].as_u64().map(|p| p as usize),
         times_ms: v["times_ms"].as_array().map(|a| a.iter().filter_map(Value::as_f64).collect()).unwrap_or_default(),
         median_ms: f("median_ms")?,
+        first_ms: v["first_ms"].as_array().map(|a| a.iter().filter_map(Value::as_f64).collect()).unwrap_or_default(),
         hwm_kib: u("hwm_kib")?,
         rss_open_kib: u("rss_open_kib")?,
         sum: f("sum")?,
@@ -325,6 +345,7 @@ fn parent(o: &Opts) -> Result<ExitCode, String> {
     };
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let path = dir.join(format!("stencil-{}.gfg", o.side));
+    let path_v1 = dir.join(format!("stencil-{}-v1.gfg", o.side));
     let n = o.side;
     let t = Instant::now();
     let (num_nodes, num_edges, build_ms) = {
@@ -335,6 +356,7 @@ fn parent(o: &Opts) -> Result<ExitCode, String> {
             (0..n * n).map(|i| if (lo..hi).contains(&(i / n)) && (lo..hi).contains(&(i % n)) { 1.0 } else { 0.0 }).collect();
         let build_ms = t.elapsed().as_secs_f64() * 1e3;
         save_gfg(&path, &graph, false, &[(FieldRole::Src, "x", (&x).into())]).map_err(|e| e.to_string())?;
+        GfgWriter::new(&graph).field(FieldRole::Src, "x", &x).version_1().save(&path_v1).map_err(|e| e.to_string())?;
         (graph.num_dst(), graph.num_edges(), build_ms)
     };
     let save_ms = t.elapsed().as_secs_f64() * 1e3 - build_ms;
@@ -346,11 +368,13 @@ fn parent(o: &Opts) -> Result<ExitCode, String> {
     );
 
     let configs = [
-        Config { label: "in-memory (Kernel::run)", page_rows: None, prefetch: 0 },
-        Config { label: "paged, all rows, prefetch 0", page_rows: Some(num_nodes.max(1)), prefetch: 0 },
-        Config { label: "paged, all rows, prefetch 2", page_rows: Some(num_nodes.max(1)), prefetch: 2 },
-        Config { label: "paged, 100k rows, prefetch 0", page_rows: Some(PAGE_ROWS), prefetch: 0 },
-        Config { label: "paged, 100k rows, prefetch 2", page_rows: Some(PAGE_ROWS), prefetch: 2 },
+        Config { label: "in-memory (Kernel::run)", page_rows: None, prefetch: 0, v1: false },
+        Config { label: "paged, all rows, prefetch 0", page_rows: Some(num_nodes.max(1)), prefetch: 0, v1: false },
+        Config { label: "paged, all rows, prefetch 0, v1", page_rows: Some(num_nodes.max(1)), prefetch: 0, v1: true },
+        Config { label: "paged, all rows, prefetch 2", page_rows: Some(num_nodes.max(1)), prefetch: 2, v1: false },
+        Config { label: "paged, 100k rows, prefetch 0", page_rows: Some(PAGE_ROWS), prefetch: 0, v1: false },
+        Config { label: "paged, 100k rows, prefetch 2", page_rows: Some(PAGE_ROWS), prefetch: 2, v1: false },
+        Config { label: "paged, 100k rows, prefetch 2, v1", page_rows: Some(PAGE_ROWS), prefetch: 2, v1: true },
     ];
     // Children run in rounds, every configuration once per round: this
     // machine's speed drifts over minutes, and rows measured one after the
@@ -361,7 +385,7 @@ fn parent(o: &Opts) -> Result<ExitCode, String> {
         for (c, got) in configs.iter().zip(&mut per) {
             let Ok(list) = got else { continue };
             eprintln!("[paged] round {}/{ROUNDS}: {} ...", round + 1, c.label);
-            match run_child(c, &path, o.threads) {
+            match run_child(c, if c.v1 { &path_v1 } else { &path }, o.threads) {
                 Ok(m) => {
                     eprintln!(
                         "[paged]   median {:.1} ms (runs {:?}), peak RSS {:.1} MiB",
@@ -384,6 +408,7 @@ fn parent(o: &Opts) -> Result<ExitCode, String> {
         let _ = std::fs::remove_dir_all(&dir);
     } else if !o.keep {
         let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(&path_v1);
     }
 
     let mut errors: Vec<String> = results.iter().filter_map(|(_, r)| r.as_ref().err().cloned()).collect();
@@ -399,7 +424,15 @@ fn parent(o: &Opts) -> Result<ExitCode, String> {
         }
     }
     let find = |rows: Option<usize>, prefetch: usize| {
-        ok.iter().find(|(c, _)| c.page_rows == rows && (rows.is_none() || c.prefetch == prefetch)).map(|(_, m)| *m)
+        ok.iter().find(|(c, _)| !c.v1 && c.page_rows == rows && (rows.is_none() || c.prefetch == prefetch)).map(|(_, m)| *m)
+    };
+    let find_v1 = |rows: usize, prefetch: usize| {
+        ok.iter().find(|(c, _)| c.v1 && c.page_rows == Some(rows) && c.prefetch == prefetch).map(|(_, m)| *m)
+    };
+    // What the block checks cost: version 2 over version 1, same rows.
+    let block_ratio = |rows: usize, prefetch: usize, first: bool| {
+        let (v2, v1) = (find(Some(rows), prefetch)?, find_v1(rows, prefetch)?);
+        Some(if first { median(v2.first_ms.clone()) / median(v1.first_ms.clone()) } else { v2.median_ms / v1.median_ms })
     };
     let memory = find(None, 0);
     let all = |p| find(Some(num_nodes.max(1)), p);
@@ -417,21 +450,22 @@ fn parent(o: &Opts) -> Result<ExitCode, String> {
         load_avg.as_deref().unwrap_or("?")
     ));
     s.push_str(&format!(
-        "{:<30} {:>6} {:>12} {:>14} {:>16} {:>18}\n",
-        "configuration", "pages", "elapsed ms", "peak RSS MiB", "RSS at start MiB", "checksum (sum)"
+        "{:<34} {:>6} {:>12} {:>14} {:>14} {:>16} {:>18}\n",
+        "configuration", "pages", "elapsed ms", "first run ms", "peak RSS MiB", "RSS at start MiB", "checksum (sum)"
     ));
     for (c, r) in &results {
         match r {
             Ok(m) => s.push_str(&format!(
-                "{:<30} {:>6} {:>12.1} {:>14.1} {:>16.1} {:>18.6}\n",
+                "{:<34} {:>6} {:>12.1} {:>14.1} {:>14.1} {:>16.1} {:>18.6}\n",
                 c.label,
                 m.pages.map_or("-".to_string(), |p| p.to_string()),
                 m.median_ms,
+                median(m.first_ms.clone()),
                 mib(m.hwm_kib),
                 mib(m.rss_open_kib),
                 m.sum
             )),
-            Err(_) => s.push_str(&format!("{:<30} {:>6}\n", c.label, "failed")),
+            Err(_) => s.push_str(&format!("{:<34} {:>6}\n", c.label, "failed")),
         }
     }
     let fmt_ratio = |r: Option<f64>, unit: &str| r.map_or("-".to_string(), |r| format!("{r:.3}{unit}"));
@@ -453,6 +487,13 @@ fn parent(o: &Opts) -> Result<ExitCode, String> {
         fmt_ratio(time_ratio(), "x"),
         met(time_ratio(), TIME_TARGET)
     ));
+    for (rows, prefetch, what) in [(num_nodes.max(1), 0, "all rows, prefetch 0"), (PAGE_ROWS, 2, "100k rows, prefetch 2")] {
+        s.push_str(&format!(
+            "block checks (v2 over v1, {what}): timed runs {}, first run {}\n",
+            fmt_ratio(block_ratio(rows, prefetch, false), "x"),
+            fmt_ratio(block_ratio(rows, prefetch, true), "x"),
+        ));
+    }
     if let Some(first) = ok.first() {
         s.push_str(&format!(
             "checksums: {} of {} rows agree bit for bit (sum {:.6}, crc32 {:08x})\n",
@@ -473,8 +514,10 @@ fn parent(o: &Opts) -> Result<ExitCode, String> {
                 "page_rows": c.page_rows,
                 "prefetch": c.page_rows.map(|_| c.prefetch),
                 "pages": m.pages,
+                "format_version": if c.v1 { 1 } else { 2 },
                 "elapsed_ms_median": m.median_ms,
                 "elapsed_ms_runs": m.times_ms,
+                "first_run_ms": m.first_ms,
                 "peak_rss_kib": m.hwm_kib,
                 "rss_at_start_kib": m.rss_open_kib,
                 "checksum_sum": m.sum,
@@ -497,6 +540,10 @@ fn parent(o: &Opts) -> Result<ExitCode, String> {
         "targets": {
             "rss_100k_over_one_page": { "target": RSS_TARGET, "prefetch_0": rss_ratio(0), "prefetch_2": rss_ratio(2) },
             "time_100k_prefetch_over_in_memory": { "target": TIME_TARGET, "ratio": time_ratio() },
+            "block_checks_v2_over_v1": {
+                "all_rows_prefetch_0": { "timed": block_ratio(num_nodes.max(1), 0, false), "first_run": block_ratio(num_nodes.max(1), 0, true) },
+                "100k_rows_prefetch_2": { "timed": block_ratio(PAGE_ROWS, 2, false), "first_run": block_ratio(PAGE_ROWS, 2, true) },
+            },
         },
         "notes": [
             "the .gfg file is in the page cache (written just before): paged reads are copies from the cache, not disk reads",

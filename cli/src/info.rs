@@ -1,19 +1,26 @@
-//! `tigac info`: what a `.gfg` file holds, and whether its bytes are intact.
+//! `tigac info`: what a `.gfg` file holds, and whether it can be trusted.
 //!
-//! Prints the manifest (version, counts, index widths, every section with
-//! its type, shape, offset, length and CRC-32), the fields by role, then
-//! checks every section's checksum (`GfgFile::verify`). A failed check is a
-//! failure naming the section (exit 1), after the manifest was printed.
+//! Prints the manifest (version, counts, index widths, block size, every
+//! section with its type, shape, offset, length and CRC-32), the fields by
+//! role, then checks every section's checksum (and, in format version 2,
+//! every block's), then every invariant of the contents
+//! (`GfgFile::check`), one line each: `ok`, `n/a`, or the first violation
+//! with its position. Checksums can be right and the contents still break
+//! the format (a buggy writer, an edit that recomputed them), so both are
+//! checked. Any failure is exit 1, naming the file and section, after the
+//! lines were printed.
 
 use std::io::Write as _;
 use std::path::Path;
 
-use tiga_runtime::storage::{FieldRole, GfgFile};
+use tiga_runtime::storage::{Checked, FieldRole, GfgFile};
 
 use crate::report::Failure;
 
 pub fn info(path: &Path) -> Result<(), Failure> {
-    let file = GfgFile::open(path).map_err(|e| Failure::new(e.to_string()))?;
+    // Opened for inspection: offsets that do not start at 0 or end at
+    // num_edges are reported below with the other invariants, not refused.
+    let file = GfgFile::open_for_inspection(path).map_err(|e| Failure::new(e.to_string()))?;
     let m = file.manifest();
     let mut text = format!("file: {}\n", path.display());
     text.push_str(&m.to_string());
@@ -37,14 +44,40 @@ pub fn info(path: &Path) -> Result<(), Failure> {
         }
     ));
     text.push_str(&format!("transpose: {}\n", if file.has_transpose() { "stored" } else { "not stored" }));
+    let mut first_failure: Option<Failure> = None;
+    let mut checksum_lines = String::new();
+    for s in &m.sections {
+        if let Err(e) = file.verify_section(&s.name) {
+            checksum_lines.push_str(&format!("  {:<24} FAILED: {e}\n", s.name));
+            first_failure.get_or_insert_with(|| Failure::new(format!("verify failed (section `{}`): {e}", s.name)));
+        }
+    }
+    let blocks: usize = m.sections.iter().map(|s| s.blocks.len()).sum();
+    let blocks = if m.block_size().is_some() { format!(", {blocks} blocks") } else { String::new() };
+    if checksum_lines.is_empty() {
+        text.push_str(&format!("checksums: ok ({} sections verified{blocks})\n", m.sections.len()));
+    } else {
+        text.push_str("checksums:\n");
+        text.push_str(&checksum_lines);
+    }
+    let report = file.check();
+    text.push_str("invariants:\n");
+    text.push_str(&report.to_string());
+    for (inv, c) in &report.results {
+        let problem = match c {
+            Checked::Violated(v) => format!("invariant violated (section `{}`): {}: {v}", v.section, path.display()),
+            Checked::NotChecked(why) if first_failure.is_none() => {
+                format!("invariant not checked (section `{}`): `{inv}`: {why}", inv.section())
+            }
+            _ => continue,
+        };
+        first_failure.get_or_insert_with(|| Failure::new(problem));
+    }
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes());
     let _ = out.flush();
-    file.verify().map_err(|e| {
-        let section = e.section().map(|s| format!(" (section `{s}`)")).unwrap_or_default();
-        Failure::new(format!("verify failed{section}: {e}"))
-    })?;
-    let _ = writeln!(out, "checksums: ok ({} sections verified)", m.sections.len());
-    let _ = out.flush();
-    Ok(())
+    match first_failure {
+        Some(f) => Err(f),
+        None => Ok(()),
+    }
 }

@@ -135,7 +135,7 @@ fn info_prints_the_manifest_and_names_a_corrupt_section() {
     ok(&o);
     let out = stdout(&o);
     for w in [
-        "format: gfg 1.0",
+        "format: gfg 2.0",
         &format!("edges: {}", g.num_edges()),
         "offsets",
         "cols",
@@ -147,7 +147,9 @@ fn info_prints_the_manifest_and_names_a_corrupt_section() {
         "length",
         "fields: none",
         "transpose: stored",
-        "checksums: ok (6 sections verified)",
+        "checksums: ok (6 sections verified, 6 blocks)",
+        "invariants:",
+        "t_offsets[num_src] = num_edges",
     ] {
         assert!(out.contains(w), "info lacks `{w}`:\n{out}");
     }

@@ -3,192 +3,38 @@
 //! and saves interrupted by a crash (the old file survives intact).
 //!
 //! The manifest is edited here through a small reader/writer written from
-//! `docs/gfg.md` alone, independent of the crate's own: it also checks that
-//! the document is enough to read and write the format.
+//! `docs/gfg.md` alone (`gfg_raw`), independent of the crate's own: it also
+//! checks that the document is enough to read and write the format.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use tiga_runtime::{FieldRole, GfgError, GfgFile, GfgWriter, Graph};
+use tiga_runtime::exec::{ExecError, Side};
+use tiga_runtime::{FieldRole, GfgError, GfgFile, GfgWriter, Graph, Realization, Schedule};
 
-// ---------------------------------------------------------------------------
-// The format, from docs/gfg.md.
+mod gfg_raw;
 
-#[derive(Debug, Clone, PartialEq)]
-struct RawSection {
-    name: String,
-    code: u8,
-    shape: Vec<u64>,
-    offset: u64,
-    length: u64,
-    crc: u32,
-}
+use gfg_raw::*;
 
-#[derive(Debug, Clone, PartialEq)]
-struct RawManifest {
-    num_src: u64,
-    num_dst: u64,
-    num_edges: u64,
-    widths: [u8; 4],
-    sections: Vec<RawSection>,
-}
-
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
-}
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
-/// The manifest's (offset, length) from a valid header.
-fn manifest_range(file: &[u8]) -> (usize, usize) {
-    (u64_at(file, 16) as usize, u64_at(file, 24) as usize)
-}
-
-fn read_raw(file: &[u8]) -> RawManifest {
-    assert_eq!(&file[..8], b"TIGAGFG\0");
-    let (mo, ml) = manifest_range(file);
-    let m = &file[mo..mo + ml];
-    assert_eq!(crc32fast::hash(m), u32_at(file, 32));
-    assert_eq!(crc32fast::hash(&file[..60]), u32_at(file, 60));
-    let mut at = 32;
-    let count = u32_at(m, 28);
-    let mut sections = Vec::new();
-    for _ in 0..count {
-        let len = u16_at(m, at) as usize;
-        let name = String::from_utf8(m[at + 2..at + 2 + len].to_vec()).expect("utf-8");
-        at += 2 + len;
-        let (code, rank) = (m[at], m[at + 1] as usize);
-        at += 4;
-        let shape = (0..rank).map(|k| u64_at(m, at + 8 * k)).collect();
-        at += 8 * rank;
-        sections.push(RawSection {
-            name,
-            code,
-            shape,
-            offset: u64_at(m, at),
-            length: u64_at(m, at + 8),
-            crc: u32_at(m, at + 16),
-        });
-        at += 20;
-    }
-    assert_eq!(at, ml, "the manifest has trailing bytes");
-    RawManifest {
-        num_src: u64_at(m, 0),
-        num_dst: u64_at(m, 8),
-        num_edges: u64_at(m, 16),
-        widths: m[24..28].try_into().expect("4 bytes"),
-        sections,
+/// What a page (of any path) hands a kernel must hold the invariants the
+/// kernel relies on.
+fn assert_sound(rows: usize, offsets: &[u64], cols: &[u32], ids: Option<&[u64]>, bound: usize, edges: usize) {
+    assert_eq!(offsets.len(), rows + 1, "a page of {rows} rows has {} offsets", offsets.len());
+    assert!(offsets.windows(2).all(|w| w[0] <= w[1]), "a page's offsets decrease: {offsets:?}");
+    assert_eq!(cols.len() as u64, offsets[rows] - offsets[0]);
+    assert!(cols.iter().all(|&c| (c as usize) < bound), "a column out of range: {cols:?} (bound {bound})");
+    if let Some(ids) = ids {
+        assert_eq!(ids.len(), cols.len());
+        assert!(ids.iter().all(|&e| (e as usize) < edges), "an edge id out of range: {ids:?}");
     }
 }
 
-fn encode_raw(m: &RawManifest) -> Vec<u8> {
-    let mut out = Vec::new();
-    for v in [m.num_src, m.num_dst, m.num_edges] {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-    out.extend_from_slice(&m.widths);
-    out.extend_from_slice(&(m.sections.len() as u32).to_le_bytes());
-    for s in &m.sections {
-        out.extend_from_slice(&(s.name.len() as u16).to_le_bytes());
-        out.extend_from_slice(s.name.as_bytes());
-        out.extend_from_slice(&[s.code, s.shape.len() as u8, 0, 0]);
-        for d in &s.shape {
-            out.extend_from_slice(&d.to_le_bytes());
-        }
-        out.extend_from_slice(&s.offset.to_le_bytes());
-        out.extend_from_slice(&s.length.to_le_bytes());
-        out.extend_from_slice(&s.crc.to_le_bytes());
-    }
-    out
-}
-
-/// Replaces the manifest (at the end of the file) by `body` and rewrites
-/// the header's manifest fields and checksums.
-fn replace_manifest_bytes(file: &mut Vec<u8>, body: &[u8]) {
-    let (mo, _) = manifest_range(file);
-    file.truncate(mo);
-    file.extend_from_slice(body);
-    file[24..32].copy_from_slice(&(body.len() as u64).to_le_bytes());
-    file[32..36].copy_from_slice(&crc32fast::hash(body).to_le_bytes());
-    fix_header_crc(file);
-}
-
-fn write_raw(file: &mut Vec<u8>, m: &RawManifest) {
-    replace_manifest_bytes(file, &encode_raw(m));
-}
-
-fn fix_header_crc(file: &mut [u8]) {
-    let crc = crc32fast::hash(&file[..60]);
-    file[60..64].copy_from_slice(&crc.to_le_bytes());
-}
-
-/// Recomputes the manifest's checksum after its bytes were edited in place.
-fn fix_manifest_crc(file: &mut [u8]) {
-    let (mo, ml) = manifest_range(file);
-    let crc = crc32fast::hash(&file[mo..mo + ml]);
-    file[32..36].copy_from_slice(&crc.to_le_bytes());
-    fix_header_crc(file);
-}
-
-/// Recomputes every section's checksum after section bytes were edited.
-fn fix_section_crcs(file: &mut Vec<u8>) {
-    let mut m = read_raw(file);
-    for s in &mut m.sections {
-        s.crc = crc32fast::hash(&file[s.offset as usize..(s.offset + s.length) as usize]);
-    }
-    write_raw(file, &m);
-}
-
-// ---------------------------------------------------------------------------
-// Helpers.
-
-/// A small graph with edge ids, a transpose and fields of every role.
-fn sample(dir: &Path, transpose: bool) -> (PathBuf, Vec<u8>) {
-    let g = Graph::from_edges(4, 5, &[1, 2, 0, 3, 1, 2, 2, 0], &[0, 3, 0, 1, 3, 0, 0, 4]).expect("graph");
-    let h: Vec<f32> = (0..8).map(|k| k as f32 * 0.5).collect();
-    let d = [1.0f64, -2.0, 3.5, 0.0, 9.0];
-    let w: Vec<f32> = (0..8).map(|k| k as f32).collect();
-    let path = dir.join("sample.gfg");
-    GfgWriter::new(&g)
-        .with_transpose(transpose)
-        .field(FieldRole::Src, "h", tiga_runtime::TensorView::from_slice_f32(vec![4, 2], &h).expect("h"))
-        .field(FieldRole::Dst, "d", &d[..])
-        .field(FieldRole::Edge, "w", &w)
-        .save(&path)
-        .expect("save");
-    let bytes = std::fs::read(&path).expect("read");
-    (path, bytes)
-}
-
-/// The bytes of `sample`, made once per process.
-fn sample_bytes(transpose: bool) -> Vec<u8> {
-    static CACHE: std::sync::OnceLock<[Vec<u8>; 2]> = std::sync::OnceLock::new();
-    let cache = CACHE.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("tempdir");
-        [sample(dir.path(), false).1, sample(dir.path(), true).1]
-    });
-    cache[usize::from(transpose)].clone()
-}
-
-fn open_bytes(path: &Path, bytes: &[u8]) -> Result<GfgFile, GfgError> {
-    std::fs::write(path, bytes).expect("write");
-    GfgFile::open(path)
-}
-
-fn open_err(path: &Path, bytes: &[u8]) -> GfgError {
-    match open_bytes(path, bytes) {
-        Ok(_) => panic!("expected {} to be refused", path.display()),
-        Err(e) => e,
-    }
-}
-
-/// Uses everything a reader offers; only errors are allowed, never a panic.
+/// Uses everything a reader offers; only errors are allowed, never a panic,
+/// and nothing it hands out breaks an invariant: a page returned holds the
+/// page invariants, a paged walk that completes saw every edge once with
+/// distinct ids, and a file whose full check passes loads and validates.
 fn exercise(path: &Path) {
     let Ok(f) = GfgFile::open(path) else { return };
     let _ = f.manifest().to_string();
@@ -208,13 +54,16 @@ fn exercise(path: &Path) {
         }
     }
     let _ = f.field(FieldRole::Src, "nope");
-    for (n, transposed) in [(f.num_dst(), false), (f.num_src(), true)] {
+    let (ns, nd, ne) = (f.num_src(), f.num_dst(), f.num_edges());
+    for (n, transposed) in [(nd, false), (ns, true)] {
+        let bound = if transposed { nd } else { ns };
         for size in [1, 2, 7, n.max(1)] {
             let mut start = 0;
             while start < n.min(200) {
                 let end = (start + size).min(n);
                 let p = if transposed { f.transposed_page(start..end) } else { f.page(start..end) };
                 if let Ok(p) = p {
+                    assert_sound(p.num_rows(), p.offsets, p.cols, p.edge_ids, bound, ne);
                     for local in 0..p.num_edges() {
                         let _ = p.edge_id(local);
                     }
@@ -222,8 +71,37 @@ fn exercise(path: &Path) {
                         let _ = &p.cols[p.local_row(k)];
                     }
                 }
+                if let Ok(p) = f.page_without_ids(start..end, transposed) {
+                    assert_sound(p.num_rows(), p.offsets, p.cols, None, bound, ne);
+                }
                 start = end;
             }
+        }
+    }
+    // The paged walk a kernel's run makes, on every side.
+    for side in [Side::Forward, Side::Transposed, Side::RowReversed] {
+        let bound = if side == Side::Transposed { nd } else { ns };
+        let Ok(rows) = Realization::rows(&f, side, true) else { continue };
+        let mut seen = Vec::new();
+        let walk = rows.for_each_page(&Schedule::new().page_rows(3), |v| {
+            let n = v.offsets.len().saturating_sub(1);
+            assert_sound(n, v.offsets, v.cols, v.edge_ids, bound, ne);
+            seen.extend(v.edge_ids.map(<[u64]>::to_vec).unwrap_or_else(|| (v.offsets[0]..v.offsets[n]).collect()));
+            Ok::<(), ExecError>(())
+        });
+        if let Some(Ok(())) = walk {
+            seen.sort_unstable();
+            assert_eq!(seen, (0..ne as u64).collect::<Vec<_>>(), "a completed {side:?} walk is not every edge once");
+        }
+    }
+    let report = f.check();
+    let _ = report.to_string();
+    if report.is_ok() && f.verify().is_ok() {
+        f.validate().expect("a file whose full check passes validates");
+        let g = f.load_graph().expect("a file whose full check passes loads");
+        if let Some(t) = f.load_transposed().expect("its transpose loads") {
+            let (src, dst) = g.coo_in_user_order();
+            assert_eq!(t.coo_in_user_order(), (dst, src), "the full check passed a transpose that is not one");
         }
     }
 }
@@ -239,14 +117,14 @@ fn the_documented_example_has_the_documented_layout() {
     GfgWriter::new(&g).field(FieldRole::Src, "x", &[1.0f32, 2.0][..]).save(&path).expect("save");
     let bytes = std::fs::read(&path).expect("read");
     let m = read_raw(&bytes);
-    assert_eq!((m.num_src, m.num_dst, m.num_edges, m.widths), (2, 2, 3, [8, 4, 8, 0]));
+    assert_eq!((m.num_src, m.num_dst, m.num_edges, m.widths), (2, 2, 3, [8, 4, 8, 20]));
     let layout: Vec<_> = m.sections.iter().map(|s| (s.name.as_str(), s.code, s.offset, s.length)).collect();
     assert_eq!(
         layout,
         [("offsets", 2, 4096, 24), ("cols", 1, 8192, 12), ("edge_ids", 2, 12288, 24), ("field.src.x", 3, 16384, 8)]
     );
     assert_eq!(manifest_range(&bytes).0, 16392);
-    assert_eq!((u16_at(&bytes, 8), u16_at(&bytes, 10)), (1, 0));
+    assert_eq!((u16_at(&bytes, 8), u16_at(&bytes, 10)), (2, 0));
     let u64s =
         |s: &RawSection| -> Vec<u64> { (0..s.length as usize / 8).map(|k| u64_at(&bytes, s.offset as usize + 8 * k)).collect() };
     assert_eq!(u64s(&m.sections[0]), [0, 2, 3]);
@@ -255,6 +133,8 @@ fn the_documented_example_has_the_documented_layout() {
     assert_eq!(cols, [1, 0, 0]);
     for s in &m.sections {
         assert_eq!(s.crc, crc32fast::hash(&bytes[s.offset as usize..(s.offset + s.length) as usize]));
+        // Each section is shorter than a block: one block, its CRC the whole one.
+        assert_eq!(s.blocks, [s.crc]);
     }
     // The check value the document gives for its CRC.
     assert_eq!(crc32fast::hash(b"123456789"), 0xCBF4_3926);
@@ -296,10 +176,19 @@ fn a_flipped_byte_in_each_section_is_named_by_verify() {
         for at in [s.offset, s.offset + s.length / 2, s.offset + s.length - 1] {
             let mut bad = bytes.clone();
             bad[at as usize] ^= 0x10;
-            // Open reads only the header and the manifest: it succeeds.
-            let f = open_bytes(&path, &bad).expect("open");
+            // Open reads the header, the manifest and the ends of the
+            // offsets: it succeeds, unless the flip is in those ends, whose
+            // block it then names.
+            let f = match open_bytes(&path, &bad) {
+                Ok(f) => f,
+                Err(GfgError::BlockChecksum { section, block: 0, .. }) if s.name.contains("offsets") => {
+                    assert_eq!(section, s.name);
+                    continue;
+                }
+                Err(e) => panic!("byte {at} of {}: {e}", s.name),
+            };
             match f.verify() {
-                Err(GfgError::SectionChecksum { section, .. }) => assert_eq!(section, s.name),
+                Err(GfgError::BlockChecksum { section, block: 0, .. }) => assert_eq!(section, s.name),
                 other => panic!("byte {at} of {}: verify gave {other:?}", s.name),
             }
             let e = f.verify_section(&s.name).expect_err("section crc");
@@ -344,8 +233,8 @@ fn a_flipped_byte_in_the_header_or_manifest_is_refused_on_open() {
 fn versions() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (path, bytes) = sample(dir.path(), false);
-    let with_version = |major: u16, minor: u16, fix: bool| {
-        let mut b = bytes.clone();
+    let with_version = |bytes: &[u8], major: u16, minor: u16, fix: bool| {
+        let mut b = bytes.to_vec();
         b[8..10].copy_from_slice(&major.to_le_bytes());
         b[10..12].copy_from_slice(&minor.to_le_bytes());
         if fix {
@@ -354,32 +243,54 @@ fn versions() {
         b
     };
     for fix in [true, false] {
-        let e = open_err(&path, &with_version(2, 0, fix));
-        assert!(matches!(e, GfgError::UnsupportedVersion { major: 2, minor: 0, .. }), "{e}");
+        let e = open_err(&path, &with_version(&bytes, 3, 0, fix));
+        assert!(matches!(e, GfgError::UnsupportedVersion { major: 3, minor: 0, .. }), "{e}");
         assert!(
             e.to_string().contains(
-                "format version 2.0 is not supported: this reader reads major version 1 (the file was written by a newer tiga)"
+                "format version 3.0 is not supported: this reader reads major versions 1 and 2 (the file was written by a newer tiga)"
             ),
             "{e}"
         );
     }
-    let e = open_err(&path, &with_version(0, 9, true)).to_string();
+    let e = open_err(&path, &with_version(&bytes, 0, 9, true)).to_string();
     assert!(e.contains("version 0.9 is not supported") && !e.contains("newer"), "{e}");
     // A newer minor version of the same major is read, and may append to
     // the manifest; the same minor version may not.
-    let f = open_bytes(&path, &with_version(1, 3, true)).expect("1.3");
-    assert_eq!(f.version(), (1, 3));
+    let f = open_bytes(&path, &with_version(&bytes, 2, 3, true)).expect("2.3");
+    assert_eq!(f.version(), (2, 3));
     f.validate().expect("valid");
     let (mo, ml) = manifest_range(&bytes);
     let mut longer = bytes[mo..mo + ml].to_vec();
     longer.extend_from_slice(b"future");
-    let mut b = with_version(1, 3, true);
+    let mut b = with_version(&bytes, 2, 3, true);
     replace_manifest_bytes(&mut b, &longer);
-    open_bytes(&path, &b).expect("1.3 with a longer manifest").verify().expect("verify");
+    open_bytes(&path, &b).expect("2.3 with a longer manifest").verify().expect("verify");
     let mut b = bytes.clone();
     replace_manifest_bytes(&mut b, &longer);
     let e = open_err(&path, &b).to_string();
     assert!(e.contains("the manifest contradicts the file: 6 unexpected bytes after the section table"), "{e}");
+    // Version 1 files keep loading: the writer's and one rewritten from
+    // the document's description.
+    let g = sample_graph();
+    GfgWriter::new(&g).with_transpose(true).version_1().save(&path).expect("save v1");
+    let v1 = std::fs::read(&path).expect("read");
+    assert_eq!(u16_at(&v1, 8), 1);
+    assert_eq!(read_raw(&v1).widths[3], 0);
+    let f = GfgFile::open(&path).expect("v1");
+    assert_eq!((f.version(), f.manifest().block_size()), ((1, 0), None));
+    f.validate().expect("a valid v1 file");
+    assert_eq!(f.load_graph().expect("load"), g);
+    assert_eq!(to_version_1(&bytes)[..], with_version(&to_version_1(&bytes), 1, 0, true)[..]);
+    let f = open_bytes(&path, &to_version_1(&bytes)).expect("v1 from the document");
+    f.validate().expect("valid");
+    assert!(f.manifest().to_string().contains("block checksums: none (version 1"));
+    // A version 2 block size out of range.
+    let mut m = read_raw(&bytes);
+    m.widths[3] = 40;
+    let mut b = bytes.clone();
+    write_raw(&mut b, &m);
+    let e = open_err(&path, &b).to_string();
+    assert!(e.contains("the block size is 2^40 bytes; a reader accepts 2^12 to 2^30"), "{e}");
 }
 
 #[test]
@@ -482,7 +393,7 @@ fn manifests_that_contradict_the_file_are_refused() {
         "section `offsets` appears twice",
     );
     check("element code", &|m| m.sections[1].code = 9, "section `cols` has unknown element type code 9");
-    check("widths", &|m| m.widths = [8, 8, 8, 0], "index widths are 8/8/8 bytes");
+    check("widths", &|m| m.widths = [8, 8, 8, 20], "index widths are 8/8/8 bytes");
     check("bad role", &|m| sec(m, "field.src.h").name = "field.node.h".into(), "unknown role `node`");
     check("too many nodes", &|m| m.num_src = 1 << 40, "num_src = 1099511627776 exceeds the maximum");
     check(
@@ -496,7 +407,7 @@ fn manifests_that_contradict_the_file_are_refused() {
     // Sections with names a newer minor version might add are ignored.
     let mut m = base.clone();
     let cols = m.sections[idx(&m, "cols")].clone();
-    m.sections.push(RawSection { name: "future.index".into(), shape: vec![0], length: 0, crc: 0, ..cols });
+    m.sections.push(RawSection { name: "future.index".into(), shape: vec![0], length: 0, crc: 0, blocks: vec![], ..cols });
     let mut b = bytes.clone();
     write_raw(&mut b, &m);
     open_bytes(&path, &b).expect("unknown section").validate().expect("valid");
@@ -530,7 +441,7 @@ fn corrupt_contents_with_valid_checksums_are_errors_not_panics() {
     // offsets[2] = 100: past num_edges, and decreasing after it.
     let f = edit(&|b| b[at("offsets") + 16..at("offsets") + 24].copy_from_slice(&100u64.to_le_bytes()));
     let e = f.page(0..5).expect_err("bad offsets").to_string();
-    assert!(e.contains("section `offsets` is corrupt: offsets decrease at row 3: 100 > "), "{e}");
+    assert!(e.contains("section `offsets` is corrupt: offsets decrease at row 3: offsets[2] = 100 > offsets[3] = "), "{e}");
     let e = f.page(0..2).expect_err("bad offsets").to_string();
     assert!(e.contains("offsets[2] = 100 exceeds num_edges = 8"), "{e}");
     assert!(f.page(0..1).is_ok());
@@ -547,7 +458,11 @@ fn corrupt_contents_with_valid_checksums_are_errors_not_panics() {
         let first = u64_at(b, at("edge_ids"));
         b[at("edge_ids") + 8..at("edge_ids") + 16].copy_from_slice(&first.to_le_bytes());
     });
-    assert!(f.page(0..5).is_ok());
+    // Each page's ids are in range; the whole section is checked before the
+    // first page that carries ids, which is refused.
+    let e = f.page(0..5).expect_err("duplicate id").to_string();
+    assert!(e.contains("section `edge_ids` is corrupt: edge_ids[1] = 0 repeats edge_ids[0]: not a permutation"), "{e}");
+    assert!(f.page_without_ids(0..5, false).is_ok(), "without ids the page is sound");
     let e = f.load_graph().expect_err("duplicate id").to_string();
     assert!(e.contains("is a duplicate"), "{e}");
     // An edge id out of range.
@@ -590,7 +505,7 @@ proptest! {
     #[test]
     fn fuzz_mutations_of_a_valid_file(
         transpose in any::<bool>(),
-        mode in 0u8..4,
+        mode in 0u8..5,
         edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..12),
         cut in proptest::option::of(any::<prop::sample::Index>()),
     ) {
@@ -626,6 +541,25 @@ proptest! {
                     }
                 }
                 fix_manifest_crc(&mut b);
+            }
+            // CSR elements aimed at (offsets, columns, edge ids of both
+            // sides), set to small values, every checksum fixed: each
+            // invariant check runs, and whatever passes them must hold.
+            4 => {
+                let m = read_raw(&bytes);
+                let csr: Vec<&RawSection> = m.sections.iter().filter(|s| !s.name.starts_with("field.")).collect();
+                for (i, v) in &edits {
+                    let s = csr[i.index(csr.len())];
+                    let width = if s.code == 1 { 4 } else { 8 };
+                    let count = (s.length / width) as usize;
+                    if count == 0 {
+                        continue;
+                    }
+                    let k = s.offset as usize + (usize::from(*v) * 7 % count) * width as usize;
+                    let value = u64::from(*v % 10);
+                    b[k..k + width as usize].copy_from_slice(&value.to_le_bytes()[..width as usize]);
+                }
+                fix_section_crcs(&mut b);
             }
             // In the sections, checksums fixed: the content checks run.
             _ => {

@@ -25,7 +25,7 @@ fn bits(d: Data<'_>) -> Vec<u64> {
 /// Compares every array of `file` with `g` (and its transpose) and `fields`.
 fn check_file(file: &GfgFile, g: &Graph, transpose: bool, fields: &[Field]) {
     assert_eq!((file.num_src(), file.num_dst(), file.num_edges()), (g.num_src(), g.num_dst(), g.num_edges()));
-    assert_eq!(file.version(), (1, 0));
+    assert_eq!(file.version(), (2, 0));
     assert_eq!(file.offsets().expect("offsets"), g.offsets());
     assert_eq!(file.cols().expect("cols"), g.cols());
     assert_eq!(file.edge_ids().expect("edge ids"), g.edge_ids());
@@ -259,7 +259,7 @@ fn manifest_prints_a_summary() {
     let g = Graph::from_edges(3, 2, &[0, 1, 2], &[1, 1, 0]).expect("g");
     save_gfg(&path, &g, true, &[(FieldRole::Src, "x", TensorView::from(&[1.0f32, 2.0, 3.0][..]))]).expect("save");
     let text = GfgFile::open(&path).expect("open").manifest().to_string();
-    for needle in ["gfg 1.0", "3 sources, 2 destinations", "edges: 3", "t_offsets", "field.src.x"] {
+    for needle in ["gfg 2.0", "3 sources, 2 destinations", "edges: 3", "t_offsets", "field.src.x"] {
         assert!(text.contains(needle), "{needle} missing from\n{text}");
     }
 }

@@ -1,6 +1,10 @@
 //! A `.gfg` file as a [`PageSource`]: pages viewed in place in the file's
 //! mapping ([`GfgFile::page`]: read ahead with `WillNeed` unless already in
-//! memory, checked against the counts on first visit) and unmapped again
+//! memory; the blocks under the page verified against their CRC-32s in a
+//! version 2 file, once per open file; checked against the counts on first
+//! visit; the edge ids checked to be a permutation before the first page
+//! that carries them, and the stored transpose checked to be the
+//! transpose before the first transposed page) and unmapped again
 //! once the kernel has passed them ([`GfgFile::release_page`]), so the
 //! resident set holds about two pages of adjacency, not the pages passed.
 //! Copying pages into buffers with positioned reads was measured first: on
@@ -165,6 +169,9 @@ impl crate::realization::PagedRows for GfgPages<'_> {
 // `page_without_ids`, which check each page against the file's counts
 // (offsets monotone and in range, columns and edge ids below their counts)
 // before handing it out; a reversed page permutes a checked page's rows.
+// (The whole-file checks they also run, block checksums, edge ids a
+// permutation, the transpose the transpose, are about right answers, not
+// memory safety.)
 unsafe impl PageSource for GfgPages<'_> {
     fn page(&self, rows: Range<usize>) -> Result<Box<dyn PageData + '_>, ExecError> {
         let transposed = self.side == Side::Transposed;

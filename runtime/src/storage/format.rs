@@ -17,11 +17,22 @@ use super::FieldRole;
 
 /// The first eight bytes of every `.gfg` file.
 pub const MAGIC: [u8; 8] = *b"TIGAGFG\0";
-/// The major version this crate writes and reads. A file with a larger major
-/// version is refused; a larger minor version of the same major is read.
-pub const FORMAT_MAJOR: u16 = 1;
-/// The minor version this crate writes.
+/// The major version this crate writes. It reads this one and
+/// [`FORMAT_MAJOR_V1`]; any other major version is refused, and a larger
+/// minor version of a known major is read.
+pub const FORMAT_MAJOR: u16 = 2;
+/// The first version: whole-section checksums only, so a paged run over a
+/// version 1 file cannot check the blocks it reads (only `verify` can).
+pub const FORMAT_MAJOR_V1: u16 = 1;
+/// The minor version this crate writes (of either major).
 pub const FORMAT_MINOR: u16 = 0;
+/// Version 2 checksums every block of this many bytes (log2) of every
+/// section: a paged run reads a page, not a section, and verifies just the
+/// blocks under it. 1 MiB is the writers' I/O block (`blocks::FILE_BLOCK`):
+/// a page's first visit hashes at most a block past each end of its span.
+pub const BLOCK_LOG2: u8 = 20;
+/// The block sizes a reader accepts (log2): 4 KiB to 1 GiB.
+pub const BLOCK_LOG2_RANGE: std::ops::RangeInclusive<u8> = 12..=30;
 /// Bytes in the fixed header.
 pub const HEADER_LEN: usize = 64;
 /// Every section starts at a multiple of this, so it can be mapped on its own.
@@ -120,12 +131,63 @@ pub struct SectionInfo {
     pub length: u64,
     /// CRC-32 (IEEE, as zlib and `crc32fast`) of the section's bytes.
     pub crc32: u32,
+    /// Version 2: the CRC-32 of each block of the section (block `k` holds
+    /// its bytes `k·B .. min((k+1)·B, length)`, `B` the manifest's block
+    /// size). Empty in version 1.
+    pub blocks: Vec<u32>,
 }
 
 impl SectionInfo {
     /// The element count; fits `usize` once the manifest has been checked.
     pub fn elements(&self) -> usize {
         self.shape.iter().product::<u64>() as usize
+    }
+}
+
+/// The CRC-32s of a byte stream, whole and per block of `1 << log2` bytes
+/// counted from its start: what a version 2 writer stores for a section.
+/// Each byte is hashed once; the whole CRC is the blocks' CRCs combined.
+#[derive(Debug, Clone)]
+pub struct BlockCrcs {
+    log2: u8,
+    /// Bytes hashed so far.
+    len: u64,
+    block: crc32fast::Hasher,
+    whole: crc32fast::Hasher,
+    done: Vec<u32>,
+}
+
+impl BlockCrcs {
+    pub fn new(log2: u8) -> BlockCrcs {
+        BlockCrcs { log2, len: 0, block: crc32fast::Hasher::new(), whole: crc32fast::Hasher::new(), done: Vec::new() }
+    }
+
+    pub fn update(&mut self, mut bytes: &[u8]) {
+        let size = 1u64 << self.log2;
+        while !bytes.is_empty() {
+            let room = (size - self.len % size) as usize;
+            let n = room.min(bytes.len());
+            self.block.update(&bytes[..n]);
+            self.len += n as u64;
+            bytes = &bytes[n..];
+            if n == room {
+                self.close_block();
+            }
+        }
+    }
+
+    fn close_block(&mut self) {
+        let b = std::mem::replace(&mut self.block, crc32fast::Hasher::new());
+        self.whole.combine(&b);
+        self.done.push(b.finalize());
+    }
+
+    /// (whole CRC, block CRCs).
+    pub fn finish(mut self) -> (u32, Vec<u32>) {
+        if !self.len.is_multiple_of(1u64 << self.log2) {
+            self.close_block();
+        }
+        (self.whole.finalize(), self.done)
     }
 }
 
@@ -138,10 +200,13 @@ pub struct Manifest {
     pub num_src: u64,
     pub num_dst: u64,
     pub num_edges: u64,
-    /// Index widths in bytes (8, 4, 8 in version 1).
+    /// Index widths in bytes (8, 4, 8 in versions 1 and 2).
     pub offset_width: u8,
     pub col_width: u8,
     pub edge_id_width: u8,
+    /// Version 2: log2 of the checksum block size (the manifest byte that
+    /// version 1 reserves, zero there).
+    pub block_log2: u8,
     /// In file order of the table (the writer's order).
     pub sections: Vec<SectionInfo>,
 }
@@ -149,6 +214,12 @@ pub struct Manifest {
 impl Manifest {
     pub fn section(&self, name: &str) -> Option<&SectionInfo> {
         self.sections.iter().find(|s| s.name == name)
+    }
+
+    /// The checksum block size in bytes; `None` in version 1, which has no
+    /// block checksums.
+    pub fn block_size(&self) -> Option<u64> {
+        (self.major >= FORMAT_MAJOR).then(|| 1u64 << self.block_log2)
     }
 }
 
@@ -164,9 +235,14 @@ impl fmt::Display for Manifest {
             u32::from(self.col_width) * 8,
             u32::from(self.edge_id_width) * 8
         )?;
+        match self.block_size() {
+            Some(b) if b >= 1 << 20 => writeln!(f, "block checksums: crc32 per {} MiB block of each section", b >> 20)?,
+            Some(b) => writeln!(f, "block checksums: crc32 per {} KiB block of each section", b >> 10)?,
+            None => writeln!(f, "block checksums: none (version 1: whole-section checksums only)")?,
+        }
         writeln!(f, "sections:")?;
         for s in &self.sections {
-            writeln!(
+            write!(
                 f,
                 "  {:<24} {:<4} {:<16} offset {:>12}  length {:>12}  crc32 {:08x}",
                 s.name,
@@ -176,6 +252,10 @@ impl fmt::Display for Manifest {
                 s.length,
                 s.crc32
             )?;
+            if self.block_size().is_some() {
+                write!(f, "  {} block(s)", s.blocks.len())?;
+            }
+            writeln!(f)?;
         }
         Ok(())
     }
@@ -244,7 +324,7 @@ pub fn decode_header(bytes: &[u8], file_len: u64) -> Result<Header, Problem> {
     }
     if bytes.len() >= 12 {
         let (major, minor) = (le_u16(bytes, 8), le_u16(bytes, 10));
-        if major != FORMAT_MAJOR {
+        if major != FORMAT_MAJOR && major != FORMAT_MAJOR_V1 {
             return Err(Problem::UnsupportedVersion { major, minor });
         }
     }
@@ -293,7 +373,8 @@ pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
     out.extend_from_slice(&m.num_src.to_le_bytes());
     out.extend_from_slice(&m.num_dst.to_le_bytes());
     out.extend_from_slice(&m.num_edges.to_le_bytes());
-    out.extend_from_slice(&[m.offset_width, m.col_width, m.edge_id_width, 0]);
+    let block_log2 = if m.major >= FORMAT_MAJOR { m.block_log2 } else { 0 };
+    out.extend_from_slice(&[m.offset_width, m.col_width, m.edge_id_width, block_log2]);
     out.extend_from_slice(&(m.sections.len() as u32).to_le_bytes());
     for s in &m.sections {
         out.extend_from_slice(&(s.name.len() as u16).to_le_bytes());
@@ -305,6 +386,11 @@ pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
         out.extend_from_slice(&s.offset.to_le_bytes());
         out.extend_from_slice(&s.length.to_le_bytes());
         out.extend_from_slice(&s.crc32.to_le_bytes());
+        if m.major >= FORMAT_MAJOR {
+            for crc in &s.blocks {
+                out.extend_from_slice(&crc.to_le_bytes());
+            }
+        }
     }
     out
 }
@@ -351,7 +437,15 @@ pub fn decode_manifest(bytes: &[u8], header: &Header) -> Result<Manifest, Proble
     let offset_width = c.u8("the index widths")?;
     let col_width = c.u8("the index widths")?;
     let edge_id_width = c.u8("the index widths")?;
-    c.u8("the index widths")?;
+    let block_log2 = c.u8("the block size")?;
+    let v2 = header.major >= FORMAT_MAJOR;
+    if v2 && !BLOCK_LOG2_RANGE.contains(&block_log2) {
+        return Err(Problem::Manifest(format!(
+            "the block size is 2^{block_log2} bytes; a reader accepts 2^{} to 2^{}",
+            BLOCK_LOG2_RANGE.start(),
+            BLOCK_LOG2_RANGE.end()
+        )));
+    }
     let count = c.u32("the section count")?;
     let mut sections = Vec::new();
     for k in 0..count {
@@ -375,7 +469,20 @@ pub fn decode_manifest(bytes: &[u8], header: &Header) -> Result<Manifest, Proble
         let offset = c.u64(&what)?;
         let length = c.u64(&what)?;
         let crc32 = c.u32(&what)?;
-        sections.push(SectionInfo { name, elem, shape, offset, length, crc32 });
+        let mut blocks = Vec::new();
+        if v2 {
+            // The table's length follows from the section's: the cursor
+            // refuses one that runs past the manifest before anything is
+            // allocated for it.
+            let n = length.div_ceil(1u64 << block_log2);
+            let table = n
+                .checked_mul(4)
+                .and_then(|b| usize::try_from(b).ok())
+                .ok_or_else(|| Problem::Manifest(format!("section `{name}` is too long for its block table")))?;
+            let table = c.take(table, &format!("the block table of section `{name}`"))?;
+            blocks = table.chunks_exact(4).map(|b| le_u32(b, 0)).collect();
+        }
+        sections.push(SectionInfo { name, elem, shape, offset, length, crc32, blocks });
     }
     let newer_minor = header.minor > FORMAT_MINOR;
     if c.at != bytes.len() && !newer_minor {
@@ -390,6 +497,7 @@ pub fn decode_manifest(bytes: &[u8], header: &Header) -> Result<Manifest, Proble
         offset_width,
         col_width,
         edge_id_width,
+        block_log2: if v2 { block_log2 } else { 0 },
         sections,
     })
 }
@@ -444,8 +552,8 @@ pub fn check_manifest(m: &Manifest, header: &Header, file_len: u64) -> Result<()
     let bad = |s: String| Err(Problem::Manifest(s));
     if (m.offset_width, m.col_width, m.edge_id_width) != (OFFSET_WIDTH, COL_WIDTH, EDGE_ID_WIDTH) {
         return bad(format!(
-            "index widths are {}/{}/{} bytes (offsets/cols/edge ids); version {FORMAT_MAJOR} has {OFFSET_WIDTH}/{COL_WIDTH}/{EDGE_ID_WIDTH}",
-            m.offset_width, m.col_width, m.edge_id_width
+            "index widths are {}/{}/{} bytes (offsets/cols/edge ids); version {} has {OFFSET_WIDTH}/{COL_WIDTH}/{EDGE_ID_WIDTH}",
+            m.offset_width, m.col_width, m.edge_id_width, m.major
         ));
     }
     for (side, n) in [("num_src", m.num_src), ("num_dst", m.num_dst)] {

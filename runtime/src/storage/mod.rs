@@ -19,14 +19,20 @@
 //!   rename it over the destination and fsync the directory. A crash before
 //!   the rename leaves the old file intact (and possibly a stray
 //!   `.NAME.*.tmp` beside it).
-//! - [`GfgFile::open`] reads only the header and the manifest, verifies the
-//!   manifest's checksum, and checks that the manifest agrees with itself
-//!   and with the file (see `format::check_manifest`). A file that passes is
-//!   safe to map: every section lies inside the file, apart from the others,
-//!   with its length equal to its shape times its element size. Section
-//!   *contents* are checked lazily: [`GfgFile::verify`] compares checksums,
-//!   [`GfgFile::page`] and [`GfgFile::load_graph`] check the CSR invariants
-//!   of what they return, and [`GfgFile::validate`] checks everything.
+//! - [`GfgFile::open`] reads only the header, the manifest and the two ends
+//!   of each row-offset array, verifies the manifest's checksum, and checks
+//!   that the manifest agrees with itself and with the file (see
+//!   `format::check_manifest`) and that the offsets start at 0 and end at
+//!   `num_edges`. A file that passes is safe to map: every section lies
+//!   inside the file, apart from the others, with its length equal to its
+//!   shape times its element size. Section *contents* are checked before
+//!   anything reads them: in a version 2 file every block a reader touches
+//!   is checked against its CRC-32 (once per open file); each page's CSR
+//!   invariants on its first visit; the edge ids (a permutation) on the
+//!   first page that carries them; the stored transpose (that it is the
+//!   transpose) on the first transposed page. [`GfgFile::check`] runs every
+//!   check and reports each invariant (`tigac info`). The list, and who
+//!   checks what when, is in `docs/gfg.md` ("What a reader checks").
 //! - No input file makes this module panic; every problem is a [`GfgError`]
 //!   naming the file.
 //! - Memory maps assume the file is not truncated or rewritten in place while
@@ -36,6 +42,7 @@
 mod blocks;
 mod external;
 mod format;
+mod invariants;
 mod reader;
 mod snapshot;
 mod stream;
@@ -49,7 +56,10 @@ use thiserror::Error;
 use crate::graph::GraphError;
 
 pub use external::{BuildOptions, BuildPhase, BuildStats, GfgBuilder};
-pub use format::{ElemType, Manifest, SectionInfo, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAGIC, SECTION_ALIGN};
+pub use format::{
+    ElemType, Manifest, SectionInfo, BLOCK_LOG2, FORMAT_MAJOR, FORMAT_MAJOR_V1, FORMAT_MINOR, HEADER_LEN, MAGIC, SECTION_ALIGN,
+};
+pub use invariants::{CheckReport, Checked, Invariant, Violation, PERMUTATION_BITMAP_MAX_EDGES, TRANSPOSE_COUNTS_MAX_SOURCES};
 pub use reader::{FieldHandle, FieldInfo, GfgFile, Page};
 pub use snapshot::{Snapshot, SNAPSHOT_EXT};
 pub use stream::{GfgStreamWriter, SectionPlan, SectionSink, StreamElem};
@@ -108,7 +118,7 @@ pub enum GfgError {
     },
     #[error("{path}: not a .gfg file (it does not start with the magic bytes TIGAGFG\\0)")]
     BadMagic { path: String },
-    #[error("{path}: .gfg format version {major}.{minor} is not supported: this reader reads major version {supported}{hint}", supported = FORMAT_MAJOR, hint = if *.major > FORMAT_MAJOR { " (the file was written by a newer tiga)" } else { "" })]
+    #[error("{path}: .gfg format version {major}.{minor} is not supported: this reader reads major versions {FORMAT_MAJOR_V1} and {FORMAT_MAJOR}{hint}", hint = if *.major > FORMAT_MAJOR { " (the file was written by a newer tiga)" } else { "" })]
     UnsupportedVersion { path: String, major: u16, minor: u16 },
     #[error("{path}: truncated: {what} needs the file to be at least {needed} bytes long, but it has {actual}")]
     Truncated { path: String, what: String, needed: u64, actual: u64 },
@@ -116,6 +126,19 @@ pub enum GfgError {
     Checksum { path: String, what: &'static str, stored: u32, computed: u32 },
     #[error("{path}: checksum mismatch in section `{section}`: stored crc32 {stored:08x}, computed {computed:08x} (the file is corrupt)")]
     SectionChecksum { path: String, section: String, stored: u32, computed: u32 },
+    /// A version 2 block whose bytes do not match its stored CRC-32: what a
+    /// paged run reports when the block it is about to read is corrupt.
+    #[error("{path}: checksum mismatch in section `{section}`, block {block} (bytes {start}..{end} of the file): stored crc32 {stored:08x}, computed {computed:08x} (the file is corrupt)")]
+    BlockChecksum { path: String, section: String, block: u64, start: u64, end: u64, stored: u32, computed: u32 },
+    /// Section contents that break an invariant of the format (checksums
+    /// can be right and the contents still wrong: a buggy writer, or an
+    /// edit that recomputed them).
+    #[error("{path}: {violation}")]
+    Invariant {
+        path: String,
+        #[source]
+        violation: Violation,
+    },
     #[error("{path}: the manifest contradicts the file: {message}")]
     Manifest { path: String, message: String },
     #[error("{path}: has no section `{section}`")]
@@ -148,8 +171,10 @@ impl GfgError {
     pub fn section(&self) -> Option<&str> {
         match self {
             GfgError::SectionChecksum { section, .. }
+            | GfgError::BlockChecksum { section, .. }
             | GfgError::Corrupt { section, .. }
             | GfgError::MissingSection { section, .. } => Some(section),
+            GfgError::Invariant { violation, .. } => Some(violation.section),
             _ => None,
         }
     }

@@ -11,7 +11,8 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use memmap2::{Mmap, MmapOptions};
 
@@ -20,6 +21,10 @@ use crate::tensor::{DType, Data, Tensor, TensorView};
 
 use super::format::{
     check_manifest, decode_header, decode_manifest, parse_field_name, ElemType, Manifest, Problem, SectionInfo, HEADER_LEN,
+};
+use super::invariants::{
+    cols_in_range, CheckReport, Checked, Invariant, Monotone, Permutation, TripleHash, Violation, PERMUTATION_BITMAP_MAX_EDGES,
+    TRANSPOSE_COUNTS_MAX_SOURCES,
 };
 use super::{FieldRole, GfgError};
 
@@ -45,7 +50,21 @@ struct Inner {
     /// replaced by rename, never rewritten in place, so a page checked once
     /// stays valid for the life of this open file (the same trust the
     /// mapping itself needs).
-    checked: std::sync::Mutex<std::collections::HashSet<(Side, usize, usize, bool)>>,
+    checked: Mutex<std::collections::HashSet<(Side, usize, usize, bool)>>,
+    /// Version 2: one bit per checksum block of each section, set once the
+    /// block matched its CRC-32. A block is hashed the first time anything
+    /// reads it and never again for this open file (the trust `checked`
+    /// rests on); testing the bits is all a later visit costs.
+    verified: Vec<Vec<AtomicU64>>,
+    /// Whole-section checks a paged run needs before it reads the data
+    /// they protect, each run once per open file (`true` once passed; the
+    /// lock also makes a second reader wait for the first one's pass):
+    /// forward edge ids a permutation, transposed ones, the transpose the
+    /// transpose.
+    ids_checked: [Mutex<bool>; 2],
+    transpose_checked: Mutex<bool>,
+    /// Whether open checked the offsets' ends (else every page does).
+    ends_checked: bool,
 }
 
 /// How a mapped byte range will be used (a hint: a kernel that refuses it
@@ -165,6 +184,65 @@ impl Side {
             Side::Transposed => ("t_offsets", "t_cols", "t_edge_ids"),
         }
     }
+
+    /// This side's invariants: offsets start, end, monotone; columns in
+    /// range; edge ids a permutation.
+    fn invariants(self) -> [Invariant; 5] {
+        use Invariant::*;
+        match self {
+            Side::Forward => [OffsetsStart, OffsetsEnd, OffsetsMonotone, ColsInRange, EdgeIdsPermutation],
+            Side::Transposed => [TOffsetsStart, TOffsetsEnd, TOffsetsMonotone, TColsInRange, TEdgeIdsPermutation],
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Side::Forward => 0,
+            Side::Transposed => 1,
+        }
+    }
+}
+
+/// Rows per chunk of a whole-section pass, and ids per chunk: each chunk's
+/// blocks are verified, checked and released before the next, so a pass
+/// over a file larger than memory holds a chunk of it.
+const PASS_ROWS: usize = 1 << 16;
+const PASS_IDS: usize = 1 << 17;
+
+/// When open finds a wrong value at element `index` of the u64 section `s`:
+/// in a version 2 file, whether the block holding it fails its CRC (then
+/// the error is that, the more precise one: the bytes are not the ones
+/// written). Read only on this failure path, so open stays four reads.
+fn block_at_fault(file: &File, path: &str, m: &Manifest, s: &SectionInfo, index: u64) -> Result<(), GfgError> {
+    use std::os::unix::fs::FileExt;
+    let Some(size) = m.block_size() else { return Ok(()) };
+    let b = index * 8 / size;
+    let (lo, hi) = (b * size, ((b + 1) * size).min(s.length));
+    let mut bytes = vec![0u8; (hi - lo) as usize];
+    file.read_exact_at(&mut bytes, s.offset + lo).map_err(|source| GfgError::Io { path: path.to_string(), source })?;
+    let computed = crc32fast::hash(&bytes);
+    let stored = s.blocks.get(b as usize).copied().unwrap_or(0);
+    if computed != stored {
+        return Err(GfgError::BlockChecksum {
+            path: path.to_string(),
+            section: s.name.clone(),
+            block: b,
+            start: s.offset + lo,
+            end: s.offset + hi,
+            stored,
+            computed,
+        });
+    }
+    Ok(())
+}
+
+/// Element `index` of the u64 section `s`, read with one positioned read
+/// (open checks the ends of the offsets without mapping them).
+fn read_u64_at(file: &File, s: &SectionInfo, index: u64) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut b = [0u8; 8];
+    file.read_exact_at(&mut b, s.offset + index * 8)?;
+    Ok(u64::from_le_bytes(b))
 }
 
 pub(super) fn problem(path: &str, file_len: u64, p: Problem) -> GfgError {
@@ -182,7 +260,18 @@ impl GfgFile {
     /// Opens `path`, reading only the header and the manifest, and checks
     /// that the manifest agrees with the file. Sections are not read.
     pub fn open(path: impl AsRef<Path>) -> Result<GfgFile, GfgError> {
-        let path = path.as_ref();
+        GfgFile::open_with(path.as_ref(), true)
+    }
+
+    /// [`GfgFile::open`] without refusing a file whose row offsets do not
+    /// start at 0 or end at `num_edges`, so that `tigac info` can print the
+    /// manifest and report those with every other invariant. Pages of such a
+    /// file are still refused: each page read checks the ends first.
+    pub fn open_for_inspection(path: impl AsRef<Path>) -> Result<GfgFile, GfgError> {
+        GfgFile::open_with(path.as_ref(), false)
+    }
+
+    fn open_with(path: &Path, check_ends: bool) -> Result<GfgFile, GfgError> {
         let name = path.display().to_string();
         if cfg!(target_endian = "big") {
             return Err(GfgError::BigEndian { path: name });
@@ -205,10 +294,44 @@ impl GfgFile {
         }
         let manifest = decode_manifest(&body, &header).map_err(|p| problem(&name, file_len, p))?;
         check_manifest(&manifest, &header, file_len).map_err(|p| problem(&name, file_len, p))?;
+        // The cheap invariants, so that no page of a file whose rows do not
+        // cover its edges exactly is ever read: four positioned reads.
+        let (m, n_edges) = (&manifest, manifest.num_edges);
+        let sides = if check_ends { &[(Side::Forward, m.num_dst), (Side::Transposed, m.num_src)][..] } else { &[] };
+        for &(side, rows) in sides {
+            let [start, end, ..] = side.invariants();
+            let Some(s) = m.section(side.names().0) else { continue };
+            let first = read_u64_at(&file, s, 0).map_err(io)?;
+            if first != 0 {
+                block_at_fault(&file, &name, m, s, 0)?;
+                let v = Violation::new(start, Some(0), format!("{}[0] = {first}, not 0", s.name));
+                return Err(GfgError::Invariant { path: name, violation: v });
+            }
+            let last = read_u64_at(&file, s, rows).map_err(io)?;
+            if last != n_edges {
+                block_at_fault(&file, &name, m, s, rows)?;
+                let v = Violation::new(end, Some(rows), format!("{}[{rows}] = {last}, not num_edges = {n_edges}", s.name));
+                return Err(GfgError::Invariant { path: name, violation: v });
+            }
+        }
         let index = manifest.sections.iter().enumerate().map(|(k, s)| (s.name.clone(), k)).collect();
         let maps = manifest.sections.iter().map(|_| OnceLock::new()).collect();
+        let verified =
+            manifest.sections.iter().map(|s| (0..s.blocks.len().div_ceil(64)).map(|_| AtomicU64::new(0)).collect()).collect();
         Ok(GfgFile {
-            inner: Arc::new(Inner { path: path.to_path_buf(), name, file, manifest, index, maps, checked: Default::default() }),
+            inner: Arc::new(Inner {
+                path: path.to_path_buf(),
+                name,
+                file,
+                manifest,
+                index,
+                maps,
+                checked: Default::default(),
+                verified,
+                ends_checked: check_ends,
+                ids_checked: Default::default(),
+                transpose_checked: Default::default(),
+            }),
         })
     }
 
@@ -267,8 +390,8 @@ impl GfgFile {
             .collect()
     }
 
-    /// Checks every section's CRC-32; the error names the first section that
-    /// fails.
+    /// Checks every section's CRC-32 and, in version 2, every block's; the
+    /// error names the first section (and block) that fails.
     pub fn verify(&self) -> Result<(), GfgError> {
         for s in &self.inner.manifest.sections {
             self.verify_section(&s.name)?;
@@ -276,61 +399,108 @@ impl GfgFile {
         Ok(())
     }
 
-    /// Checks one section's CRC-32.
+    /// Checks one section's CRC-32 (and, in version 2, its blocks').
     pub fn verify_section(&self, name: &str) -> Result<(), GfgError> {
         let k = self.inner.section_index(name)?;
         self.inner.verify(k)
     }
 
-    /// Checks everything: checksums, then the contents: both CSRs' invariants
-    /// (offsets from 0, non-decreasing, ending at `num_edges`; columns in
-    /// range; edge ids a permutation), and that the stored transpose has
-    /// exactly the reversed edges with the same edge ids. Materializes the
-    /// graph (and its transpose) in memory to do so.
+    /// Checks everything: checksums, then every invariant of the contents
+    /// ([`GfgFile::check`]); the error is the first failure. Bounded memory
+    /// (see [`GfgFile::check`]).
     pub fn validate(&self) -> Result<(), GfgError> {
         self.verify()?;
-        let g = self.load_graph()?;
-        if let Some(t) = self.load_transposed()? {
-            let (src, dst) = g.coo_in_user_order();
-            if t.coo_in_user_order() != (dst, src) {
-                return Err(self.inner.corrupt(
-                    "t_cols",
-                    "the transposed CSR does not hold the reversed edges of the graph with the same edge ids".into(),
-                ));
-            }
+        let report = self.check();
+        if let Some(v) = report.first_violation() {
+            return Err(GfgError::Invariant { path: self.inner.name.clone(), violation: v.clone() });
+        }
+        if let Some((inv, Checked::NotChecked(why))) = report.results.iter().find(|(_, c)| matches!(c, Checked::NotChecked(_))) {
+            return Err(self.inner.corrupt(inv.section(), format!("`{inv}` could not be checked: {why}")));
         }
         Ok(())
     }
 
-    /// The row offsets (`num_dst + 1`), mapped.
+    /// Checks every invariant of the contents and reports each one (what
+    /// `tigac info` prints): both CSRs' offsets (from 0, to `num_edges`,
+    /// non-decreasing), columns in range, edge ids a permutation, and that
+    /// the stored transpose holds the reversed edges with the same edge ids.
+    /// Streams each section in chunks, verifying (version 2) and releasing
+    /// its blocks as it goes, so memory stays bounded: a bitmap of
+    /// `num_edges` bits for a permutation (above
+    /// [`PERMUTATION_BITMAP_MAX_EDGES`], a sum of hashes) and 8 bytes per
+    /// source for the transpose's row counts (above
+    /// [`TRANSPOSE_COUNTS_MAX_SOURCES`], its triple hash alone).
+    pub fn check(&self) -> CheckReport {
+        let inner = &self.inner;
+        let mut results = Vec::with_capacity(Invariant::ALL.len());
+        let mut sides_ok = true;
+        for side in [Side::Forward, Side::Transposed] {
+            let [start, end, monotone, cols, ids] = side.invariants();
+            if side == Side::Transposed && !self.has_transpose() {
+                for inv in side.invariants() {
+                    results.push((inv, Checked::NotApplicable("no stored transpose")));
+                }
+                continue;
+            }
+            let ends = inner.check_ends(side);
+            let mono = inner.check_offsets(side);
+            let in_range = inner.check_cols(side);
+            let perm = if inner.index.contains_key(side.names().2) {
+                checked(inner.check_ids(side))
+            } else {
+                Checked::NotApplicable("not stored: the identity")
+            };
+            let (s, e) = match ends {
+                Ok([s, e]) => (violated(s), violated(e)),
+                Err(err) => (Checked::NotChecked(err.to_string()), Checked::NotChecked(err.to_string())),
+            };
+            for (inv, c) in [(start, s), (end, e), (monotone, checked(mono)), (cols, checked(in_range)), (ids, perm)] {
+                sides_ok &= matches!(c, Checked::Ok | Checked::NotApplicable(_));
+                results.push((inv, c));
+            }
+        }
+        let transpose = if !self.has_transpose() {
+            Checked::NotApplicable("no stored transpose")
+        } else if !sides_ok {
+            Checked::NotChecked("it needs every invariant above".into())
+        } else {
+            checked(inner.check_transpose())
+        };
+        results.push((Invariant::TransposeMatches, transpose));
+        CheckReport { results }
+    }
+    /// The row offsets (`num_dst + 1`), mapped. The whole-section
+    /// accessors verify every block of the section first (version 2); their
+    /// contents are not checked against the invariants (pages and
+    /// [`GfgFile::check`] are).
     pub fn offsets(&self) -> Result<&[u64], GfgError> {
-        self.inner.typed("offsets")
+        self.inner.verified_typed("offsets")
     }
 
     /// The column indices (`num_edges`), mapped.
     pub fn cols(&self) -> Result<&[u32], GfgError> {
-        self.inner.typed("cols")
+        self.inner.verified_typed("cols")
     }
 
     /// CSR position to the user's edge index; `None` when CSR order is the
     /// user's order.
     pub fn edge_ids(&self) -> Result<Option<&[u64]>, GfgError> {
-        self.inner.typed_opt("edge_ids")
+        self.inner.verified_typed_opt("edge_ids")
     }
 
     /// The transposed CSR's row offsets (`num_src + 1`), if stored.
     pub fn t_offsets(&self) -> Result<Option<&[u64]>, GfgError> {
-        self.inner.typed_opt("t_offsets")
+        self.inner.verified_typed_opt("t_offsets")
     }
 
     pub fn t_cols(&self) -> Result<Option<&[u32]>, GfgError> {
-        self.inner.typed_opt("t_cols")
+        self.inner.verified_typed_opt("t_cols")
     }
 
     /// The transposed CSR's positions to user edge indices; `None` when not
     /// stored (no transpose, or its order is the user's order).
     pub fn t_edge_ids(&self) -> Result<Option<&[u64]>, GfgError> {
-        self.inner.typed_opt("t_edge_ids")
+        self.inner.verified_typed_opt("t_edge_ids")
     }
 
     /// A handle on field `name` of `role`; nothing is read until its data is.
@@ -365,14 +535,20 @@ impl GfgFile {
         self.inner.load(Side::Transposed).map(Some)
     }
 
-    /// The CSR of destination rows `rows`.
+    /// The CSR of destination rows `rows`. Before it is returned: the
+    /// blocks under it are verified (version 2, once per open file), its
+    /// offsets and columns (and edge ids) are checked (first visit), and,
+    /// the first time a page carries edge ids, the whole `edge_ids` section
+    /// is checked to be a permutation.
     pub fn page(&self, rows: Range<usize>) -> Result<Page<'_>, GfgError> {
         self.inner.page(Side::Forward, rows, true)
     }
 
     /// The transposed CSR of `rows` (source nodes, the transpose's
     /// destinations): what a paged backward streams. An error if the file
-    /// has no transpose.
+    /// has no transpose. The first transposed page (of an open file) first
+    /// checks that the transpose is the graph's transpose (a pass over both
+    /// CSRs: see [`GfgFile::check`]).
     pub fn transposed_page(&self, rows: Range<usize>) -> Result<Page<'_>, GfgError> {
         self.inner.page(Side::Transposed, rows, true)
     }
@@ -549,9 +725,26 @@ impl Inner {
         }
     }
 
+    /// The whole section's CRC-32, and in version 2 each block's, in one
+    /// pass (the whole CRC is the blocks' combined). A block that matches is
+    /// marked verified.
     fn verify(&self, k: usize) -> Result<(), GfgError> {
         let s = &self.manifest.sections[k];
-        let computed = crc32fast::hash(self.bytes(k)?);
+        let bytes = self.bytes(k)?;
+        let computed = match self.manifest.block_size() {
+            None => crc32fast::hash(bytes),
+            Some(size) => {
+                let mut whole = crc32fast::Hasher::new();
+                let size = usize::try_from(size).unwrap_or(usize::MAX);
+                for (b, chunk) in bytes.chunks(size).enumerate() {
+                    let mut h = crc32fast::Hasher::new();
+                    h.update(chunk);
+                    self.check_block(k, b as u64, h.clone().finalize())?;
+                    whole.combine(&h);
+                }
+                whole.finalize()
+            }
+        };
         if computed != s.crc32 {
             return Err(GfgError::SectionChecksum {
                 path: self.name.clone(),
@@ -559,6 +752,303 @@ impl Inner {
                 stored: s.crc32,
                 computed,
             });
+        }
+        Ok(())
+    }
+
+    /// Compares block `b` of section `k`'s computed CRC with the stored one
+    /// and marks it verified.
+    fn check_block(&self, k: usize, b: u64, computed: u32) -> Result<(), GfgError> {
+        let s = &self.manifest.sections[k];
+        let size = self.manifest.block_size().unwrap_or(u64::MAX);
+        let stored = s.blocks.get(b as usize).copied();
+        if stored != Some(computed) {
+            let start = b.saturating_mul(size);
+            return Err(GfgError::BlockChecksum {
+                path: self.name.clone(),
+                section: s.name.clone(),
+                block: b,
+                start: s.offset + start,
+                end: s.offset + start.saturating_add(size).min(s.length),
+                stored: stored.unwrap_or(0),
+                computed,
+            });
+        }
+        if let Some(word) = self.verified[k].get((b / 64) as usize) {
+            word.fetch_or(1 << (b % 64), Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Verifies the blocks of section `k` under its bytes `range` that are
+    /// not verified yet (version 2; nothing in version 1). `release` drops
+    /// each freshly hashed block from the resident set again, for a reader
+    /// that will touch only part of it (a page), so that a page's first
+    /// visit leaves no more mapped than a later one.
+    fn ensure_blocks(&self, k: usize, range: Range<usize>, release: bool) -> Result<(), GfgError> {
+        let Some(size) = self.manifest.block_size() else { return Ok(()) };
+        let length = self.manifest.sections[k].length;
+        let end = (range.end as u64).min(length);
+        if range.start as u64 >= end {
+            return Ok(());
+        }
+        let (first, last) = (range.start as u64 / size, (end - 1) / size);
+        let bits = &self.verified[k];
+        for b in first..=last {
+            let done = bits.get((b / 64) as usize).is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (b % 64)) != 0);
+            if done {
+                continue;
+            }
+            let (lo, hi) = ((b * size) as usize, ((b + 1) * size).min(length) as usize);
+            let computed = crc32fast::hash(&self.bytes(k)?[lo..hi]);
+            self.check_block(k, b, computed)?;
+            if release {
+                self.advise(k, lo..hi, Advice::Done);
+            }
+        }
+        Ok(())
+    }
+
+    /// A whole section, every block verified (version 2).
+    fn verified_typed<T: Element>(&self, name: &str) -> Result<&[T], GfgError> {
+        let k = self.section_index(name)?;
+        self.ensure_blocks(k, 0..usize::MAX, true)?;
+        self.cast(k)
+    }
+
+    fn verified_typed_opt<T: Element>(&self, name: &str) -> Result<Option<&[T]>, GfgError> {
+        match self.index.get(name) {
+            Some(_) => self.verified_typed(name).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn invariant(&self, violation: Violation) -> GfgError {
+        GfgError::Invariant { path: self.name.clone(), violation }
+    }
+
+    /// `offsets[0] = 0` and `offsets[rows] = num_edges` of a side (outer
+    /// error: the data could not be read or failed its checksum).
+    fn check_ends(&self, side: Side) -> Result<[Result<(), Violation>; 2], GfgError> {
+        let (o, _, _) = side.names();
+        let [start, end, ..] = side.invariants();
+        let rows = self.counts(side).1;
+        let k = self.section_index(o)?;
+        self.ensure_blocks(k, 0..8, true)?;
+        self.ensure_blocks(k, rows * 8..(rows + 1) * 8, true)?;
+        let offsets = self.typed::<u64>(o)?;
+        let n = self.manifest.num_edges;
+        let (first, last) = (offsets.first().copied().unwrap_or(0), offsets.get(rows).copied().unwrap_or(n));
+        let s = if first == 0 { Ok(()) } else { Err(Violation::new(start, Some(0), format!("{o}[0] = {first}, not 0"))) };
+        let e = if last == n {
+            Ok(())
+        } else {
+            Err(Violation::new(end, Some(rows as u64), format!("{o}[{rows}] = {last}, not num_edges = {n}")))
+        };
+        Ok([s, e])
+    }
+
+    /// Both ends of a side's offsets, as one error (what a page needs).
+    fn require_ends(&self, side: Side) -> Result<(), GfgError> {
+        let [s, e] = self.check_ends(side)?;
+        s.and(e).map_err(|v| self.invariant(v))
+    }
+
+    /// Passes over section `name` in chunks of `step` elements: each
+    /// chunk's blocks are verified before `f(chunk, first index)` sees it
+    /// and the chunk is released after, so a pass over a file larger than
+    /// memory holds one chunk of it. Returns the whole section.
+    fn pass<T: Element>(
+        &self,
+        name: &str,
+        step: usize,
+        mut f: impl FnMut(&[T], u64) -> Result<(), Violation>,
+    ) -> Result<&[T], GfgError> {
+        let k = self.section_index(name)?;
+        let all = self.typed::<T>(name)?;
+        let size = T::ELEM.size();
+        for start in (0..all.len()).step_by(step) {
+            let end = (start + step).min(all.len());
+            self.ensure_blocks(k, start * size..end * size, true)?;
+            f(&all[start..end], start as u64).map_err(|v| self.invariant(v))?;
+            self.advise(k, start * size..end * size, Advice::Done);
+        }
+        Ok(all)
+    }
+
+    /// A side's offsets never decrease.
+    fn check_offsets(&self, side: Side) -> Result<(), GfgError> {
+        let mut mono = Monotone::new(side.invariants()[2]);
+        self.pass::<u64>(side.names().0, PASS_ROWS, |chunk, base| mono.feed(chunk, base)).map(|_| ())
+    }
+
+    /// A side's columns are below its source count.
+    fn check_cols(&self, side: Side) -> Result<(), GfgError> {
+        let (bound, what) = match side {
+            Side::Forward => (self.manifest.num_src, "sources"),
+            Side::Transposed => (self.manifest.num_dst, "destinations"),
+        };
+        let inv = side.invariants()[3];
+        self.pass::<u32>(side.names().1, PASS_IDS, |chunk, base| cols_in_range(inv, chunk, base, bound, what)).map(|_| ())
+    }
+
+    /// A side's stored edge ids are a permutation of `0..num_edges` (see
+    /// [`PERMUTATION_BITMAP_MAX_EDGES`]). A repeated id is named with the
+    /// position it first appeared at (a second look, on failure only).
+    fn check_ids(&self, side: Side) -> Result<(), GfgError> {
+        let e = side.names().2;
+        let inv = side.invariants()[4];
+        let mut perm = Permutation::new(inv, self.manifest.num_edges, PERMUTATION_BITMAP_MAX_EDGES);
+        match self.pass::<u64>(e, PASS_IDS, |chunk, base| perm.feed(chunk, base)) {
+            Ok(_) => perm.finish().map_err(|v| self.invariant(v)),
+            Err(GfgError::Invariant { path, mut violation }) => {
+                if let (Some(at), Some(id)) = (violation.position, perm.repeated()) {
+                    let ids = self.typed::<u64>(e)?;
+                    if let Some(first) = ids.iter().take(at as usize).position(|&x| x == id) {
+                        violation.detail = format!("{e}[{at}] = {id} repeats {e}[{first}]: not a permutation");
+                    }
+                }
+                Err(GfgError::Invariant { path, violation })
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Runs `check` once per open file behind `slot` (a failure is not
+    /// remembered: the next reader checks again and fails again).
+    fn once(&self, slot: &Mutex<bool>, check: impl FnOnce() -> Result<(), GfgError>) -> Result<(), GfgError> {
+        let mut done = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if !*done {
+            check()?;
+            *done = true;
+        }
+        Ok(())
+    }
+
+    /// Before the first page that carries a side's stored edge ids: the ids
+    /// are a permutation (a kernel scatters edge outputs by them; a repeated
+    /// id would write one edge twice and leave another unwritten).
+    fn require_ids(&self, side: Side) -> Result<(), GfgError> {
+        if !self.index.contains_key(side.names().2) {
+            return Ok(());
+        }
+        self.once(&self.ids_checked[side.index()], || self.check_ids(side))
+    }
+
+    /// Before the first transposed page: the transpose is the transpose.
+    fn require_transpose(&self) -> Result<(), GfgError> {
+        self.once(&self.transpose_checked, || {
+            self.require_ids(Side::Forward)?;
+            self.require_ids(Side::Transposed)?;
+            self.check_transpose()
+        })
+    }
+
+    /// Walks a side's CSR row by row in chunks of rows, verifying each
+    /// chunk's blocks and checking its invariants (offsets in range and
+    /// non-decreasing, columns and edge ids in range) before `row` sees
+    /// it: `row(r, first position, columns, edge ids)`.
+    fn scan_rows(
+        &self,
+        side: Side,
+        mut row: impl FnMut(usize, u64, &[u32], Option<&[u64]>) -> Result<(), Violation>,
+    ) -> Result<(), GfgError> {
+        let (o, c, e) = side.names();
+        let (num_src, rows) = self.counts(side);
+        let [_, _, monotone, in_range, perm] = side.invariants();
+        let (ko, kc, ke) = (self.section_index(o)?, self.section_index(c)?, self.index.get(e).copied());
+        let offsets = self.typed::<u64>(o)?;
+        let cols = self.typed::<u32>(c)?;
+        let ids = self.typed_opt::<u64>(e)?;
+        let n = self.manifest.num_edges;
+        let what = if side == Side::Forward { "sources" } else { "destinations" };
+        let mut mono = Monotone::new(monotone);
+        for start in (0..rows).step_by(PASS_ROWS) {
+            let end = (start + PASS_ROWS).min(rows);
+            self.ensure_blocks(ko, start * 8..(end + 1) * 8, true)?;
+            let off = &offsets[start..=end];
+            mono.feed(off, start as u64).map_err(|v| self.invariant(v))?;
+            let (a, b) = (off[0], off[off.len() - 1]);
+            if b > n {
+                let v = Violation::new(monotone, Some(end as u64), format!("{o}[{end}] = {b} exceeds num_edges = {n}"));
+                return Err(self.invariant(v));
+            }
+            let span = a as usize..b as usize;
+            self.ensure_blocks(kc, span.start * 4..span.end * 4, true)?;
+            cols_in_range(in_range, &cols[span.clone()], a, num_src as u64, what).map_err(|v| self.invariant(v))?;
+            let chunk_ids = match (ids, ke) {
+                (Some(ids), Some(ke)) => {
+                    self.ensure_blocks(ke, span.start * 8..span.end * 8, true)?;
+                    let chunk = &ids[span.clone()];
+                    if let Some(p) = chunk.iter().position(|&id| id >= n) {
+                        let at = a + p as u64;
+                        let v = Violation::new(perm, Some(at), format!("{e}[{at}] = {} is out of range for {n} edges", chunk[p]));
+                        return Err(self.invariant(v));
+                    }
+                    Some(ids)
+                }
+                _ => None,
+            };
+            for r in start..end {
+                let (p, q) = (offsets[r] as usize, offsets[r + 1] as usize);
+                row(r, p as u64, &cols[p..q], chunk_ids.map(|ids| &ids[p..q])).map_err(|v| self.invariant(v))?;
+            }
+            self.advise(ko, start * 8..(end + 1) * 8, Advice::Done);
+            self.advise(kc, span.start * 4..span.end * 4, Advice::Done);
+            if let Some(ke) = ke {
+                self.advise(ke, span.start * 8..span.end * 8, Advice::Done);
+            }
+        }
+        Ok(())
+    }
+
+    /// The stored transpose holds exactly the graph's edges reversed, with
+    /// the same edge ids: the keyed hashes of the `(source, destination,
+    /// edge id)` triples of both CSRs agree, and (up to
+    /// [`TRANSPOSE_COUNTS_MAX_SOURCES`] sources) each source's row in the
+    /// transpose has as many edges as the source has out-edges in the
+    /// graph, which names the first row that differs. Two passes, one per
+    /// CSR, in bounded memory.
+    fn check_transpose(&self) -> Result<(), GfgError> {
+        let inv = Invariant::TransposeMatches;
+        let num_src = self.manifest.num_src;
+        let mut counts: Option<Vec<u64>> =
+            (num_src <= TRANSPOSE_COUNTS_MAX_SOURCES).then(|| vec![0; usize::try_from(num_src).unwrap_or(0)]);
+        let (mut forward, mut backward) = TripleHash::pair();
+        self.scan_rows(Side::Forward, |dst, first, cols, ids| {
+            for (k, &src) in cols.iter().enumerate() {
+                forward.add(src, dst as u32, ids.map_or(first + k as u64, |ids| ids[k]));
+                if let Some(c) = counts.as_mut().and_then(|c| c.get_mut(src as usize)) {
+                    *c += 1;
+                }
+            }
+            Ok(())
+        })?;
+        self.scan_rows(Side::Transposed, |src, first, cols, ids| {
+            if let Some(&want) = counts.as_ref().and_then(|c| c.get(src)) {
+                if want != cols.len() as u64 {
+                    return Err(Violation::new(
+                        inv,
+                        Some(src as u64),
+                        format!(
+                            "source {src} has {want} out-edge(s) in the graph but {} in its transposed row (t_offsets[{src}..={}]): the transposed CSR does not hold the reversed edges of the graph",
+                            cols.len(),
+                            src + 1
+                        ),
+                    ));
+                }
+            }
+            for (k, &dst) in cols.iter().enumerate() {
+                backward.add(src as u32, dst, ids.map_or(first + k as u64, |ids| ids[k]));
+            }
+            Ok(())
+        })?;
+        if forward != backward {
+            return Err(self.invariant(Violation::new(
+                inv,
+                None,
+                "the transposed CSR does not hold the reversed edges of the graph with the same edge ids (the hashes of their (source, destination, edge id) triples differ)".into(),
+            )));
         }
         Ok(())
     }
@@ -574,9 +1064,9 @@ impl Inner {
     fn load(&self, side: Side) -> Result<Graph, GfgError> {
         let (o, c, e) = side.names();
         let (num_src, num_dst) = self.counts(side);
-        let offsets = self.typed::<u64>(o)?.to_vec();
-        let cols = self.typed::<u32>(c)?.to_vec();
-        let ids = self.typed_opt::<u64>(e)?.map(<[u64]>::to_vec);
+        let offsets = self.verified_typed::<u64>(o)?.to_vec();
+        let cols = self.verified_typed::<u32>(c)?.to_vec();
+        let ids = self.verified_typed_opt::<u64>(e)?.map(<[u64]>::to_vec);
         Graph::from_csr_with_edge_ids(num_src, num_dst, offsets, cols, ids)
             .map_err(|source| GfgError::Graph { path: self.name.clone(), source })
     }
@@ -595,52 +1085,63 @@ impl Inner {
         }
         let (ko, kc) = (self.section_index(o)?, self.section_index(c)?);
         let ke = if with_ids { self.index.get(e).copied() } else { None };
+        // The whole-file checks this page relies on, each once per open
+        // file: the offsets' ends (when open did not check them), the edge
+        // ids a permutation, the transpose the transpose.
+        if !self.ends_checked {
+            self.require_ends(side)?;
+        }
+        if side == Side::Transposed {
+            self.require_transpose()?;
+        }
+        if ke.is_some() {
+            self.require_ids(side)?;
+        }
         // Start reading what is not in memory; the checks below (first
         // visit) or the kernel (later visits) fault the pages in.
         self.advise(ko, rows.start * 8..(rows.end + 1) * 8, Advice::ReadAhead);
+        self.ensure_blocks(ko, rows.start * 8..(rows.end + 1) * 8, true)?;
         let all = self.typed::<u64>(o)?;
         let offsets = &all[rows.start..=rows.end];
         let num_edges = self.manifest.num_edges;
+        let [_, _, monotone, in_range, perm] = side.invariants();
         // Checked with its ids covers a visit without them.
         let key = (side, rows.start, rows.end, with_ids);
         let checked =
             self.checked.lock().map(|c| c.contains(&key) || c.contains(&(side, rows.start, rows.end, true))).unwrap_or(false);
         if !checked {
-            for (k, w) in offsets.windows(2).enumerate() {
-                if w[1] < w[0] {
-                    let i = rows.start + k + 1;
-                    return Err(self.corrupt(o, format!("offsets decrease at row {i}: {} > {}", w[0], w[1])));
-                }
-            }
+            Monotone::new(monotone).feed(offsets, rows.start as u64).map_err(|v| self.invariant(v))?;
         }
         let (first, last) = (offsets[0], offsets[offsets.len() - 1]);
         if last > num_edges {
-            return Err(self.corrupt(o, format!("offsets[{}] = {last} exceeds num_edges = {num_edges}", rows.end)));
+            let v = Violation::new(
+                monotone,
+                Some(rows.end as u64),
+                format!("{o}[{}] = {last} exceeds num_edges = {num_edges}", rows.end),
+            );
+            return Err(self.invariant(v));
         }
         let span = first as usize..last as usize;
         self.advise(kc, span.start * 4..span.end * 4, Advice::ReadAhead);
+        self.ensure_blocks(kc, span.start * 4..span.end * 4, true)?;
         if let Some(ke) = ke {
             self.advise(ke, span.start * 8..span.end * 8, Advice::ReadAhead);
+            self.ensure_blocks(ke, span.start * 8..span.end * 8, true)?;
         }
         let cols = &self.typed::<u32>(c)?[span.clone()];
         let edge_ids = if with_ids { self.typed_opt::<u64>(e)?.map(|ids| &ids[span.clone()]) } else { None };
         if checked {
             return Ok(Page { rows, offsets, cols, edge_ids, side });
         }
-        // A maximum first (it vectorizes); the search only names the culprit.
-        if !cols.is_empty() && cols.iter().fold(0u32, |m, &s| m.max(s)) as usize >= num_src {
-            if let Some(p) = cols.iter().position(|&s| s as usize >= num_src) {
-                return Err(
-                    self.corrupt(c, format!("{c}[{}] = {} is out of range for {num_src} sources", span.start + p, cols[p]))
-                );
-            }
-        }
+        let what = if side == Side::Forward { "sources" } else { "destinations" };
+        cols_in_range(in_range, cols, first, num_src as u64, what).map_err(|v| self.invariant(v))?;
         if let Some(ids) = edge_ids {
             if !ids.is_empty() && ids.iter().fold(0u64, |m, &id| m.max(id)) >= num_edges {
                 if let Some(p) = ids.iter().position(|&id| id >= num_edges) {
-                    return Err(
-                        self.corrupt(e, format!("{e}[{}] = {} is out of range for {num_edges} edges", span.start + p, ids[p]))
-                    );
+                    let at = first + p as u64;
+                    let v =
+                        Violation::new(perm, Some(at), format!("{e}[{at}] = {} is out of range for {num_edges} edges", ids[p]));
+                    return Err(self.invariant(v));
                 }
             }
         }
@@ -653,6 +1154,22 @@ impl Inner {
         let page = Page { rows, offsets, cols, edge_ids, side };
         self.release(&page);
         Ok(page)
+    }
+}
+
+/// What a full check's pass found, as a report line.
+fn checked(r: Result<(), GfgError>) -> Checked {
+    match r {
+        Ok(()) => Checked::Ok,
+        Err(GfgError::Invariant { violation, .. }) => Checked::Violated(violation),
+        Err(e) => Checked::NotChecked(e.to_string()),
+    }
+}
+
+fn violated(r: Result<(), Violation>) -> Checked {
+    match r {
+        Ok(()) => Checked::Ok,
+        Err(v) => Checked::Violated(v),
     }
 }
 
@@ -715,6 +1232,8 @@ impl FieldHandle {
         }
         let w = self.row_width();
         let span = rows.start * w..rows.end * w;
+        let size = self.dtype.size();
+        self.file.ensure_blocks(self.index, span.start * size..span.end * size, false)?;
         Ok(match self.dtype {
             DType::F32 => Data::F32(&self.file.cast::<f32>(self.index)?[span]),
             DType::F64 => Data::F64(&self.file.cast::<f64>(self.index)?[span]),

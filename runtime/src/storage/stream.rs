@@ -9,7 +9,7 @@
 //! last one), and hands out one [`SectionSink`] per section; sinks write at
 //! their own offsets, so several can be filled at once (a merge produces
 //! `offsets`, `cols` and `edge_ids` together), and each computes its
-//! section's CRC-32 as the bytes go by. [`GfgStreamWriter::finish`] then
+//! section's CRC-32 and its blocks' (format version 2) as the bytes go by. [`GfgStreamWriter::finish`] then
 //! writes the manifest and, last, the header, and fsyncs: the result is a
 //! [`PendingGfg`] to commit (rename over the destination), with the same
 //! crash safety as `save_gfg`. The bytes are those `save_gfg` would write
@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 
 use super::blocks::room_to_block;
 use super::format::{
-    check_manifest, encode_manifest, ElemType, Header, Manifest, SectionInfo, COL_WIDTH, EDGE_ID_WIDTH, FORMAT_MAJOR,
-    FORMAT_MINOR, HEADER_LEN, OFFSET_WIDTH, SECTION_ALIGN,
+    check_manifest, encode_manifest, BlockCrcs, ElemType, Header, Manifest, SectionInfo, BLOCK_LOG2, COL_WIDTH, EDGE_ID_WIDTH,
+    FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAX_MANIFEST_LEN, OFFSET_WIDTH, SECTION_ALIGN,
 };
 use super::reader::problem;
 use super::writer::{create_temp, finish_temp, PendingGfg};
@@ -107,7 +107,7 @@ pub struct SectionSink<T> {
     /// boundaries and elements are 4 or 8 bytes, so the buffer reaches the
     /// point exactly).
     flush_at: usize,
-    hasher: crc32fast::Hasher,
+    crcs: BlockCrcs,
     /// Elements still expected.
     left: u64,
     _t: PhantomData<T>,
@@ -153,7 +153,7 @@ impl<T: StreamElem> SectionSink<T> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        self.hasher.update(&self.buf);
+        self.crcs.update(&self.buf);
         self.file.write_all(&self.buf).map_err(|source| GfgError::Io { path: self.path.clone(), source })?;
         self.pos += self.buf.len() as u64;
         self.flush_at = room_to_block(self.pos, self.cap);
@@ -188,7 +188,18 @@ impl GfgStreamWriter {
             let length = elements.checked_mul(s.elem.size() as u64).ok_or_else(too_big)?;
             let offset = pos.div_ceil(SECTION_ALIGN).checked_mul(SECTION_ALIGN).ok_or_else(too_big)?;
             pos = offset.checked_add(length).ok_or_else(too_big)?;
-            sections.push(SectionInfo { name: s.name.clone(), elem: s.elem, shape: s.shape.clone(), offset, length, crc32: 0 });
+            // The block table's length follows from the section's; its
+            // entries are filled in as the section completes.
+            let blocks = vec![0; usize::try_from(length.div_ceil(1 << BLOCK_LOG2)).map_err(|_| too_big())?];
+            sections.push(SectionInfo {
+                name: s.name.clone(),
+                elem: s.elem,
+                shape: s.shape.clone(),
+                offset,
+                length,
+                crc32: 0,
+                blocks,
+            });
         }
         let manifest = Manifest {
             major: FORMAT_MAJOR,
@@ -199,10 +210,19 @@ impl GfgStreamWriter {
             offset_width: OFFSET_WIDTH,
             col_width: COL_WIDTH,
             edge_id_width: EDGE_ID_WIDTH,
+            block_log2: BLOCK_LOG2,
             sections,
         };
         // The plan is checked as a reader would check the finished file.
         let body_len = encode_manifest(&manifest).len() as u64;
+        if body_len > MAX_MANIFEST_LEN {
+            return Err(GfgError::Manifest {
+                path: name,
+                message: format!(
+                    "the manifest would be {body_len} bytes (the block tables of sections this large), more than the {MAX_MANIFEST_LEN} a reader accepts"
+                ),
+            });
+        }
         let header =
             Header { major: FORMAT_MAJOR, minor: FORMAT_MINOR, manifest_offset: pos, manifest_len: body_len, manifest_crc32: 0 };
         check_manifest(&manifest, &header, pos + body_len).map_err(|p| problem(&name, pos + body_len, p))?;
@@ -261,7 +281,7 @@ impl GfgStreamWriter {
             cap,
             pos: s.offset,
             flush_at: room_to_block(s.offset, cap),
-            hasher: crc32fast::Hasher::new(),
+            crcs: BlockCrcs::new(BLOCK_LOG2),
             left: s.elements() as u64,
             _t: PhantomData,
         })
@@ -277,7 +297,10 @@ impl GfgStreamWriter {
             });
         }
         sink.flush_buf()?;
-        self.manifest.sections[sink.index].crc32 = sink.hasher.clone().finalize();
+        let (crc, blocks) = std::mem::replace(&mut sink.crcs, BlockCrcs::new(BLOCK_LOG2)).finish();
+        let s = &mut self.manifest.sections[sink.index];
+        s.crc32 = crc;
+        s.blocks = blocks;
         self.done[sink.index] = true;
         Ok(())
     }

@@ -2,7 +2,8 @@
 //!
 //! The file is written to a temporary file in the destination's directory
 //! (`.NAME.XXXXXX.tmp`), in one pass: the header's place is reserved, each
-//! section is streamed to its aligned offset while its CRC-32 is computed,
+//! section is streamed to its aligned offset while its CRC-32 and its
+//! blocks' CRC-32s (format version 2) are computed,
 //! the manifest is appended, and the header is written last. The temporary
 //! file is then fsynced, renamed over the destination (atomic on POSIX file
 //! systems) and the directory is fsynced. Until the rename the destination is
@@ -21,8 +22,8 @@ use crate::tensor::{Data, TensorView};
 
 use super::blocks::BlockWriter;
 use super::format::{
-    encode_manifest, ElemType, Header, Manifest, SectionInfo, COL_WIDTH, EDGE_ID_WIDTH, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN,
-    OFFSET_WIDTH, SECTION_ALIGN,
+    encode_manifest, BlockCrcs, ElemType, Header, Manifest, SectionInfo, BLOCK_LOG2, COL_WIDTH, EDGE_ID_WIDTH, FORMAT_MAJOR,
+    FORMAT_MAJOR_V1, FORMAT_MINOR, HEADER_LEN, OFFSET_WIDTH, SECTION_ALIGN,
 };
 use super::{FieldRole, GfgError};
 
@@ -50,6 +51,9 @@ pub struct GfgWriter<'a> {
     graph: &'a Graph,
     transpose: bool,
     fields: Vec<(FieldRole, String, TensorView<'a>)>,
+    /// The format's major version to write ([`FORMAT_MAJOR`] unless a test
+    /// or a benchmark asks for version 1).
+    major: u16,
 }
 
 /// A fully written and fsynced temporary file that has not yet replaced the
@@ -124,8 +128,9 @@ impl Elems<'_> {
     }
 }
 
-/// Streams `data` as little-endian bytes, returning (bytes, crc32).
-fn write_elems<W: Write>(w: &mut W, data: &Elems<'_>) -> std::io::Result<(u64, u32)> {
+/// Streams `data` as little-endian bytes, returning (bytes, crc32, block
+/// crc32s).
+fn write_elems<W: Write>(w: &mut W, data: &Elems<'_>) -> std::io::Result<(u64, u32, Vec<u32>)> {
     // Convert in chunks: portable (no reinterpretation of memory), and the
     // buffer stays small however large the section.
     const CHUNK: usize = 16 * 1024;
@@ -133,18 +138,19 @@ fn write_elems<W: Write>(w: &mut W, data: &Elems<'_>) -> std::io::Result<(u64, u
         w: &mut W,
         data: &[T],
         bytes: impl Fn(T) -> [u8; N],
-    ) -> std::io::Result<(u64, u32)> {
-        let mut hasher = crc32fast::Hasher::new();
+    ) -> std::io::Result<(u64, u32, Vec<u32>)> {
+        let mut crcs = BlockCrcs::new(BLOCK_LOG2);
         let mut buf = Vec::with_capacity(CHUNK * N);
         for chunk in data.chunks(CHUNK) {
             buf.clear();
             for &x in chunk {
                 buf.extend_from_slice(&bytes(x));
             }
-            hasher.update(&buf);
+            crcs.update(&buf);
             w.write_all(&buf)?;
         }
-        Ok(((data.len() * N) as u64, hasher.finalize()))
+        let (crc, blocks) = crcs.finish();
+        Ok(((data.len() * N) as u64, crc, blocks))
     }
     match data {
         Elems::U32(d) => put(w, d, u32::to_le_bytes),
@@ -214,7 +220,16 @@ impl<W: Write> Write for NoRetry<'_, W> {
 
 impl<'a> GfgWriter<'a> {
     pub fn new(graph: &'a Graph) -> GfgWriter<'a> {
-        GfgWriter { graph, transpose: false, fields: Vec::new() }
+        GfgWriter { graph, transpose: false, fields: Vec::new(), major: FORMAT_MAJOR }
+    }
+
+    /// Writes format version 1 (whole-section checksums, no block table):
+    /// for tests that version 1 files keep loading, and for benchmarks
+    /// that measure what the block checks cost.
+    #[doc(hidden)]
+    pub fn version_1(mut self) -> GfgWriter<'a> {
+        self.major = FORMAT_MAJOR_V1;
+        self
     }
 
     /// Also store the transposed CSR (`t_offsets`, `t_cols`, `t_edge_ids`),
@@ -331,12 +346,23 @@ impl<'a> GfgWriter<'a> {
         for (section, shape, data) in &plan {
             let offset = pos.div_ceil(SECTION_ALIGN) * SECTION_ALIGN;
             write_zeros(&mut out, offset - pos)?;
-            let (length, crc32) = write_elems(&mut out, data)?;
+            let (length, crc32, mut blocks) = write_elems(&mut out, data)?;
+            if self.major == FORMAT_MAJOR_V1 {
+                blocks.clear();
+            }
             pos = offset + length;
-            sections.push(SectionInfo { name: section.clone(), elem: data.elem(), shape: shape.clone(), offset, length, crc32 });
+            sections.push(SectionInfo {
+                name: section.clone(),
+                elem: data.elem(),
+                shape: shape.clone(),
+                offset,
+                length,
+                crc32,
+                blocks,
+            });
         }
         let manifest = Manifest {
-            major: FORMAT_MAJOR,
+            major: self.major,
             minor: FORMAT_MINOR,
             num_src: g.num_src() as u64,
             num_dst: g.num_dst() as u64,
@@ -344,11 +370,12 @@ impl<'a> GfgWriter<'a> {
             offset_width: OFFSET_WIDTH,
             col_width: COL_WIDTH,
             edge_id_width: EDGE_ID_WIDTH,
+            block_log2: BLOCK_LOG2,
             sections,
         };
         let body = encode_manifest(&manifest);
         let header = Header {
-            major: FORMAT_MAJOR,
+            major: self.major,
             minor: FORMAT_MINOR,
             manifest_offset: pos,
             manifest_len: body.len() as u64,
