@@ -56,9 +56,9 @@ fn default_out(file: &Path) -> PathBuf {
 pub fn compile(file: &Path, kernel: Option<&str>, emit: &[Stage], out: Option<&Path>) -> Result<(), Failure> {
     let kernels = load_kernels(file, kernel)?;
     let out = out.map(Path::to_path_buf).unwrap_or_else(|| default_out(file));
-    let out = crate::output_paths::output_path("-o", &out, &[file])?;
+    let target = crate::output_paths::output_path("-o", &out, &[file])?;
     let refs: Vec<&Kernel> = kernels.iter().collect();
-    tiga::artifact::save(&out, &refs).map_err(|e| Failure::new(e.to_string()))?;
+    tiga::artifact::save(&target, &refs).map_err(|e| Failure::new(e.to_string()))?;
     let names: Vec<&str> = kernels.iter().map(|k| k.name()).collect();
     let mut written = vec![format!("wrote {} ({})", out.display(), names.join(", "))];
 

@@ -190,16 +190,39 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
     Ok(())
 }
 
-/// With `TIGAC_REPORT_RSS` set, prints the process's peak resident set
-/// (`VmHWM`, Linux) on stderr: how a budget is checked.
 /// The private folder of one conversion: `.tigac-convert.<pid>.<random>`
 /// in OUT's folder, removed when dropped (on success, on an error, on a
 /// panic). A conversion killed outright leaves it behind; the next one in
-/// that folder removes every such folder whose process is gone, which it
-/// can prove on Linux (no `/proc/<pid>`); elsewhere it leaves them.
-struct WorkDir(tempfile::TempDir);
+/// that folder removes such a folder when it can prove no conversion uses
+/// it: the process named is gone (Linux: no `/proc/<pid>`) *and* the lock
+/// that a running conversion holds on the folder's `lock` file (an
+/// exclusive `flock`, released by the kernel when its process dies) is
+/// free. The lock covers what the pid cannot: a folder shared between PID
+/// namespaces or hosts, where another conversion's pid is not in this
+/// `/proc`. Where either proof is missing the folder stays.
+struct WorkDir {
+    dir: tempfile::TempDir,
+    /// Holds the folder's lock while the conversion runs.
+    _lock: std::fs::File,
+}
 
 const WORK_PREFIX: &str = ".tigac-convert.";
+/// The file in a work folder that its conversion holds locked.
+const LOCK_FILE: &str = "lock";
+
+/// Take the exclusive lock of `f` without waiting: whether it was free.
+#[cfg(unix)]
+fn try_lock(f: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: flock on a file descriptor this process owns and keeps open
+    // for the call; it touches no memory.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+#[cfg(not(unix))]
+fn try_lock(_: &std::fs::File) -> bool {
+    false
+}
 
 impl WorkDir {
     fn new(out: &std::path::Path) -> Result<WorkDir, Failure> {
@@ -209,14 +232,19 @@ impl WorkDir {
         };
         remove_abandoned(&dir);
         let prefix = format!("{WORK_PREFIX}{}.", std::process::id());
-        let made = tempfile::Builder::new().prefix(&prefix).tempdir_in(&dir).map_err(|e| {
+        let fail = |e: std::io::Error| {
             Failure::new(format!("{}: cannot create a temporary folder in {}: {e}", out.display(), dir.display()))
-        })?;
-        Ok(WorkDir(made))
+        };
+        let made = tempfile::Builder::new().prefix(&prefix).tempdir_in(&dir).map_err(fail)?;
+        let lock = std::fs::File::create(made.path().join(LOCK_FILE)).map_err(fail)?;
+        if !try_lock(&lock) {
+            return Err(fail(std::io::Error::other("cannot lock its lock file")));
+        }
+        Ok(WorkDir { dir: made, _lock: lock })
     }
 
     fn path(&self) -> &std::path::Path {
-        self.0.path()
+        self.dir.path()
     }
 
     /// Rename the finished file over `out` and make the rename durable.
@@ -249,17 +277,24 @@ fn remove_abandoned(dir: &std::path::Path) {
             continue;
         };
         let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-        if is_dir && pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if !is_dir || pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        // Held while this check runs, so no conversion can take the folder
+        // back between the check and the removal.
+        let Ok(lock) = std::fs::OpenOptions::new().write(true).open(e.path().join(LOCK_FILE)) else { continue };
+        if try_lock(&lock) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
 }
 
-/// Refuses, before anything is written, a `.gfg` larger than the output
-/// limit: its row offsets grow with the node count, which a file declares
+/// Refuses a `.gfg` larger than the output limit before its sections are
+/// written (the sorted runs already in the work folder go with it): its row offsets grow with the node count, which a file declares
 /// (a `.mtx` header) or implies (an edge list's largest id), not with its
 /// edges, so a three-line input can ask for tens of GiB. The size counted
-/// is an upper bound: offsets, columns and edge ids, and the transpose's.
+/// covers the sections (offsets, columns, edge ids, and the transpose's),
+/// not the manifest and block tables, which are a few bytes per MiB.
 fn check_output_size(
     req: &ConvertRequest,
     input: &std::fs::Metadata,
@@ -318,6 +353,8 @@ fn physical_memory() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
+/// With `TIGAC_REPORT_RSS` set, prints the process's peak resident set
+/// (`VmHWM`, Linux) on stderr: how a budget is checked.
 fn report_peak_memory() {
     if std::env::var_os("TIGAC_REPORT_RSS").is_none() {
         return;

@@ -66,6 +66,24 @@ fn follow_links(flag: &str, path: &Path) -> Result<PathBuf, Failure> {
     Err(Failure::new(format!("{flag} {}: more than {MAX_LINKS} symbolic links", path.display())))
 }
 
+/// One spelling per file for outputs that may not exist yet: the canonical
+/// path of an existing file, else of its folder joined with its name (`x.npy`,
+/// `./x.npy`, `sub/../x.npy` and `$PWD/x.npy` are one), else the path as
+/// given. Two outputs with one key would write one file.
+pub fn output_key(path: &Path) -> PathBuf {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return p;
+    }
+    let parent = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match (std::fs::canonicalize(parent), path.file_name()) {
+        (Ok(dir), Some(name)) => dir.join(name),
+        _ => path.to_path_buf(),
+    }
+}
+
 /// The input that is the same file as `target`, if any (by device and
 /// inode; a target that does not exist yet is no input).
 pub fn same_file_as<'a>(target: &Path, inputs: &[&'a Path]) -> Option<&'a Path> {

@@ -151,35 +151,53 @@ fn input_paths(req: &RunRequest) -> Vec<&Path> {
     inputs
 }
 
-/// Where each output is written (`--out` through its links), checked before
-/// anything runs: no output may be an input, two outputs may not be one
-/// file, and no gradient `--grads` would write (one per kernel field) may
-/// be an input.
+/// Where each output and gradient is written.
+struct OutputTargets {
+    /// Per kernel output: its file (`--out` through its links).
+    outs: Vec<(String, PathBuf)>,
+    /// Per kernel field, with `--grads`: `(role, name, file)`.
+    grads: Vec<(&'static str, String, PathBuf)>,
+}
+
+/// Where each output is written, checked before anything runs: no output
+/// or gradient (one per kernel field) may be an input, and no two of them
+/// may be one file, however their paths are spelled.
 fn output_targets(
     k: &Kernel,
     req: &RunRequest,
     plan: &[(String, PathBuf)],
     grads: Option<&Path>,
-) -> Result<Vec<(String, PathBuf)>, Failure> {
+) -> Result<OutputTargets, Failure> {
     let inputs = input_paths(req);
-    let mut targets: Vec<(String, PathBuf)> = Vec::with_capacity(plan.len());
-    for (name, path) in plan {
-        let target = output_path("--out", path, &inputs)?;
-        if let Some((other, _)) = targets.iter().find(|(_, t)| *t == target) {
+    let mut taken: Vec<(PathBuf, String)> = Vec::new();
+    let mut claim = |flag: &str, path: &Path, what: String| -> Result<PathBuf, Failure> {
+        let target = output_path(flag, path, &inputs)?;
+        let key = crate::output_paths::output_key(&target);
+        if let Some((_, other)) = taken.iter().find(|(k, _)| *k == key) {
             return Err(Failure::new(format!(
-                "--out {}: outputs `{other}` and `{name}` would both be written to this file",
+                "{flag} {}: {other} and {what} would both be written to this file",
                 path.display()
             )));
         }
-        targets.push((name.clone(), target));
+        taken.push((key, what));
+        Ok(target)
+    };
+    let mut outs = Vec::with_capacity(plan.len());
+    for (name, path) in plan {
+        outs.push((name.clone(), claim("--out", path, format!("output `{name}`"))?));
     }
-    // (A --grads that is not a folder is refused by `prepare_dir`, which says so.)
-    if let Some(dir) = grads.filter(|d| d.is_dir()) {
+    let mut files = Vec::new();
+    // (A --grads that exists and is not a folder is refused by
+    // `prepare_dir`, which says so.)
+    if let Some(dir) = grads.filter(|d| !d.exists() || d.is_dir()) {
         for f in &k.captured().fields {
-            output_path("--grads", &dir.join(format!("{}.{}.npy", f.role.name(), f.name)), &inputs)?;
+            let (role, name) = (f.role.name(), f.name.clone());
+            let path = dir.join(format!("{role}.{name}.npy"));
+            let target = claim("--grads", &path, format!("the gradient of {role} field `{name}`"))?;
+            files.push((role, name, target));
         }
     }
-    Ok(targets)
+    Ok(OutputTargets { outs, grads: files })
 }
 
 /// Create the gradient folder (and its parents) and check that a file can
@@ -417,7 +435,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     }
     let outputs = outputs.ok_or_else(|| Failure::new("the kernel did not run"))?;
 
-    for (name, path) in &targets {
+    for (name, path) in &targets.outs {
         let t =
             outputs.get(name).ok_or_else(|| Failure::new(format!("kernel `{}` produced no output `{name}`", kernel.name())))?;
         tiga::write_npy(path, &t.view()).map_err(|e| Failure::new(format!("output `{name}`: {e}")))?;
@@ -460,8 +478,10 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         }
         let grads = grads.ok_or_else(|| Failure::new("the vjp did not run"))?;
         for (role, name, t) in &grads.items {
-            let path = dir.join(format!("{}.{name}.npy", role.name()));
-            let path = output_path("--grads", &path, &input_paths(req))?;
+            let path = match targets.grads.iter().find(|(r, n, _)| *r == role.name() && n == name) {
+                Some((_, _, target)) => target.clone(),
+                None => output_path("--grads", &dir.join(format!("{}.{name}.npy", role.name())), &input_paths(req))?,
+            };
             tiga::write_npy(&path, &t.view())
                 .map_err(|e| Failure::new(format!("gradient of {} field `{name}`: {e}", role.name())))?;
             written_grads.push(format!("{}.{name} -> {}", role.name(), path.display()));

@@ -132,6 +132,16 @@ fn outputs_never_replace_inputs_devices_or_links() {
     fails_with(&o, &["--grads", "src.x.npy", "is the input"]);
     assert_eq!(std::fs::read(d.join("grads/src.x.npy")).expect("read"), x);
     assert!(!d.join("y.npy").exists(), "nothing is written when an output is refused");
+    // An output and a gradient on one file, however spelled.
+    std::fs::create_dir(d.join("g2")).expect("mkdir");
+    for out in ["g2/src.x.npy", "./g2/../g2/src.x.npy"] {
+        let o = neighbor_sum(d, "g.txt", &["--out", out, "--grads", "g2"]);
+        fails_with(&o, &["would both be written", "output `out`", "gradient of src field `x`"]);
+    }
+    let abs = d.join("g2/src.x.npy");
+    let o = neighbor_sum(d, "g.txt", &["--out", abs.to_str().expect("utf8"), "--grads", "./g2"]);
+    fails_with(&o, &["would both be written"]);
+    assert!(!d.join("g2/src.x.npy").exists());
     // compile and convert: the output may not be the input either.
     std::fs::copy(gnn_path(), d.join("k.rs")).expect("copy");
     let k = std::fs::read(d.join("k.rs")).expect("read");
@@ -240,6 +250,7 @@ fn convert_works_in_a_private_folder_and_clears_what_killed_runs_left() {
     // run and a half-written file; its process is gone (no such pid).
     let dead = d.join(".tigac-convert.4194304999.AbC123");
     std::fs::create_dir(&dead).expect("mkdir");
+    std::fs::write(dead.join("lock"), b"").expect("write");
     std::fs::write(dead.join(".g.gfg.x.run"), vec![7u8; 4096]).expect("write");
     std::fs::write(dead.join(".g.gfg.y.tmp"), vec![7u8; 4096]).expect("write");
     // A folder of a conversion still running (this test's own process) and
@@ -247,15 +258,29 @@ fn convert_works_in_a_private_folder_and_clears_what_killed_runs_left() {
     let live = d.join(format!(".tigac-convert.{}.XyZ789", std::process::id()));
     std::fs::create_dir(&live).expect("mkdir");
     std::fs::create_dir(d.join(".tigac-convert-notes")).expect("mkdir");
+    // A folder whose pid this /proc does not show but whose lock is held
+    // (a conversion in another PID namespace, or on another host) stays.
+    let held = d.join(".tigac-convert.4194304998.Held00");
+    std::fs::create_dir(&held).expect("mkdir");
+    let lock = std::fs::File::create(held.join("lock")).expect("lock file");
+    {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: flock on a descriptor this test owns and keeps open.
+        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+    }
     // A small budget: several sorted runs.
     ok(&tigac(d, &["convert", "g.txt", "g.gfg", "--transpose", "--memory", "64K"]));
     assert!(!dead.exists(), "the folder of a dead conversion is removed");
-    assert!(live.exists() && d.join(".tigac-convert-notes").exists());
+    assert!(live.exists() && held.exists() && d.join(".tigac-convert-notes").exists());
+    drop(lock);
     let mut names: Vec<String> =
         std::fs::read_dir(d).expect("ls").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     let own = format!(".tigac-convert.{}.XyZ789", std::process::id());
-    assert_eq!(names, vec![".tigac-convert-notes".to_string(), own, "g.gfg".into(), "g.txt".into()]);
+    let mut want =
+        vec![".tigac-convert-notes".to_string(), own, ".tigac-convert.4194304998.Held00".into(), "g.gfg".into(), "g.txt".into()];
+    want.sort();
+    assert_eq!(names, want);
     // The same file as converting in memory would write.
     let g = tiga_runtime::read_edge_list(d.join("g.txt"), None).expect("graph");
     let want = d.join("want.gfg");

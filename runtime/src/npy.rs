@@ -90,23 +90,24 @@ pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor, NpyError> {
     let file = std::fs::File::open(path).map_err(io)?;
     let file_len = file.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
     let mut r = std::io::BufReader::new(file);
-    // Magic, version and the longest header length field (u32).
-    let mut prefix = Vec::with_capacity(12);
-    (&mut r).take(12).read_to_end(&mut prefix).map_err(io)?;
-    let header_len = match header_length(&prefix, &name)? {
-        Some(n) => n,
-        None => return Err(NpyError::BadHeader { path: name.clone(), message: "file ends inside the header length".into() }),
+    // Magic and version, then exactly the header length field the version
+    // has (u16 in 1.0, u32 after), then exactly the header: nothing past
+    // it is read before the header says how much data follows.
+    let mut head = Vec::with_capacity(12);
+    (&mut r).take(MAGIC.len() as u64 + 2).read_to_end(&mut head).map_err(io)?;
+    header_length(&head, &name)?;
+    let len_size: u64 = if head[MAGIC.len()] == 1 { 2 } else { 4 };
+    (&mut r).take(len_size).read_to_end(&mut head).map_err(io)?;
+    let Some(header_len) = header_length(&head, &name)? else {
+        return Err(NpyError::BadHeader { path: name.clone(), message: "file ends inside the header length".into() });
     };
-    let (len_at, len_size) = if prefix[6] == 1 { (8, 2) } else { (8, 4) };
-    let header_start = len_at + len_size;
     if header_len > MAX_HEADER {
         return Err(NpyError::BadHeader {
             path: name.clone(),
             message: format!("header length is {header_len} bytes; a .npy header is at most {MAX_HEADER} here"),
         });
     }
-    let mut head = prefix;
-    (&mut r).take((header_start + header_len - head.len()) as u64).read_to_end(&mut head).map_err(io)?;
+    (&mut r).take(header_len as u64).read_to_end(&mut head).map_err(io)?;
     let (info, data_at) = parse_head(&head, &name)?;
     debug_assert_eq!(data_at, head.len());
     if let Some(len) = file_len {
@@ -122,7 +123,7 @@ pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor, NpyError> {
     if data.len() > info.bytes {
         // Count what follows (bounded: a regular file's size is known).
         let extra = match file_len {
-            Some(len) => (len - data_at as u64 - info.bytes as u64) as usize,
+            Some(len) => len.saturating_sub(data_at as u64 + info.bytes as u64).max(1) as usize,
             None => 1,
         };
         return Err(NpyError::TrailingBytes { path: name, expected: info.bytes, extra });

@@ -142,3 +142,17 @@ proptest! {
         check_npy(&mangle(&npy_bytes(), &edits, cut), dir.path());
     }
 }
+
+#[test]
+fn a_header_shorter_than_its_length_field_is_an_error() {
+    let dir = tempfile::tempdir().expect("dir");
+    for bytes in [
+        &b"\x93NUMPY\x01\x00\x00\x00XX"[..],
+        b"\x93NUMPY\x01\x00\x01\x00{XYZ",
+        b"\x93NUMPY\x02\x00\x00\x00\x00\x00",
+        b"\x93NUMPY\x01",
+    ] {
+        check_npy(bytes, dir.path());
+        assert!(parse_npy(bytes).is_err());
+    }
+}

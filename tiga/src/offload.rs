@@ -44,29 +44,24 @@ thread_local! {
     static AMBIENT: std::cell::RefCell<Vec<Scope>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Run `f` with one more scope in force, on a rayon pool of its own whose
-/// every worker starts with this thread's scopes plus the new one. A thread
-/// local alone would hold on the calling thread only, and a process-wide
-/// setting would leak into calls running concurrently under another budget
-/// (other threads, other tests); a pool per scope gives `f` and every
-/// parallel iterator it runs the same view, and nothing else sees it. The
-/// pool has as many threads as the pool the scope is entered from, and its
-/// threads end with the scope (so entering one costs a thread start per
-/// worker: wrap whole graph builds and calls, not single rows).
+/// Run `f` with one more scope in force, on a rayon pool whose every worker
+/// starts with this thread's scopes plus the new one. A thread local alone
+/// would hold on the calling thread only, and a process-wide setting would
+/// leak into calls running concurrently under another budget (other
+/// threads, other tests); a pool per scope gives `f` and every parallel
+/// iterator it runs on that pool the same view, and nothing else sees it.
+/// The pool has as many threads as the pool the scope is entered from. The
+/// last few pools are kept (see [`scope_pool`]), so a loop that enters the
+/// same scope each step, or scopes nested inside a `par_iter`, start no new
+/// threads.
 fn with_ambient<R: Send>(scope: Scope, f: impl FnOnce() -> R + Send) -> R {
     let mut seed = AMBIENT.with(|a| a.borrow().clone());
     seed.push(scope.clone());
-    let threads = rayon::current_num_threads();
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("tiga-budget-{i}"))
-        .start_handler(move |_| AMBIENT.with(|a| *a.borrow_mut() = seed.clone()))
-        .build();
-    match pool {
-        Ok(pool) => pool.install(f),
+    match scope_pool(rayon::current_num_threads(), seed) {
+        Some(pool) => pool.install(f),
         // No threads to be had: the scope still holds on this thread (and
         // so for every call made from it), as it did before workers saw it.
-        Err(_) => {
+        None => {
             let depth = AMBIENT.with(|a| {
                 let mut a = a.borrow_mut();
                 let depth = a.len();
@@ -77,6 +72,44 @@ fn with_ambient<R: Send>(scope: Scope, f: impl FnOnce() -> R + Send) -> R {
             f()
         }
     }
+}
+
+/// Pools kept for scopes, most recently used last.
+static SCOPE_POOLS: std::sync::Mutex<Vec<ScopePool>> = std::sync::Mutex::new(Vec::new());
+/// How many pools [`SCOPE_POOLS`] keeps; the least recently used goes (its
+/// threads end once their work is done).
+const KEPT_POOLS: usize = 8;
+
+/// A pool whose workers see `scopes`, with `threads` threads.
+struct ScopePool {
+    threads: usize,
+    scopes: Vec<Scope>,
+    pool: Arc<rayon::ThreadPool>,
+}
+
+/// The pool for `scopes` with `threads` threads: a kept one, else a new
+/// one (kept in turn). `None` when no thread can be started.
+fn scope_pool(threads: usize, scopes: Vec<Scope>) -> Option<Arc<rayon::ThreadPool>> {
+    let mut kept = SCOPE_POOLS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(i) = kept.iter().position(|p| p.threads == threads && p.scopes == scopes) {
+        let hit = kept.remove(i);
+        let pool = hit.pool.clone();
+        kept.push(hit);
+        return Some(pool);
+    }
+    let seed = scopes.clone();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("tiga-budget-{i}"))
+        .start_handler(move |_| AMBIENT.with(|a| *a.borrow_mut() = seed.clone()))
+        .build()
+        .ok()
+        .map(Arc::new)?;
+    if kept.len() >= KEPT_POOLS {
+        kept.remove(0);
+    }
+    kept.push(ScopePool { threads, scopes, pool: pool.clone() });
+    Some(pool)
 }
 
 /// Ends a scope pushed on this thread when dropped: on return and on a
@@ -92,11 +125,18 @@ impl Drop for AmbientGuard {
 /// Run `f` with a RAM budget for graphs built inside it and for the row
 /// outputs of paged calls made inside it (sugar for a [`Schedule`] with
 /// that budget, for code that builds graphs far from where it calls
-/// kernels). The budget holds for `f` and for every rayon parallel
-/// iterator `f` runs (a graph built inside a `par_iter` of `f` sees it),
-/// and ends when `f` returns or panics; the innermost scope wins. `f` runs
-/// on a rayon pool of the scope's own, the size of the pool it is called
-/// from: hence the `Send` bounds.
+/// kernels). The budget holds for `f` and for the rayon parallel iterators
+/// `f` runs on its pool (a graph built inside a `par_iter` of `f` sees it;
+/// work sent to another pool, such as a call whose schedule names its own
+/// thread count, does not), and ends when `f` returns or panics; the
+/// innermost scope wins.
+///
+/// `f` runs on a worker of the scope's rayon pool (the size of the pool it
+/// is called from), not on the calling thread: hence the `Send` bounds, and
+/// so a lock the caller holds across the call (a `StdoutLock`, a `RefCell`
+/// borrow) or a thread local it set is not seen inside `f`: printing to
+/// stdout inside `f` while holding its lock deadlocks. Where no thread can
+/// be started, `f` runs on the calling thread and only it sees the budget.
 pub fn with_ram_budget<R: Send>(bytes: u64, f: impl FnOnce() -> R + Send) -> R {
     with_ambient((Some(bytes), None), f)
 }

@@ -362,7 +362,8 @@ impl<'a> Stream<'_, 'a> {
     /// Page `p`'s work is done: release the done pages, in order.
     fn finished(&self, p: usize) {
         self.pages[p].done.store(true, Ordering::Release);
-        if let Some(progress) = self.progress_report {
+        // Rows of a failed stream are not done: the count stops there.
+        if let Some(progress) = self.progress_report.filter(|_| !self.failed.load(Ordering::Acquire)) {
             progress.advance(self.plan[p].len() as u64);
         }
         let Ok(_order) = self.releasing.lock() else { return };

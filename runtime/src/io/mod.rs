@@ -115,7 +115,7 @@ fn emit<E: From<GraphError>>(
 }
 
 /// The same walk over text already in memory (the same line ends: LF, CR
-/// or CRLF).
+/// or CRLF, and the same longest line).
 pub(crate) fn for_each_text_line(
     text: &str,
     mut f: impl FnMut(usize, &str) -> Result<(), GraphError>,
@@ -131,6 +131,13 @@ pub(crate) fn for_each_text_line(
             None => (rest, ""),
         };
         count += 1;
+        if line.len() > MAX_LINE_BYTES {
+            return Err(GraphError::Parse {
+                path: INPUT.to_string(),
+                line: count,
+                message: format!("line is longer than {MAX_LINE_BYTES} bytes: not a text graph file"),
+            });
+        }
         f(count, line)?;
         rest = next;
     }
