@@ -362,6 +362,17 @@ impl Graph {
         self.derived.transposed.get_or_init(|| Arc::new(self.transpose())).clone()
     }
 
+    /// [`Graph::transposed`], or an error when its arrays (sized by the
+    /// source count, which user input sets: a `.mtx` declaring 2^32
+    /// columns) cannot be allocated.
+    pub fn try_transposed(&self) -> Result<Arc<Graph>, GraphError> {
+        if let Some(t) = self.derived.transposed.get() {
+            return Ok(t.clone());
+        }
+        let t = Arc::new(self.try_transpose()?);
+        Ok(self.derived.transposed.get_or_init(|| t).clone())
+    }
+
     /// The same rows with each row's edges in reverse order (edge ids kept):
     /// a right-to-left fold of a row is a left-to-right fold of this one.
     /// Built on first use and kept.
@@ -389,8 +400,17 @@ impl Graph {
             .clone()
     }
 
+    /// The reversed graph (see [`Graph::transposed`]); aborts when its
+    /// memory cannot be had, as a `Vec` does ([`Graph::try_transpose`] says
+    /// so instead).
     pub fn transpose(&self) -> Graph {
-        let mut offsets = vec![0u64; self.num_src + 1];
+        self.try_transpose().unwrap_or_else(|_| std::alloc::handle_alloc_error(std::alloc::Layout::new::<u64>()))
+    }
+
+    /// The reversed graph, or an error naming the array that could not be
+    /// allocated.
+    pub fn try_transpose(&self) -> Result<Graph, GraphError> {
+        let mut offsets = zeroed::<u64>(self.num_src + 1, "the transposed CSR row offsets (one per source node)")?;
         for &c in &self.cols {
             offsets[c as usize + 1] += 1;
         }
@@ -398,9 +418,12 @@ impl Graph {
             offsets[j + 1] += offsets[j];
         }
         let edges = (0..self.num_dst).flat_map(|i| self.row(i).map(move |pos| (i as u32, self.cols[pos], self.edge_id(pos))));
-        let cursor = offsets[..self.num_src].to_vec();
-        let (cols, edge_ids) = scatter_by_row(cursor, edges, vec![0; self.num_edges()], vec![0; self.num_edges()]);
-        Graph { num_src: self.num_dst, num_dst: self.num_src, offsets, cols, edge_ids, derived: Derived::default() }
+        let mut cursor = zeroed::<u64>(self.num_src, "the transposed CSR row cursors")?;
+        cursor.copy_from_slice(&offsets[..self.num_src]);
+        let cols = zeroed::<u32>(self.num_edges(), "the transposed CSR columns")?;
+        let ids = zeroed::<u64>(self.num_edges(), "the transposed CSR edge ids")?;
+        let (cols, edge_ids) = scatter_by_row(cursor, edges, cols, ids);
+        Ok(Graph { num_src: self.num_dst, num_dst: self.num_src, offsets, cols, edge_ids, derived: Derived::default() })
     }
 }
 

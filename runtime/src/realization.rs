@@ -189,7 +189,7 @@ impl Realization for Graph {
     fn rows(&self, side: Side, _edge_ids: bool) -> Result<Rows<'_>, ExecError> {
         Ok(Rows::Memory(match side {
             Side::Forward => GraphRows::Borrowed(self),
-            Side::Transposed => GraphRows::Shared(self.transposed()),
+            Side::Transposed => GraphRows::Shared(self.try_transposed()?),
             Side::RowReversed => GraphRows::Shared(self.row_reversed()),
         }))
     }
