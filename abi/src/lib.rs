@@ -22,9 +22,15 @@
 //!     <finish>
 //! ```
 //!
+//! A variant compiled for the generated stencil realization runs the same
+//! skeleton with each row's neighbours computed from its index instead of
+//! read from the CSR (see [`Stencil2d`]): `offsets`, `cols` and `edge_ids`
+//! are unused, `deg` is the count of neighbours that exist and the rank of
+//! an edge is its place among them.
+//!
 //! # The argument block
 //!
-//! [`RawArgs`] holds five pointers; code generators read them at the byte
+//! [`RawArgs`] holds six pointers; code generators read them at the byte
 //! offsets [`RawArgs::OFFSETS`] and the others (from `offset_of!`, never
 //! written by hand). Arrays of numbers are dense, row-major, in the
 //! variant's dtype, aligned to it:
@@ -38,6 +44,12 @@
 //! | parameter, vector           | `[F]`              | `k`                |
 //! | parameter, matrix           | `[R, C]`           | `r*C + c`          |
 //! | output                      | `[num_dst]`, `[num_dst, F]` | `i*F + k`  |
+//!
+//! `stencil` points at a [`RawStencil`] (the grid and its offsets) when the
+//! call runs on a generated stencil, and is null otherwise. Variants that
+//! bake the geometry in (the Cranelift JIT's, one per stencil) ignore it;
+//! the ahead-of-time stencil variants of the macro path, compiled before
+//! any grid is known, read it.
 //!
 //! Calls on disjoint row ranges write disjoint output rows and may run in
 //! parallel. A caller may offset `offsets`, `cols` and `edge_ids` so that
@@ -101,6 +113,8 @@ pub struct RawArgs {
     pub fields: *const *const u8,
     /// One pointer per kernel output, in declaration order.
     pub outputs: *const *mut u8,
+    /// The generated stencil the call runs on, or null (see the crate doc).
+    pub stencil: *const RawStencil,
 }
 
 impl RawArgs {
@@ -114,6 +128,8 @@ impl RawArgs {
     pub const FIELDS: i32 = offset_of!(RawArgs, fields) as i32;
     /// Byte offset of [`RawArgs::outputs`].
     pub const OUTPUTS: i32 = offset_of!(RawArgs, outputs) as i32;
+    /// Byte offset of [`RawArgs::stencil`].
+    pub const STENCIL: i32 = offset_of!(RawArgs, stencil) as i32;
 
     /// An argument block with every pointer null, to be filled in.
     pub const fn empty() -> RawArgs {
@@ -123,6 +139,40 @@ impl RawArgs {
             edge_ids: core::ptr::null(),
             fields: core::ptr::null(),
             outputs: core::ptr::null(),
+            stencil: core::ptr::null(),
+        }
+    }
+}
+
+/// A generated stencil's geometry as a variant reads it at run time
+/// ([`RawArgs::stencil`]): what [`Stencil2d`] holds, in a `repr(C)` layout
+/// (a `Vec` of tuples has none). The caller guarantees `rows * cols` rows
+/// exist (`rows`, `cols` > 0 and their product fits the address space),
+/// and that `offsets` points at `num_offsets` pairs `[dr, dc]` that live as
+/// long as the call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RawStencil {
+    pub rows: u64,
+    pub cols: u64,
+    /// 1 when out-of-grid neighbours wrap around, 0 when they are skipped.
+    pub periodic: u64,
+    pub num_offsets: u64,
+    /// `num_offsets` (row, column) deltas, in neighbour order.
+    pub offsets: *const [i64; 2],
+}
+
+impl RawStencil {
+    /// The descriptor of `st`, whose offsets the caller has laid out as
+    /// `pairs` ([`Stencil2d::offset_pairs`]); `pairs` must outlive every
+    /// call given the descriptor.
+    pub fn new(st: &Stencil2d, pairs: &[[i64; 2]]) -> RawStencil {
+        RawStencil {
+            rows: st.rows,
+            cols: st.cols,
+            periodic: u64::from(st.periodic),
+            num_offsets: pairs.len() as u64,
+            offsets: pairs.as_ptr(),
         }
     }
 }
@@ -178,6 +228,12 @@ impl Stencil2d {
         Some(Stencil2d { offsets, ..self.clone() })
     }
 
+    /// The offsets as the `[dr, dc]` pairs [`RawStencil::offsets`] points
+    /// at.
+    pub fn offset_pairs(&self) -> Vec<[i64; 2]> {
+        self.offsets.iter().map(|&(dr, dc)| [dr, dc]).collect()
+    }
+
     /// Each row's neighbours in reverse order (`Graph::row_reversed`).
     pub fn row_reversed(&self) -> Stencil2d {
         Stencil2d { offsets: self.offsets.iter().rev().copied().collect(), ..self.clone() }
@@ -189,15 +245,17 @@ mod tests {
     use super::*;
 
     /// The offsets code generators bake in are those of the `repr(C)`
-    /// struct on this target: five pointers, one after the other.
+    /// struct on this target: six pointers, one after the other.
     #[test]
     fn offsets_follow_the_struct() {
         let p = core::mem::size_of::<*const u8>() as i32;
         assert_eq!(
-            [RawArgs::OFFSETS, RawArgs::COLS, RawArgs::EDGE_IDS, RawArgs::FIELDS, RawArgs::OUTPUTS],
-            [0, p, 2 * p, 3 * p, 4 * p]
+            [RawArgs::OFFSETS, RawArgs::COLS, RawArgs::EDGE_IDS, RawArgs::FIELDS, RawArgs::OUTPUTS, RawArgs::STENCIL],
+            [0, p, 2 * p, 3 * p, 4 * p, 5 * p]
         );
-        assert_eq!(core::mem::size_of::<RawArgs>() as i32, 5 * p);
+        assert_eq!(core::mem::size_of::<RawArgs>() as i32, 6 * p);
+        // The stencil descriptor: four u64, then a pointer.
+        assert_eq!(core::mem::offset_of!(RawStencil, offsets), 32);
     }
 
     #[test]

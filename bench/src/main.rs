@@ -22,7 +22,9 @@
 //!   2000×2000 four-neighbour grid materialized as CSR;
 //! - `stencil-generated`: the same step with neighbours from index
 //!   arithmetic (`Kernel::run` and `Kernel::vjp` over a `Stencil2d`),
-//!   side by side with a hand-written grid loop;
+//!   side by side with a hand-written grid loop and, as a second row, the
+//!   macro's ahead-of-time stencil variant (the grid read at run time,
+//!   `Backend::Aot`), checked bit for bit against the JIT's;
 //! - `powerlaw-sum`/`-mean`/`-max` (`VecSum`, `SageMean`, `MaxPool`) and
 //!   `powerlaw-gat` (`GatAttention`) at F = 64 on a 1M-node, 16M-edge
 //!   power-law graph; `powerlaw-sum` again at F = 16 and F = 128; and
@@ -634,12 +636,21 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
         let gen_first = t0.elapsed().as_secs_f64() * 1e3;
         drop(first);
         let gen_compile = new_compile_ms(&before);
+        // The macro's ahead-of-time stencil variant (the grid read at run
+        // time) in the same rounds, when the macro compiled one.
+        let aot = tiga::Schedule::new().backend(tiga::Backend::Aot);
+        let mks = mk.filter(|m| m.aot_entry(DType::F32, &[], true, tiga::Backend::Aot).is_some());
         let mut contenders: Vec<Contender<'_>> = vec![
             Box::new(|| k.run(&st, &ins).map(Produced::Outputs).map_err(|e| e.to_string())),
             Box::new(|| Ok(Produced::Hand(hand::Out(hand::stencil_generated(side, &x))))),
         ];
-        let timed = time_rounds(repeat, &mut contenders)?;
+        if let Some(m) = mks {
+            let (aot, st, ins) = (&aot, &st, &ins);
+            contenders.push(Box::new(move || m.run_with(st, ins, aot).map(Produced::Outputs).map_err(|e| e.to_string())));
+        }
+        let mut timed = time_rounds(repeat, &mut contenders)?;
         drop(contenders);
+        let aot_fwd = if mks.is_some() { timed.pop() } else { None };
         let [(gen_ms, Produced::Outputs(gen_out)), (hf, Produced::Hand(hout))] =
             <[_; 2]>::try_from(timed).map_err(|_| "two contenders")?
         else {
@@ -661,8 +672,13 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
             Box::new(|| k.vjp(&st, &ins, &cot).map(Produced::Grads).map_err(|e| e.to_string())),
             Box::new(|| Ok(Produced::Hand(hand::Out(hand::stencil_generated(side, &gout))))),
         ];
-        let timed = time_rounds(repeat, &mut contenders)?;
+        if let Some(m) = mks {
+            let (aot, cot, st, ins) = (&aot, &cot, &st, &ins);
+            contenders.push(Box::new(move || m.vjp_with(st, ins, cot, aot).map(Produced::Grads).map_err(|e| e.to_string())));
+        }
+        let mut timed = time_rounds(repeat, &mut contenders)?;
         drop(contenders);
+        let aot_bwd = if mks.is_some() { timed.pop() } else { None };
         let [(gen_bwd_ms, Produced::Grads(gen_grad)), (hb, Produced::Hand(hgrad))] =
             <[_; 2]>::try_from(timed).map_err(|_| "two contenders")?
         else {
@@ -694,6 +710,38 @@ fn stencil_group(run: &mut Run) -> Result<(), String> {
             check_bwd: check_gen_bwd.or(check_bwd),
             ..Case::default()
         });
+        if let (Some((af, Produced::Outputs(aout))), Some((ab, Produced::Grads(agrad)))) = (aot_fwd, aot_bwd) {
+            let aout = aout.out().and_then(|o| o.as_f32()).ok_or("no f32 output")?.to_vec();
+            let agrad = agrad.src("x").and_then(|g| g.as_f32()).ok_or("no f32 gradient of x")?.to_vec();
+            let check_fwd = run.checked("stencil-generated forward (rust-aot vs cranelift)", &aout, &gen_out);
+            let check_bwd = run.checked("stencil-generated backward (rust-aot vs cranelift)", &agrad, &gen_grad);
+            let bits = |a: &[f32], b: &[f32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+            if !bits(&aout, &gen_out) || !bits(&agrad, &gen_grad) {
+                run.fail("stencil-generated: rust-aot and cranelift differ in bits".into());
+            }
+            eprintln!(
+                "[bench] stencil-generated: fwd cranelift {gen_ms:.2} ms, rust-aot {af:.2} ms ({:.2}x); bwd cranelift {gen_bwd_ms:.2} ms, rust-aot {ab:.2} ms ({:.2}x)",
+                af / gen_ms,
+                ab / gen_bwd_ms
+            );
+            let (model_bytes, model) = model::stencil_generated(n);
+            run.report.cases.push(Case {
+                case: "stencil-generated".into(),
+                backend: "rust-aot",
+                f: 1,
+                nodes: n,
+                edges: e,
+                fwd_ms: Some(af),
+                bwd_ms: Some(ab),
+                model_bytes,
+                model,
+                hand_fwd_ms: Some(hf),
+                hand_bwd_ms: Some(hb),
+                check_fwd,
+                check_bwd,
+                ..Case::default()
+            });
+        }
     }
     if want_csr {
         let i = run.report.cases.iter().position(|c| c.case == "stencil-csr").into_iter().collect::<Vec<_>>();

@@ -170,9 +170,12 @@ fn aot_variants(c: &tiga_compiler::passes::Compiled) -> proc_macro2::TokenStream
 }
 
 /// Rust source of every ahead-of-time variant of one lowered kernel, and
-/// the table entries naming them.
+/// the table entries naming them: per dtype and width, the CSR variant
+/// and, for a kernel with scalar values per row and no edge fields (see
+/// `stencil_refusal` for why only those), the generated-stencil variant
+/// beside it.
 fn variant_table(lowered: &tiga_compiler::ir::Kernel, prefix: &str) -> (String, Vec<proc_macro2::TokenStream>) {
-    use tiga_compiler::back::rust_source::{emit_variant, AOT_WIDTHS};
+    use tiga_compiler::back::rust_source::{emit_stencil_variant, emit_variant, stencil_refusal, AOT_WIDTHS};
     use tiga_compiler::ir::DType;
     let Ok(lk) = tiga_compiler::loops::schedule(lowered) else { return (String::new(), vec![]) };
     let width_sets: Vec<Vec<usize>> = match lk.widths.len() {
@@ -190,9 +193,22 @@ fn variant_table(lowered: &tiga_compiler::ir::Kernel, prefix: &str) -> (String, 
                 Ok(src) => fns.push_str(&src),
                 Err(_) => return (String::new(), vec![]),
             }
+            let stencil = if stencil_refusal(&lk).is_none() {
+                let st_name = format!("{name}_st");
+                match emit_stencil_variant(&lk, d, ws, &st_name, "::tiga::RawArgs") {
+                    Ok(src) => fns.push_str(&src),
+                    Err(_) => return (String::new(), vec![]),
+                }
+                let st = proc_macro2::Ident::new(&st_name, proc_macro2::Span::call_site());
+                quote! { ::core::option::Option::Some(#st) }
+            } else {
+                quote! { ::core::option::Option::None }
+            };
             let fname = proc_macro2::Ident::new(&name, proc_macro2::Span::call_site());
             let dt = proc_macro2::Ident::new(dname, proc_macro2::Span::call_site());
-            entries.push(quote! { ::tiga::AotVariant { dtype: ::tiga::DType::#dt, widths: &[#(#ws),*], entry: #fname } });
+            entries.push(quote! {
+                ::tiga::AotVariant { dtype: ::tiga::DType::#dt, widths: &[#(#ws),*], entry: #fname, stencil: #stencil }
+            });
         }
     }
     (fns, entries)

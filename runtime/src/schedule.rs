@@ -27,7 +27,10 @@ pub const SPILL_DIR_ENV: &str = "TIGA_SPILL_DIR";
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Backend {
     /// The macro's ahead-of-time variant when it compiled one for the
-    /// call's dtype and widths, else the Cranelift JIT.
+    /// call's dtype and widths, else the Cranelift JIT. On a generated
+    /// stencil, the macro's stencil variant (kernels with scalar values
+    /// per row, where it measured as fast as the JIT's or faster; see
+    /// `tiga::STENCIL_AUTO_AOT`), else the JIT's.
     #[default]
     Auto,
     /// The ahead-of-time variant, or an error saying there is none.

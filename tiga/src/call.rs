@@ -7,7 +7,7 @@ use tiga_compiler::interp::{interpret_in_order, Array};
 use tiga_compiler::ir::{self, Role};
 use tiga_compiler::loops::LoopKernel;
 use tiga_runtime::abi::Stencil2d;
-use tiga_runtime::abi::{EntryFn, RawArgs};
+use tiga_runtime::abi::{EntryFn, RawArgs, RawStencil};
 use tiga_runtime::exec::{self, ParamPartials, RowRunner, Side};
 use tiga_runtime::storage::{FieldHandle, FieldRole};
 use tiga_runtime::{Backend, Realization, Rows, Schedule};
@@ -266,7 +266,7 @@ pub(crate) struct Prepared {
 impl Kernel {
     /// Pick the variant for a bound call: `edge_ids` whether edge fields go
     /// through the realization's edge ids, `stencil` the generated
-    /// realization (JIT only: the macro compiles CSR variants).
+    /// realization (see [`Kernel::aot_entry`] for which back end runs it).
     pub(crate) fn prepare(
         &self,
         b: &Bound<'_>,
@@ -274,12 +274,8 @@ impl Kernel {
         stencil: Option<&Stencil2d>,
         backend: Backend,
     ) -> Result<Prepared> {
-        let aot = match (backend, stencil) {
-            (Backend::Jit, _) | (_, Some(_)) => None,
-            _ => self.aot_variant(b.dtype, &b.widths),
-        };
-        let (entry, jit) = match (aot, backend) {
-            (Some(v), _) => (v.entry, None),
+        let (entry, jit) = match (self.aot_entry(b.dtype, &b.widths, stencil.is_some(), backend), backend) {
+            (Some(entry), _) => (entry, None),
             (None, Backend::Aot) => {
                 return Err(Error::Unsupported(format!(
                     "the schedule asks for the ahead-of-time back end, but kernel `{}` has no ahead-of-time variant for {} \
@@ -287,7 +283,7 @@ impl Kernel {
                     self.name(),
                     b.dtype,
                     b.widths,
-                    if stencil.is_some() { " on a generated stencil (only the JIT compiles those)" } else { "" }
+                    if stencil.is_some() { " on a generated stencil" } else { "" }
                 )))
             }
             (None, _) => {
@@ -386,6 +382,7 @@ impl Kernel {
             edge_ids: graph.edge_ids().map(|e| e.as_ptr()).unwrap_or(std::ptr::null()),
             fields: field_ptrs.as_ptr(),
             outputs: std::ptr::null(),
+            stencil: std::ptr::null(),
         };
         let partials = ParamPartials::new(graph.num_dst(), &p.param_outs).with_split(splittable(self.captured()));
         let runner = RowRunner::new(p.entry, &p.shapes, b.dtype, &mut outs, partials);
@@ -414,8 +411,14 @@ impl Kernel {
         let mut outs = output_buffers(self.loop_kernel(), b.dtype, &p.shapes)?;
         let field_ptrs = b.field_ptrs();
         let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(exec::data_ptr).collect();
-        let raw = RawArgs { fields: field_ptrs.as_ptr(), outputs: out_ptrs.as_ptr(), ..RawArgs::empty() };
-        // SAFETY: compiled for this kernel, dtype, widths and stencil;
+        // The grid for the ahead-of-time variant (the JIT's has it baked in
+        // and ignores it); `pairs` outlives the call.
+        let pairs = st.offset_pairs();
+        let grid = RawStencil::new(st, &pairs);
+        let raw = RawArgs { fields: field_ptrs.as_ptr(), outputs: out_ptrs.as_ptr(), stencil: &grid, ..RawArgs::empty() };
+        // SAFETY: compiled for this kernel, dtype and widths, and for this
+        // stencil or for any (reading `grid`, whose rows and columns
+        // `stencil_extents` checked are non-zero and fit memory);
         // `bind_extents` checked every field against the grid's size.
         unsafe { exec::execute_generated(p.entry, raw, n, schedule.threads)? };
         Ok(self.outputs(outs))
@@ -451,11 +454,21 @@ impl Kernel {
 }
 
 /// The extents of kernel `k`'s call on a generated stencil (checked: a
-/// non-empty grid, no edge fields).
+/// non-empty grid, no edge fields, no edge outputs). Checked here, before
+/// a back end is picked, so that every back end refuses such a kernel with
+/// the same message (an adjoint stage writing per-edge values reached the
+/// JIT's translator, which refused it as an internal error).
 pub(crate) fn stencil_extents(k: &ir::Kernel, st: &Stencil2d) -> Result<Extents> {
     if k.fields.iter().any(|f| f.role == Role::Edge) {
         return Err(Error::Unsupported(format!(
             "kernel `{}` reads edge fields; a generated stencil has none (build the CSR with Graph::stencil)",
+            k.name
+        )));
+    }
+    if k.outputs.iter().any(|o| o.role == Role::Edge) {
+        return Err(Error::Unsupported(format!(
+            "kernel `{}` writes edge outputs, which a generated stencil has no edge ids for: run it on the CSR \
+             realization (Graph::stencil)",
             k.name
         )));
     }

@@ -8,6 +8,32 @@ use tiga_compiler::passes::{PassRecord, RemarkKind};
 
 use crate::{AdjointPlan, Kernel};
 
+/// Which back end runs the kernel on a generated stencil under
+/// `Backend::Auto`, and why.
+fn stencil_backend(k: &Kernel) -> String {
+    let with_stencil: Vec<String> = k
+        .aot_variants()
+        .iter()
+        .filter(|v| v.dtype == tiga_runtime::DType::F32 && v.stencil.is_some())
+        .map(|v| format!("{:?}", v.widths))
+        .collect();
+    if with_stencil.is_empty() {
+        let why = match tiga_compiler::back::rust_source::stencil_refusal(k.loop_kernel()) {
+            _ if k.aot_variants().is_empty() => "no ahead-of-time variants".to_string(),
+            Some(why) => format!("no ahead-of-time stencil variant: {why}"),
+            None => "no ahead-of-time stencil variant".to_string(),
+        };
+        format!("cranelift JIT, one variant per grid with the grid baked in ({why})")
+    } else if crate::STENCIL_AUTO_AOT {
+        format!(
+            "rust-aot stencil variant (the grid read at run time, interior rows in blocks) for f32/f64 with widths {}; cranelift JIT for every other width",
+            with_stencil.join(" ")
+        )
+    } else {
+        "cranelift JIT, one variant per grid (Backend::Aot selects the rust-aot stencil variant)".to_string()
+    }
+}
+
 pub(crate) fn explain(k: &Kernel) -> String {
     let mut s = String::new();
     let cap = k.captured();
@@ -28,6 +54,7 @@ pub(crate) fn explain(k: &Kernel) -> String {
             widths.join(" ")
         );
     }
+    let _ = writeln!(s, "  stencils:  {}", stencil_backend(k));
     let _ = writeln!(
         s,
         "  lowering:  destination-major CSR gather/segment; edge and node regions {}",

@@ -46,7 +46,7 @@ pub use tiga_runtime::{
 };
 
 pub use call::{Input, Inputs, Outputs};
-pub use tiga_runtime::abi::{RawArgs, Stencil2d};
+pub use tiga_runtime::abi::{EntryFn, RawArgs, RawStencil, Stencil2d};
 
 /// A variant the macro compiled ahead of time: the kernel's loops as Rust,
 /// for one dtype and one set of widths.
@@ -54,7 +54,12 @@ pub use tiga_runtime::abi::{RawArgs, Stencil2d};
 pub struct AotVariant {
     pub dtype: DType,
     pub widths: &'static [usize],
+    /// The CSR realization's variant (graphs in memory, pages of a file).
     pub entry: tiga_runtime::abi::EntryFn,
+    /// The generated-stencil variant, which reads the grid from
+    /// `RawArgs::stencil` at run time; `None` for kernels that cannot run
+    /// on a generated stencil (edge fields, edge or parameter outputs).
+    pub stencil: Option<tiga_runtime::abi::EntryFn>,
 }
 pub use offload::{with_ram_budget, with_schedule, AnyGraph};
 pub use tiga_compiler as compiler;
@@ -164,6 +169,19 @@ impl From<tiga_compiler::front::FrontError> for Error {
     }
 }
 
+/// Whether [`Backend::Auto`] runs a generated stencil with the macro's
+/// ahead-of-time stencil variant (when the kernel has one: scalar values
+/// per row, no edge fields) rather than the JIT, which bakes the grid into
+/// its variant. It does: measured side by side on one thread, four
+/// neighbours unless named, the AOT variant took 0.94-0.96x the JIT's time
+/// on `Smoothing` (2000x2000 and 500x500), 0.70-0.78x with nine
+/// neighbours, 0.59-0.79x on `Top2Sum`; on the benchmark's
+/// `stencil-generated` case (two threads) 0.86-0.95x forward and
+/// 0.81-1.00x backward at 2000x2000, 0.98-1.03x and 0.92-1.03x at 500x500.
+/// And it compiles nothing at run time (the JIT compiles a variant per
+/// grid).
+pub const STENCIL_AUTO_AOT: bool = true;
+
 /// The process-wide variant cache: one JIT-compiled variant per (kernel,
 /// dtype, widths, edge-order realization) on this host's ISA.
 pub fn jit() -> &'static Jit {
@@ -257,12 +275,39 @@ impl Kernel {
         self.aot
     }
 
-    /// Which back end runs a call with this dtype and these widths.
+    /// Which back end runs a call with this dtype and these widths on a
+    /// CSR (a graph in memory, pages of a file) under [`Backend::Auto`].
     pub fn backend_for(&self, dtype: DType, widths: &[usize]) -> &'static str {
-        if self.aot_variant(dtype, widths).is_some() {
+        if self.aot_entry(dtype, widths, false, Backend::Auto).is_some() {
             "rust-aot (rustc/LLVM, macro path)"
         } else {
             "cranelift (JIT)"
+        }
+    }
+
+    /// Which back end runs a call with this dtype and these widths on a
+    /// generated stencil under `backend` ([`Kernel::aot_entry`]).
+    pub fn stencil_backend_for(&self, dtype: DType, widths: &[usize], backend: Backend) -> &'static str {
+        if self.aot_entry(dtype, widths, true, backend).is_some() {
+            "rust-aot (rustc/LLVM, macro path; the grid read at run time)"
+        } else {
+            "cranelift (JIT; the grid baked into the variant)"
+        }
+    }
+
+    /// The ahead-of-time entry a call runs under `backend`, or `None` for
+    /// the JIT: on a CSR the macro's variant whenever one matches the
+    /// dtype and widths (except under [`Backend::Jit`]); on a generated
+    /// stencil (`stencil`) its stencil variant under [`Backend::Aot`], and
+    /// under [`Backend::Auto`] only where [`STENCIL_AUTO_AOT`] says it is
+    /// the faster.
+    pub fn aot_entry(&self, dtype: DType, widths: &[usize], stencil: bool, backend: Backend) -> Option<EntryFn> {
+        let v = self.aot_variant(dtype, widths)?;
+        match (backend, stencil) {
+            (Backend::Jit | Backend::Reference, _) => None,
+            (Backend::Aot | Backend::Auto, false) => Some(v.entry),
+            (Backend::Aot, true) => v.stencil,
+            (Backend::Auto, true) => v.stencil.filter(|_| STENCIL_AUTO_AOT),
         }
     }
 

@@ -110,6 +110,7 @@ pub fn run_over_csr(
         edge_ids: if edge_ids { ids.as_ptr() } else { std::ptr::null() },
         fields: field_ptrs.as_ptr(),
         outputs: out_ptrs.as_ptr(),
+        stencil: std::ptr::null(),
     };
     for rows in chunks {
         run(&args, rows.clone());

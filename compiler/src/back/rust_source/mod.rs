@@ -8,15 +8,23 @@
 //! Cranelift's x64 vectors are 128-bit). The runtime prefers such a variant
 //! when one matches the call and falls back to the Cranelift JIT otherwise.
 //!
+//! For kernels that can run on a generated stencil (no edge fields), a
+//! second kind of variant reads the grid from the argument block instead
+//! of a CSR (module `stencil`, [`emit_stencil_variant`]).
+//!
 //! The emitted function has the same ABI as the JIT's ([`tiga_abi`])
 //! and the same scalar semantics (`interp::apply_unary`/`apply_binary`:
 //! relu and leaky_relu by comparison, min/max as Rust's, `powi` as
 //! `f32::powi`, `exp`/`ln`/`tanh` from std).
 
+mod stencil;
+
 use std::fmt::Write as _;
 
 use crate::ir::{BinOp, CmpOp, DType, Role, Type, UnOp};
 use crate::loops::{fields_read, verify, Addr, Inst, LoopKernel, LoopVar, LoopVerifyError, Stmt, Var, VarKind};
+
+pub use stencil::{emit_stencil_variant, stencil_refusal};
 
 /// Widths the macro compiles ahead of time, for kernels with one width
 /// symbol (other widths, and kernels with several symbols, use the JIT).
@@ -35,6 +43,9 @@ pub enum RustSourceError {
     /// reported rather than panicking.
     #[error("internal error: the Rust-source back end could not emit verified loop kernel `{kernel}`: {message}")]
     Internal { kernel: String, message: String },
+    /// A generated-stencil variant of a kernel that cannot run on one.
+    #[error("kernel `{kernel}` has no generated-stencil variant: {why}")]
+    NotStencil { kernel: String, why: &'static str },
 }
 
 struct Emitter<'a> {
@@ -43,6 +54,10 @@ struct Emitter<'a> {
     t: &'static str,
     /// Variables that are never NaN ([`crate::loops::never_nan`]).
     not_nan: Vec<bool>,
+    /// Whether statements are emitted for a block of rows at once (a
+    /// generated stencil's interior, [`row_block`]): each variable is an
+    /// array with one element per row, indexed by the row's lane `l`.
+    block: bool,
     out: String,
 }
 
@@ -65,6 +80,15 @@ fn lit(c: f64, t: &str) -> String {
 impl Emitter<'_> {
     fn err(&self, m: impl Into<String>) -> RustSourceError {
         RustSourceError::Internal { kernel: self.k.name.clone(), message: m.into() }
+    }
+
+    /// How variable `x` is named where it is read or set.
+    fn var(&self, x: &Var) -> String {
+        if self.block {
+            format!("w{}[l]", x.0)
+        } else {
+            format!("v{}", x.0)
+        }
     }
 
     fn width(&self, w: crate::ir::WidthId) -> Result<usize, RustSourceError> {
@@ -123,7 +147,7 @@ impl Emitter<'_> {
 
     fn inst(&self, i: &Inst) -> Result<String, RustSourceError> {
         let t = self.t;
-        let v = |x: &Var| format!("v{}", x.0);
+        let v = |x: &Var| self.var(x);
         Ok(match i {
             Inst::Const(c) => {
                 // A boolean constant comes from folding a comparison.
@@ -203,11 +227,11 @@ impl Emitter<'_> {
                         (VarKind::Bool, Inst::Const(c)) => format!("{}", *c != 0.0),
                         _ => self.inst(i)?,
                     };
-                    let _ = writeln!(self.out, "{pad}v{} = {rhs};", x.0);
+                    let _ = writeln!(self.out, "{pad}{} = {rhs};", self.var(x));
                 }
                 Stmt::Store(a, x) => {
                     let a = self.addr(a)?;
-                    let _ = writeln!(self.out, "{pad}{a} = v{};", x.0);
+                    let _ = writeln!(self.out, "{pad}{a} = {};", self.var(x));
                 }
                 Stmt::Loop { lane, width, body } => {
                     let w = self.width(*width)?;
@@ -300,65 +324,15 @@ pub fn emit_variant(
     fn_name: &str,
     abi_path: &str,
 ) -> Result<String, RustSourceError> {
-    let t = match dtype {
-        DType::F32 => "f32",
-        DType::F64 => "f64",
-    };
     verify(k)?;
-    let mut e = Emitter { k, widths, t, not_nan: crate::loops::never_nan(k), out: String::new() };
-    // The entry point dispatches once per call to a body compiled for
-    // AVX2+FMA when the running CPU has them (LLVM then uses 256-bit
-    // vectors), else to the same body for the baseline target. Both bodies
-    // are the same Rust, and Rust never contracts a*b+c into an FMA, so
-    // they give the same bits.
-    let _ = writeln!(e.out, "#[allow(unused_mut, unused_variables, unused_assignments, clippy::all)]");
-    let _ = writeln!(e.out, "unsafe extern \"C\" fn {fn_name}(args: *const {abi_path}, row_begin: u64, row_end: u64) {{");
-    let _ = writeln!(e.out, "    #[cfg(target_arch = \"x86_64\")]");
-    let _ = writeln!(e.out, "    {{");
-    let _ =
-        writeln!(e.out, "        if ::std::is_x86_feature_detected!(\"avx2\") && ::std::is_x86_feature_detected!(\"fma\") {{");
-    let _ = writeln!(e.out, "            return unsafe {{ {fn_name}_avx2(args, row_begin, row_end) }};");
-    let _ = writeln!(e.out, "        }}");
-    let _ = writeln!(e.out, "    }}");
-    let _ = writeln!(e.out, "    unsafe {{ {fn_name}_base(args, row_begin, row_end) }}");
-    let _ = writeln!(e.out, "}}");
-    let body_start = e.out.len();
-    // The rows run in a function of their own that takes every array as a
-    // parameter: with the pointers loaded from the argument block in the
-    // same function, LLVM kept a max kernel's accumulators on the stack
-    // (with masked stores) instead of in registers, 1.65x the hand-written
-    // loop's time.
-    let _ = writeln!(e.out, "{TARGET_ATTRS}");
-    let _ = writeln!(e.out, "#[allow(unused_mut, unused_variables, unused_assignments, clippy::all)]");
-    let _ = writeln!(e.out, "unsafe fn {fn_name}_BODY(args: *const {abi_path}, row_begin: u64, row_end: u64) {{ unsafe {{");
-    let _ = writeln!(e.out, "    let a = &*args;");
-    let mut call = vec!["a.offsets".to_string(), "a.cols".into(), "a.edge_ids".into()];
-    let mut params = vec!["offsets: *const u64".to_string(), "cols: *const u32".into(), "edge_ids: *const u64".into()];
-    for f in 0..k.fields.len() {
-        call.push(format!("*a.fields.add({f}) as *const {t}"));
-        params.push(format!("f{f}: *const {t}"));
-    }
-    for o in 0..k.outputs.len() {
-        call.push(format!("*a.outputs.add({o}) as *mut {t}"));
-        params.push(format!("o{o}: *mut {t}"));
-    }
-    let _ = writeln!(e.out, "    {fn_name}_BODY_rows({}, row_begin, row_end)", call.join(", "));
-    let _ = writeln!(e.out, "}} }}");
-    let _ = writeln!(e.out, "{TARGET_ATTRS}");
-    let _ = writeln!(e.out, "#[inline(never)]");
-    let _ = writeln!(e.out, "#[allow(unused_mut, unused_variables, unused_assignments, clippy::all)]");
-    let _ = writeln!(e.out, "unsafe fn {fn_name}_BODY_rows({}, row_begin: u64, row_end: u64) {{ unsafe {{", params.join(", "));
-
-    for (i, kind) in k.vars.iter().enumerate() {
-        match kind {
-            VarKind::Num => {
-                let _ = writeln!(e.out, "    let mut v{i}: {t} = 0.0;");
-            }
-            VarKind::Bool => {
-                let _ = writeln!(e.out, "    let mut v{i}: bool = false;");
-            }
-        }
-    }
+    let mut e = Emitter::new(k, dtype, widths);
+    let body_start = open_variant(
+        &mut e,
+        fn_name,
+        abi_path,
+        &[("offsets: *const u64", "a.offsets"), ("cols: *const u32", "a.cols"), ("edge_ids: *const u64", "a.edge_ids")],
+    );
+    let t = e.t;
     // Software prefetch of the source rows `PREFETCH_EDGES` edges ahead (see
     // `prefetched_rows`): the edge loop's gathers are what it waits on.
     let prefetch = prefetched_rows(&e, dtype)?;
@@ -448,6 +422,85 @@ pub fn emit_variant(
     }
     e.stmts(&k.finish, 2)?;
     let _ = writeln!(e.out, "    }}");
+    Ok(close_variant(e, body_start, fn_name))
+}
+
+impl<'a> Emitter<'a> {
+    fn new(k: &'a LoopKernel, dtype: DType, widths: &'a [usize]) -> Emitter<'a> {
+        let t = match dtype {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        };
+        Emitter { k, widths, t, not_nan: crate::loops::never_nan(k), block: false, out: String::new() }
+    }
+}
+
+/// The entry point and the start of its rows function, up to the first
+/// statement of the rows function's body: the variables are declared.
+/// `adjacency` is what the rows function takes before the fields and
+/// outputs, as (parameter, expression on the argument block `a`).
+/// Returns where the part copied per target (see [`close_variant`])
+/// starts.
+fn open_variant(e: &mut Emitter<'_>, fn_name: &str, abi_path: &str, adjacency: &[(&str, &str)]) -> usize {
+    let (k, t) = (e.k, e.t);
+    // The entry point dispatches once per call to a body compiled for
+    // AVX2+FMA when the running CPU has them (LLVM then uses 256-bit
+    // vectors), else to the same body for the baseline target. Both bodies
+    // are the same Rust, and Rust never contracts a*b+c into an FMA, so
+    // they give the same bits.
+    let _ = writeln!(e.out, "#[allow(unused_mut, unused_variables, unused_assignments, clippy::all)]");
+    let _ = writeln!(e.out, "unsafe extern \"C\" fn {fn_name}(args: *const {abi_path}, row_begin: u64, row_end: u64) {{");
+    let _ = writeln!(e.out, "    #[cfg(target_arch = \"x86_64\")]");
+    let _ = writeln!(e.out, "    {{");
+    let _ =
+        writeln!(e.out, "        if ::std::is_x86_feature_detected!(\"avx2\") && ::std::is_x86_feature_detected!(\"fma\") {{");
+    let _ = writeln!(e.out, "            return unsafe {{ {fn_name}_avx2(args, row_begin, row_end) }};");
+    let _ = writeln!(e.out, "        }}");
+    let _ = writeln!(e.out, "    }}");
+    let _ = writeln!(e.out, "    unsafe {{ {fn_name}_base(args, row_begin, row_end) }}");
+    let _ = writeln!(e.out, "}}");
+    let body_start = e.out.len();
+    // The rows run in a function of their own that takes every array as a
+    // parameter: with the pointers loaded from the argument block in the
+    // same function, LLVM kept a max kernel's accumulators on the stack
+    // (with masked stores) instead of in registers, 1.65x the hand-written
+    // loop's time.
+    let _ = writeln!(e.out, "{TARGET_ATTRS}");
+    let _ = writeln!(e.out, "#[allow(unused_mut, unused_variables, unused_assignments, clippy::all)]");
+    let _ = writeln!(e.out, "unsafe fn {fn_name}_BODY(args: *const {abi_path}, row_begin: u64, row_end: u64) {{ unsafe {{");
+    let _ = writeln!(e.out, "    let a = &*args;");
+    let mut call: Vec<String> = adjacency.iter().map(|(_, c)| c.to_string()).collect();
+    let mut params: Vec<String> = adjacency.iter().map(|(p, _)| p.to_string()).collect();
+    for f in 0..k.fields.len() {
+        call.push(format!("*a.fields.add({f}) as *const {t}"));
+        params.push(format!("f{f}: *const {t}"));
+    }
+    for o in 0..k.outputs.len() {
+        call.push(format!("*a.outputs.add({o}) as *mut {t}"));
+        params.push(format!("o{o}: *mut {t}"));
+    }
+    let _ = writeln!(e.out, "    {fn_name}_BODY_rows({}, row_begin, row_end)", call.join(", "));
+    let _ = writeln!(e.out, "}} }}");
+    let _ = writeln!(e.out, "{TARGET_ATTRS}");
+    let _ = writeln!(e.out, "#[inline(never)]");
+    let _ = writeln!(e.out, "#[allow(unused_mut, unused_variables, unused_assignments, clippy::all)]");
+    let _ = writeln!(e.out, "unsafe fn {fn_name}_BODY_rows({}, row_begin: u64, row_end: u64) {{ unsafe {{", params.join(", "));
+    for (i, kind) in k.vars.iter().enumerate() {
+        match kind {
+            VarKind::Num => {
+                let _ = writeln!(e.out, "    let mut v{i}: {t} = 0.0;");
+            }
+            VarKind::Bool => {
+                let _ = writeln!(e.out, "    let mut v{i}: bool = false;");
+            }
+        }
+    }
+    body_start
+}
+
+/// Close the rows function and copy everything from `body_start` on twice:
+/// once compiled for AVX2+FMA, once for the baseline target.
+fn close_variant(mut e: Emitter<'_>, body_start: usize, fn_name: &str) -> String {
     let _ = writeln!(e.out, "}} }}");
     let body = e.out.split_off(body_start);
     let avx2 = "#[cfg(target_arch = \"x86_64\")]\n#[target_feature(enable = \"avx2,fma\")]";
@@ -455,5 +508,5 @@ pub fn emit_variant(
     e.out.push_str(
         &body.replace(&format!("{fn_name}_BODY"), &format!("{fn_name}_base")).replace(&format!("{TARGET_ATTRS}\n"), ""),
     );
-    Ok(e.out)
+    e.out
 }
