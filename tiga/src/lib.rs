@@ -58,7 +58,9 @@ pub struct AotVariant {
     pub entry: tiga_runtime::abi::EntryFn,
     /// The generated-stencil variant, which reads the grid from
     /// `RawArgs::stencil` at run time; `None` for kernels that cannot run
-    /// on a generated stencil (edge fields, edge or parameter outputs).
+    /// on a generated stencil (edge fields, edge or parameter outputs) and
+    /// for kernels with feature loops, which the JIT's stencil variant runs
+    /// faster (`rust_source::stencil_refusal` has the measurements).
     pub stencil: Option<tiga_runtime::abi::EntryFn>,
 }
 pub use offload::{with_ram_budget, with_schedule, AnyGraph};

@@ -7,8 +7,10 @@
 //! `#[message_passing]`, on grids with one row or one column, periodic or
 //! not, with offsets larger than the grid.
 
-use tiga::compiler::ir::{Role, Type};
-use tiga::{Backend, DType, Graph, Inputs, Kernel, Schedule, Stencil2d, Tensor};
+use tiga::{Backend, DType, Inputs, Kernel, Schedule, Tensor};
+
+mod common;
+use common::{cotangents, inputs_of, stencil_and_csr, stencil_fields};
 
 #[allow(clippy::all)]
 mod gnn {
@@ -103,38 +105,6 @@ fn offset_sets() -> Vec<Vec<(i64, i64)>> {
 /// 16 in f64) and leftovers.
 const GRIDS: [(usize, usize); 7] = [(1, 1), (1, 7), (5, 1), (4, 5), (13, 17), (9, 70), (61, 67)];
 
-fn grid(offsets: &[(i64, i64)], rows: usize, cols: usize, periodic: bool) -> (Stencil2d, Graph) {
-    let st = Stencil2d { rows: rows as u64, cols: cols as u64, offsets: offsets.to_vec(), periodic };
-    let neigh: Vec<Vec<i64>> = offsets.iter().map(|&(r, c)| vec![r, c]).collect();
-    (st, Graph::stencil(&[rows, cols], &neigh, periodic).expect("stencil graph"))
-}
-
-/// Every field of `k` on `n` nodes (vectors `f` wide), in f32 or f64, with
-/// values of both signs and some equal (max and the top-2 see ties).
-fn fields(k: &Kernel, n: usize, f: usize, f64: bool) -> Vec<(Role, String, Tensor)> {
-    k.fields()
-        .iter()
-        .map(|fd| {
-            let shape = match fd.ty {
-                Type::Vector(_) => vec![n, f],
-                _ => vec![n],
-            };
-            let len: usize = shape.iter().product();
-            let data = (0..len).map(|i| ((i * 37 % 101) as f64) * 0.013 - 0.6);
-            let t = if f64 {
-                Tensor::from_f64(shape, data.collect())
-            } else {
-                Tensor::from_f32(shape, data.map(|x| x as f32).collect())
-            };
-            (fd.role, fd.name.clone(), t.expect("tensor"))
-        })
-        .collect()
-}
-
-fn inputs(ts: &[(Role, String, Tensor)]) -> Inputs<'_> {
-    ts.iter().fold(Inputs::new(), |ins, (r, nm, t)| ins.with_role(*r, nm, t))
-}
-
 /// Bit-for-bit equality of two tensors (of either dtype); the message
 /// names the first element that differs.
 fn assert_same(a: &Tensor, b: &Tensor, what: &str) {
@@ -178,13 +148,13 @@ fn aot_stencil_equals_jit_stencil_and_csr() {
     for offsets in offset_sets() {
         for periodic in [false, true] {
             for (rows, cols) in GRIDS {
-                let (st, g) = grid(&offsets, rows, cols, periodic);
+                let (st, g) = stencil_and_csr(&offsets, rows, cols, periodic);
                 for (name, k) in kernels() {
                     {
                         let f = 1;
                         for f64 in [false, true] {
-                            let ts = fields(k, rows * cols, f, f64);
-                            let ins = inputs(&ts);
+                            let ts = stencil_fields(k, rows * cols, f, f64);
+                            let ins = inputs_of(&ts);
                             let what = format!("{name} F={f} {rows}x{cols} {offsets:?} periodic={periodic} f64={f64}");
                             let csr = k.run_with(&g, &ins, &on(Backend::Jit)).expect("csr run");
                             let jit = k.run_with(&st, &ins, &on(Backend::Jit)).expect("jit stencil run");
@@ -210,23 +180,15 @@ fn aot_stencil_vjp_equals_jit_stencil_and_csr() {
     for offsets in offset_sets() {
         for periodic in [false, true] {
             for (rows, cols) in GRIDS {
-                let (st, g) = grid(&offsets, rows, cols, periodic);
+                let (st, g) = stencil_and_csr(&offsets, rows, cols, periodic);
                 // Kernels whose backward must run generated (and so by the
                 // AOT stencil variants of every stage) where not periodic.
                 let must = ["Smoothing", "NeighborSum"];
                 for (name, k) in kernels() {
                     let f = 1;
-                    let ts = fields(k, rows * cols, f, false);
-                    let ins = inputs(&ts);
-                    let shapes = k.output_shapes(&g, &ins).expect("shapes");
-                    let cots: Vec<(String, Tensor)> = shapes
-                        .iter()
-                        .map(|(o, s)| {
-                            let len: usize = s.iter().product();
-                            let data = (0..len).map(|i| ((i * 53 % 97) as f32) * 0.02 - 1.0).collect();
-                            (o.clone(), Tensor::from_f32(s.clone(), data).expect("cot"))
-                        })
-                        .collect();
+                    let ts = stencil_fields(k, rows * cols, f, false);
+                    let ins = inputs_of(&ts);
+                    let cots = cotangents(k, &g, &ins);
                     let cot: Vec<(&str, tiga::TensorView<'_>)> = cots.iter().map(|(o, t)| (o.as_str(), t.view())).collect();
                     let what = format!("{name} {rows}x{cols} {offsets:?} periodic={periodic}");
                     let csr = k.vjp_with(&g, &ins, &cot, &on(Backend::Jit)).expect("csr vjp");
@@ -260,7 +222,7 @@ fn aot_stencil_vjp_equals_jit_stencil_and_csr() {
 /// file has none, and says so.
 #[test]
 fn aot_backend_on_a_stencil() {
-    let (st, _) = grid(&[(-1, 0), (1, 0), (0, -1), (0, 1)], 6, 9, false);
+    let (st, _) = stencil_and_csr(&[(-1, 0), (1, 0), (0, -1), (0, 1)], 6, 9, false);
     let x: Vec<f32> = (0..54).map(|i| i as f32).collect();
     let ins = Inputs::new().src("x", &x);
     let k = gnn::Smoothing::kernel();

@@ -2,42 +2,12 @@
 //! against the CSR realization of the same stencil: bit-identical outputs
 //! and gradients.
 
-use tiga::compiler::ir::{Role, Type};
-use tiga::{Graph, Inputs, Kernel, Stencil2d, Tensor};
+use tiga::{Kernel, Tensor};
+
+mod common;
+use common::{cotangents, inputs_of, stencil_and_csr, stencil_fields};
 
 const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
-
-/// A generated stencil and its CSR realization.
-fn grid(offsets: &[(i64, i64)], rows: usize, cols: usize, periodic: bool) -> (Stencil2d, Graph) {
-    let st = Stencil2d { rows: rows as u64, cols: cols as u64, offsets: offsets.to_vec(), periodic };
-    let neigh: Vec<Vec<i64>> = offsets.iter().map(|&(r, c)| vec![r, c]).collect();
-    (st, Graph::stencil(&[rows, cols], &neigh, periodic).expect("stencil graph"))
-}
-
-/// Every field of `k` on `n` nodes (vectors 3 wide), in f32 or f64.
-fn fields(k: &Kernel, n: usize, f64: bool) -> Vec<(Role, String, Tensor)> {
-    k.fields()
-        .iter()
-        .map(|fd| {
-            let shape = match fd.ty {
-                Type::Vector(_) => vec![n, 3],
-                _ => vec![n],
-            };
-            let len: usize = shape.iter().product();
-            let data = (0..len).map(|i| ((i * 37 % 101) as f64) * 0.01 - 0.5);
-            let t = if f64 {
-                Tensor::from_f64(shape, data.collect())
-            } else {
-                Tensor::from_f32(shape, data.map(|x| x as f32).collect())
-            };
-            (fd.role, fd.name.clone(), t.expect("tensor"))
-        })
-        .collect()
-}
-
-fn inputs(ts: &[(Role, String, Tensor)]) -> Inputs<'_> {
-    ts.iter().fold(Inputs::new(), |ins, (r, nm, t)| ins.with_role(*r, nm, t))
-}
 
 /// Bit-for-bit equality of two tensors of either dtype.
 fn same_bits(a: &Tensor, b: &Tensor) -> bool {
@@ -54,12 +24,12 @@ fn generated_stencil_equals_csr_stencil() {
     let lopsided = vec![(-2i64, 1i64), (1, 0), (0, -1), (0, 3), (1, 1)];
     for (offsets, periodic) in [(&four, false), (&four, true), (&lopsided, false), (&lopsided, true)] {
         for (rows, cols) in [(1usize, 1usize), (1, 7), (5, 1), (13, 17), (4, 5), (61, 67)] {
-            let (st, g) = grid(offsets, rows, cols, periodic);
+            let (st, g) = stencil_and_csr(offsets, rows, cols, periodic);
             for name in ["Smoothing", "NeighborSum", "VecSum", "SageMean", "MaxPool", "GatAttention", "Top2Sum"] {
                 let k = Kernel::from_source(GNN, name).expect("kernel");
                 for f64 in [false, true] {
-                    let ts = fields(&k, rows * cols, f64);
-                    let ins = inputs(&ts);
+                    let ts = stencil_fields(&k, rows * cols, 3, f64);
+                    let ins = inputs_of(&ts);
                     let csr = k.run(&g, &ins).expect("csr run");
                     let gen = k.run(&st, &ins).expect("generated run");
                     for ((o, a), (_, b)) in csr.items.iter().zip(&gen.items) {
@@ -84,23 +54,12 @@ fn generated_stencil_vjp_equals_csr_stencil_vjp() {
     let must = ["Smoothing", "NeighborSum", "VecSum"];
     for (offsets, periodic) in [(&four, false), (&lopsided, false), (&four, true)] {
         for (rows, cols) in [(1usize, 1usize), (1, 7), (5, 1), (13, 17), (61, 67)] {
-            let (st, g) = grid(offsets, rows, cols, periodic);
+            let (st, g) = stencil_and_csr(offsets, rows, cols, periodic);
             for name in ["Smoothing", "NeighborSum", "VecSum", "SageMean", "MaxPool", "GatAttention", "Top2Sum"] {
                 let k = Kernel::from_source(GNN, name).expect("kernel");
-                let ts = fields(&k, rows * cols, false);
-                let ins = inputs(&ts);
-                let shapes = k.output_shapes(&g, &ins).expect("shapes");
-                let cots: Vec<(String, Tensor)> = shapes
-                    .iter()
-                    .map(|(o, s)| {
-                        let len: usize = s.iter().product();
-                        (
-                            o.clone(),
-                            Tensor::from_f32(s.clone(), (0..len).map(|i| ((i * 53 % 97) as f32) * 0.02 - 1.0).collect())
-                                .expect("cot"),
-                        )
-                    })
-                    .collect();
+                let ts = stencil_fields(&k, rows * cols, 3, false);
+                let ins = inputs_of(&ts);
+                let cots = cotangents(&k, &g, &ins);
                 let cot_views: Vec<(&str, tiga::TensorView<'_>)> = cots.iter().map(|(o, t)| (o.as_str(), t.view())).collect();
                 let csr = k.vjp(&g, &ins, &cot_views).expect("csr vjp");
                 match k.vjp(&st, &ins, &cot_views) {

@@ -94,3 +94,51 @@ pub fn inputs<'a>(fields: &[Field], ts: &'a [Tensor]) -> Inputs<'a> {
     }
     i
 }
+
+/// A generated stencil and its CSR realization (`Graph::stencil`).
+pub fn stencil_and_csr(offsets: &[(i64, i64)], rows: usize, cols: usize, periodic: bool) -> (tiga::Stencil2d, Graph) {
+    let st = tiga::Stencil2d { rows: rows as u64, cols: cols as u64, offsets: offsets.to_vec(), periodic };
+    let neigh: Vec<Vec<i64>> = offsets.iter().map(|&(r, c)| vec![r, c]).collect();
+    (st, Graph::stencil(&[rows, cols], &neigh, periodic).expect("stencil graph"))
+}
+
+/// Every field of `k` on `n` nodes of a stencil (vectors `f` wide), in f32
+/// or f64, with values of both signs and repeats (max and top-2 see ties).
+pub fn stencil_fields(k: &Kernel, n: usize, f: usize, f64: bool) -> Vec<(tiga::compiler::ir::Role, String, Tensor)> {
+    k.fields()
+        .iter()
+        .map(|fd| {
+            let shape = match fd.ty {
+                Type::Vector(_) => vec![n, f],
+                _ => vec![n],
+            };
+            let len: usize = shape.iter().product();
+            let data = (0..len).map(|i| ((i * 37 % 101) as f64) * 0.01 - 0.5);
+            let t = if f64 {
+                Tensor::from_f64(shape, data.collect())
+            } else {
+                Tensor::from_f32(shape, data.map(|x| x as f32).collect())
+            };
+            (fd.role, fd.name.clone(), t.expect("tensor"))
+        })
+        .collect()
+}
+
+/// The inputs of a call with these fields, by role and name.
+pub fn inputs_of(ts: &[(tiga::compiler::ir::Role, String, Tensor)]) -> Inputs<'_> {
+    ts.iter().fold(Inputs::new(), |ins, (r, nm, t)| ins.with_role(*r, nm, t))
+}
+
+/// An f32 cotangent for each output of `k`'s call with `ins` on `g`,
+/// shaped like it, with values of both signs.
+pub fn cotangents(k: &Kernel, g: &Graph, ins: &Inputs<'_>) -> Vec<(String, Tensor)> {
+    k.output_shapes(g, ins)
+        .expect("shapes")
+        .iter()
+        .map(|(o, s)| {
+            let len: usize = s.iter().product();
+            let data = (0..len).map(|i| ((i * 53 % 97) as f32) * 0.02 - 1.0).collect();
+            (o.clone(), Tensor::from_f32(s.clone(), data).expect("cotangent"))
+        })
+        .collect()
+}

@@ -64,9 +64,9 @@ const SHORT_BLOCK_BYTES: usize = 32;
 ///
 /// And only kernels whose values are all scalars per row (no feature
 /// loops, no scratch) get one: their interior runs in blocks of rows that
-/// LLVM vectorizes (see [`ROW_BLOCK_BYTES`]), at 0.59-0.96x the JIT's time
-/// on one thread (`Smoothing` 0.94-0.96x, with nine neighbours 0.70-0.78x,
-/// `Top2Sum` 0.59-0.79x). A kernel with feature loops would loop over its
+/// LLVM vectorizes (the module doc shows the loop), at 0.59-0.96x the
+/// JIT's time on one thread (`Smoothing` 0.94-0.96x, with nine neighbours
+/// 0.70-0.78x, `Top2Sum` 0.59-0.79x). A kernel with feature loops would loop over its
 /// neighbours at run time, once per row, where the JIT unrolls the grid's
 /// few offsets: at F = 4 that took 1.45-1.72x the JIT's time (`VecSum`,
 /// `MaxPool`, `SageMean`, `GatAttention`), and 0.8-1.0x at F = 64, for
@@ -155,16 +155,15 @@ pub fn emit_stencil_variant(
     interior_blocks(&mut e, rows_per_block)?;
     interior_blocks(&mut e, SHORT_BLOCK_BYTES / dtype.size())?;
     out(&mut e, "            let deg = st_num;");
-    e.stmts(&k.init, 3)?;
-    for pass in k.edge_passes() {
-        out(&mut e, "            for n in 0..st_num {");
-        out(&mut e, "                let [dr, dc] = *st_offsets.add(n);");
-        out(&mut e, "                let j = (i as i64).wrapping_add(dr.wrapping_mul(cols).wrapping_add(dc)) as usize;");
-        out(&mut e, "                let rank = n;");
-        e.stmts(pass, 4)?;
-        out(&mut e, "            }");
-    }
-    e.stmts(&k.finish, 3)?;
+    one_row(
+        &mut e,
+        None,
+        &[
+            "let [dr, dc] = *st_offsets.add(n);",
+            "let j = (i as i64).wrapping_add(dr.wrapping_mul(cols).wrapping_add(dc)) as usize;",
+            "let rank = n;",
+        ],
+    )?;
     out(&mut e, "        } else {");
     // A row of the border: each neighbour tested, wrapped or skipped; the
     // degree counted first, since `init` may read it.
@@ -176,31 +175,50 @@ pub fn emit_stencil_variant(
     out(&mut e, "                    deg += 1;");
     out(&mut e, "                }");
     out(&mut e, "            }");
-    e.stmts(&k.init, 3)?;
-    for pass in k.edge_passes() {
-        out(&mut e, "            let mut seen = 0usize;");
-        out(&mut e, "            for n in 0..st_num {");
-        out(&mut e, "                let [dr, dc] = *st_offsets.add(n);");
-        out(&mut e, "                let (mut r2, mut c2) = (r.wrapping_add(dr), c.wrapping_add(dc));");
-        out(&mut e, "                if st_periodic {");
-        out(&mut e, "                    r2 = r2.rem_euclid(rows);");
-        out(&mut e, "                    c2 = c2.rem_euclid(cols);");
-        out(&mut e, "                } else if (r2 as u64) >= st_rows || (c2 as u64) >= st_cols {");
-        out(&mut e, "                    continue;");
-        out(&mut e, "                }");
-        out(&mut e, "                let j = (r2 * cols + c2) as usize;");
-        out(&mut e, "                let rank = seen;");
-        out(&mut e, "                seen += 1;");
-        e.stmts(pass, 4)?;
-        out(&mut e, "            }");
-    }
-    e.stmts(&k.finish, 3)?;
+    one_row(
+        &mut e,
+        Some("let mut seen = 0usize;"),
+        &[
+            "let [dr, dc] = *st_offsets.add(n);",
+            "let (mut r2, mut c2) = (r.wrapping_add(dr), c.wrapping_add(dc));",
+            "if st_periodic {",
+            "    r2 = r2.rem_euclid(rows);",
+            "    c2 = c2.rem_euclid(cols);",
+            "} else if (r2 as u64) >= st_rows || (c2 as u64) >= st_cols {",
+            "    continue;",
+            "}",
+            "let j = (r2 * cols + c2) as usize;",
+            "let rank = seen;",
+            "seen += 1;",
+        ],
+    )?;
     out(&mut e, "        }");
     out(&mut e, "        i += 1;");
     out(&mut e, "        c += 1;");
     out(&mut e, "        if c == cols { c = 0; r += 1; }");
     out(&mut e, "    }");
     Ok(close_variant(e, body_start, fn_name))
+}
+
+/// One row, inside the row loop's `if`: `init`; each edge pass (`pre_body`
+/// when there is one, then `body`) after `before` in a loop over the
+/// offsets `n` whose first lines are `header` (they define `j` and `rank`
+/// and may `continue` past a neighbour); `finish`.
+fn one_row(e: &mut Emitter<'_>, before: Option<&str>, header: &[&str]) -> Result<(), RustSourceError> {
+    let k = e.k;
+    e.stmts(&k.init, 3)?;
+    for pass in k.edge_passes() {
+        if let Some(line) = before {
+            let _ = writeln!(e.out, "            {line}");
+        }
+        let _ = writeln!(e.out, "            for n in 0..st_num {{");
+        for line in header {
+            let _ = writeln!(e.out, "                {line}");
+        }
+        e.stmts(pass, 4)?;
+        let _ = writeln!(e.out, "            }}");
+    }
+    e.stmts(&k.finish, 3)
 }
 
 /// The interior in blocks of `l` rows while the grid row's interior and
