@@ -345,11 +345,13 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     // Every field the kernel declares given on the command line: their
     // shapes are checked against the graph's sizes before it is built.
     let k_ir = kernel.captured();
-    let given_shapes: Option<Vec<&[usize]>> = k_ir
+    // Each declared field's tensor, where the command line gives it.
+    let given: Vec<Option<&Tensor>> = k_ir
         .fields
         .iter()
-        .map(|f| tensors.iter().find(|(r, b, _)| *r == f.role && b.name == f.name).map(|(_, _, t)| t.shape()))
+        .map(|f| tensors.iter().find(|(r, b, _)| *r == f.role && b.name == f.name).map(|(_, _, t)| t))
         .collect();
+    let given_shapes: Option<Vec<&[usize]>> = given.iter().map(|t| t.map(|t| t.shape())).collect();
     let check_sizes = |extents: Extents| -> Result<(), Failure> {
         match &given_shapes {
             Some(shapes) => bind_shapes(k_ir, &extents, shapes)
@@ -374,17 +376,14 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     let declared: Option<Vec<(Vec<usize>, tiga::DType)>> = k_ir
         .fields
         .iter()
-        .map(|f| {
-            tensors
-                .iter()
-                .find(|(r, b, _)| *r == f.role && b.name == f.name)
-                .map(|(_, _, t)| (t.shape().to_vec(), t.dtype()))
-                .or_else(|| {
-                    file_fields
-                        .iter()
-                        .find(|s| s.role.name() == f.role.name() && s.name == f.name)
-                        .map(|s| (s.shape.clone(), s.dtype))
-                })
+        .zip(&given)
+        .map(|(f, t)| {
+            t.map(|t| (t.shape().to_vec(), t.dtype())).or_else(|| {
+                file_fields
+                    .iter()
+                    .find(|s| s.role.name() == f.role.name() && s.name == f.name)
+                    .map(|s| (s.shape.clone(), s.dtype))
+            })
         })
         .collect();
     let given_used = tensors.iter().filter(|(r, b, _)| k_ir.fields.iter().any(|f| f.role == *r && f.name == b.name)).count();

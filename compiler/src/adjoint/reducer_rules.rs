@@ -86,6 +86,23 @@ pub(super) struct Needs {
     pub(super) note: &'static str,
 }
 
+impl Needs {
+    /// A reducer whose adjoint needs only the row statistics the stats
+    /// stage recomputes (prod, softmax): no replayed fold, no winners, no
+    /// inverse degree; its `abar` outputs are copies of the cotangent when
+    /// there is no `node`.
+    fn row_statistics(k: &Kernel, note: &'static str) -> Needs {
+        Needs {
+            replays_fold: false,
+            gives_lanes_to_winners: false,
+            reads_inverse_degree: false,
+            reads_cotangent_directly: false,
+            copies_cotangent: k.node.is_none(),
+            note,
+        }
+    }
+}
+
 /// What a reducer's adjoint needs from each stage. No method has a default
 /// (and [`Needs`] none), so a reducer's rule says all of it.
 pub(super) trait ReducerRule {
@@ -453,14 +470,7 @@ impl ReducerRule for Prod {
             .collect())
     }
     fn needs(&self, k: &Kernel) -> Needs {
-        Needs {
-            replays_fold: false,
-            gives_lanes_to_winners: false,
-            reads_inverse_degree: false,
-            reads_cotangent_directly: false,
-            copies_cotangent: k.node.is_none(),
-            note: "prod: the stats stage keeps the product of non-zero messages and the zero count, so zero messages differentiate exactly",
-        }
+        Needs::row_statistics(k, "prod: the stats stage keeps the product of non-zero messages and the zero count, so zero messages differentiate exactly")
     }
 }
 
@@ -530,14 +540,10 @@ impl ReducerRule for Softmax {
         Ok(vec![sbar, vbar])
     }
     fn needs(&self, k: &Kernel) -> Needs {
-        Needs {
-            replays_fold: false,
-            gives_lanes_to_winners: false,
-            reads_inverse_degree: false,
-            reads_cotangent_directly: false,
-            copies_cotangent: k.node.is_none(),
-            note: "softmax: the Jacobian uses the per-row max and denominator, recomputed by the stats stage (schedule choice: recompute, not saved from the forward)",
-        }
+        Needs::row_statistics(
+            k,
+            "softmax: the Jacobian uses the per-row max and denominator, recomputed by the stats stage (schedule choice: recompute, not saved from the forward)",
+        )
     }
 }
 

@@ -30,19 +30,10 @@ fn check_region(c: &Ctx<'_>, r: &Region) -> Result<(), VerifyError> {
     let err =
         |v: usize, m: String| VerifyError { kernel: c.k.name.clone(), region: c.region.to_string(), value: v as u32, message: m };
     let nw = c.k.widths.len() as u32;
-    let width_ok = |t: Type| match t {
-        Type::Vector(w) | Type::Mask(w) => w.0 < nw,
-        Type::Matrix(a, b) => a.0 < nw && b.0 < nw,
-        _ => true,
-    };
+    // Operands and outputs were checked in range by `check_handles`.
     for (i, n) in r.nodes.iter().enumerate() {
-        if !width_ok(n.ty) {
+        if !width_ok(c.k, &n.ty) {
             return Err(err(i, "type names an undeclared width".into()));
-        }
-        for o in n.op.operands() {
-            if o.0 as usize >= i {
-                return Err(err(i, format!("operand %{} does not precede its use", o.0)));
-            }
         }
         let ty = |v: ValueId| r.nodes[v.0 as usize].ty;
         let expect: Option<Type> = match &n.op {
@@ -131,12 +122,17 @@ fn check_region(c: &Ctx<'_>, r: &Region) -> Result<(), VerifyError> {
             None => return Err(err(i, "operand types do not fit the operation".into())),
         }
     }
-    for o in &r.outputs {
-        if o.0 as usize >= r.nodes.len() {
-            return Err(err(o.0 as usize, "output refers to a missing value".into()));
-        }
-    }
     Ok(())
+}
+
+/// Whether `t` names only widths `k` declares.
+fn width_ok(k: &Kernel, t: &Type) -> bool {
+    let nw = k.widths.len() as u32;
+    match *t {
+        Type::Vector(w) | Type::Mask(w) => w.0 < nw,
+        Type::Matrix(a, b) => a.0 < nw && b.0 < nw,
+        _ => true,
+    }
 }
 
 /// Values written to outputs: exact types, or a scalar for a vector or matrix
@@ -175,12 +171,7 @@ fn regions(k: &Kernel) -> Vec<(&'static str, &Region)> {
 /// by those handles), so a kernel read from an artifact is refused, never
 /// indexed out of bounds.
 fn check_handles(k: &Kernel) -> Result<(), VerifyError> {
-    let nw = k.widths.len() as u32;
-    let width_ok = |t: &Type| match *t {
-        Type::Vector(w) | Type::Mask(w) => w.0 < nw,
-        Type::Matrix(a, b) => a.0 < nw && b.0 < nw,
-        _ => true,
-    };
+    let width_ok = |t: &Type| width_ok(k, t);
     let top = |region: &str, m: String| VerifyError { kernel: k.name.clone(), region: region.into(), value: 0, message: m };
     if let Some(f) = k.fields.iter().find(|f| !width_ok(&f.ty)) {
         return Err(top("fields", format!("field `{}` has a type of an undeclared width", f.name)));
