@@ -19,6 +19,7 @@
 //! whose message names the problem, never a panic.
 
 pub use tiga_abi as abi;
+pub mod comm;
 pub mod exec;
 pub mod graph;
 pub mod graph_ops;
