@@ -25,8 +25,10 @@ pub mod graph;
 pub mod graph_ops;
 pub mod io;
 pub mod npy;
+pub mod partition;
 pub mod realization;
 pub mod schedule;
+pub mod shard;
 pub mod storage;
 pub mod tensor;
 

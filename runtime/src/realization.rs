@@ -60,6 +60,13 @@ pub trait Realization: Sync {
         None
     }
 
+    /// This rank's part of a halo-sharded graph: a call over it localizes
+    /// its inputs, exchanges ghosts and runs the local rows
+    /// ([`crate::shard`]).
+    fn shard(&self) -> Option<&crate::shard::Sharded> {
+        None
+    }
+
     /// One line for `explain`: what kind of realization, and its sizes.
     fn describe(&self) -> String {
         format!("{} sources, {} destinations, {} edges", self.num_src(), self.num_dst(), self.num_edges())

@@ -130,6 +130,21 @@ impl Data<'_> {
     }
 }
 
+impl<'a> Data<'a> {
+    /// The elements' bytes, in this machine's byte order (what a halo
+    /// message carries: every rank of a job shares one byte order).
+    pub fn as_bytes(self) -> &'a [u8] {
+        match self {
+            // SAFETY: f32 and f64 have no padding and every byte is
+            // initialized; u8 has alignment 1, and the length is the
+            // slice's size in bytes.
+            Data::F32(d) => unsafe { std::slice::from_raw_parts(d.as_ptr() as *const u8, std::mem::size_of_val(d)) },
+            // SAFETY: as above.
+            Data::F64(d) => unsafe { std::slice::from_raw_parts(d.as_ptr() as *const u8, std::mem::size_of_val(d)) },
+        }
+    }
+}
+
 /// An owned, row-major tensor (a kernel output, or a field read from disk).
 /// Its elements are in memory, or in a file mapping
 /// ([`Tensor::zeros_in_file`]): an output too large for the RAM budget,

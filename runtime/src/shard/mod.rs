@@ -1,0 +1,580 @@
+//! Halo-sharded graphs: one realization per rank of a job.
+//!
+//! Each rank owns a block of destination rows (and of source rows) and a
+//! local CSR over [owned sources | ghosts] (see [`plan`]). Before a kernel
+//! runs, each rank sends the rows of its source fields that peers read and
+//! receives its ghosts' rows (the halo exchange, [`Sharded::start_halo`]);
+//! after a backward, each rank sends its ghosts' gradient rows back to
+//! their owners, which add them in peer-rank order
+//! ([`Sharded::return_ghosts`]), so the sum does not depend on timing.
+//!
+//! Every message is a 16-byte header (magic, kind, row bytes, rows) and
+//! then the rows, slot by slot, each slot's fields one after the other:
+//! ghost rows × row bytes + 16 bytes per peer and exchange. A message whose
+//! size or header is not the one the plan expects is an error naming the
+//! peer, never a misread.
+//!
+//! Ranks must agree on the graph: [`Sharded::from_graph`] compares a
+//! checksum of it across ranks and refuses to build when they differ.
+
+pub mod plan;
+
+use std::sync::Arc;
+
+pub use plan::{edge_cut, plan_all, LocalShard, PlanError, ShardPlan};
+
+use crate::comm::{check_same, CommError, Communicator, PendingExchange};
+use crate::partition::{Method, Partition, PartitionError};
+use crate::exec::{ExecError, Side};
+use crate::realization::{Realization, Rows};
+use crate::{Data, DataMut, Graph, Tensor};
+
+/// Bytes of a halo message's header.
+pub const HEADER_BYTES: usize = 16;
+const MAGIC: u16 = 0x7467; // "tg"
+
+/// What a message carries (its header's kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+enum Kind {
+    Halo = 1,
+    Gradients = 2,
+    Gather = 3,
+}
+
+/// Why a sharded graph could not be built or exchanged.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error(transparent)]
+    Comm(#[from] CommError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error(transparent)]
+    Partition(#[from] PartitionError),
+    #[error("a malformed message from rank {peer}: {what}")]
+    Malformed { peer: usize, what: String },
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// How to cut a graph across ranks.
+#[derive(Debug, Clone, Default)]
+pub enum PartitionChoice {
+    /// Equal row counts ([`crate::partition::owned_range`]).
+    #[default]
+    Contiguous,
+    /// Contiguous blocks of about equal edges.
+    Balanced,
+    /// METIS on the symmetrized graph (cargo feature `metis`).
+    Metis,
+    /// A partition made elsewhere (of the destination rows).
+    Given(Partition),
+}
+
+/// How to shard: the partition of the rows and the halo depth.
+#[derive(Debug, Clone)]
+pub struct ShardOptions {
+    pub partition: PartitionChoice,
+    /// Hops of ghosts kept: k lets k chained steps run with one exchange.
+    pub depth: usize,
+}
+
+impl Default for ShardOptions {
+    fn default() -> Self {
+        ShardOptions { partition: PartitionChoice::Contiguous, depth: 1 }
+    }
+}
+
+/// The partitions of a graph's destinations and sources for `world` ranks:
+/// a square graph's sources follow its destinations; a bipartite graph's
+/// sources are cut in contiguous blocks.
+pub fn partitions(graph: &Graph, choice: &PartitionChoice, world: usize) -> Result<(Partition, Partition), PartitionError> {
+    let dst = match choice {
+        PartitionChoice::Contiguous => Partition::contiguous(graph.num_dst(), world)?,
+        PartitionChoice::Balanced => Partition::balanced(graph.offsets(), world)?,
+        PartitionChoice::Metis => {
+            if graph.num_src() != graph.num_dst() {
+                return Err(PartitionError::NotSquare { num_src: graph.num_src(), num_dst: graph.num_dst() });
+            }
+            Partition::metis(graph.num_dst(), graph.offsets(), graph.cols(), world)?
+        }
+        PartitionChoice::Given(p) => p.clone(),
+    };
+    let src = if graph.num_src() == graph.num_dst() { dst.clone() } else { Partition::contiguous(graph.num_src(), world)? };
+    Ok((dst, src))
+}
+
+/// A checksum of a graph's CSR and edge order (ranks compare it at setup).
+pub fn graph_checksum(graph: &Graph) -> u64 {
+    let mut h = crc32fast::Hasher::new();
+    for x in [graph.num_src(), graph.num_dst(), graph.num_edges()] {
+        h.update(&(x as u64).to_le_bytes());
+    }
+    for &o in graph.offsets() {
+        h.update(&o.to_le_bytes());
+    }
+    for &c in graph.cols() {
+        h.update(&c.to_le_bytes());
+    }
+    if let Some(ids) = graph.edge_ids() {
+        for &e in ids {
+            h.update(&e.to_le_bytes());
+        }
+    }
+    let crc = h.finalize() as u64;
+    crc | ((graph.num_edges() as u64 & 0xffff_ffff) << 32)
+}
+
+/// One rank's part of a halo-sharded graph and the communicator its
+/// exchanges go through (see the module doc).
+#[derive(Debug)]
+pub struct Sharded {
+    plan: ShardPlan,
+    comm: Arc<dyn Communicator>,
+    method: Method,
+    /// The owned rows' user ids, increasing, and each owned local row's
+    /// position among them.
+    owned_dst: Vec<u32>,
+    row_pos: Vec<u32>,
+    /// The owned edges' user ids, increasing, and each owned local edge's
+    /// position among them.
+    owned_edges: Vec<u64>,
+    edge_pos: Vec<u32>,
+}
+
+/// Positions of `local` in its sorted order, and that order.
+fn sorted_positions<T: Ord + Copy>(local: &[T]) -> (Vec<T>, Vec<u32>) {
+    let mut idx: Vec<u32> = (0..local.len() as u32).collect();
+    idx.sort_by_key(|&i| local[i as usize]);
+    let sorted = idx.iter().map(|&i| local[i as usize]).collect();
+    let mut pos = vec![0u32; local.len()];
+    for (k, &i) in idx.iter().enumerate() {
+        pos[i as usize] = k as u32;
+    }
+    (sorted, pos)
+}
+
+impl Sharded {
+    /// This rank's part of `graph` (every rank passes the same graph: a
+    /// checksum is compared, and a rank whose graph differs makes every
+    /// rank fail with a message naming it).
+    pub fn from_graph(graph: &Graph, comm: Arc<dyn Communicator>, options: &ShardOptions) -> Result<Sharded, ShardError> {
+        check_same(comm.as_ref(), "graph", graph_checksum(graph))?;
+        let (dst, src) = partitions(graph, &options.partition, comm.size())?;
+        let local = LocalShard::build(graph, &dst, &src, comm.rank(), options.depth)?;
+        let plan = exchange_requests(comm.as_ref(), local)?;
+        Ok(Self::from_plan(plan, comm, dst.method()))
+    }
+
+    /// A sharded graph from a finished plan (whose rank and world are the
+    /// communicator's).
+    pub fn from_plan(plan: ShardPlan, comm: Arc<dyn Communicator>, method: Method) -> Sharded {
+        let l = &plan.local;
+        let (owned_dst, row_pos) = sorted_positions(&l.rows[..l.owned_rows]);
+        let (owned_edges, edge_pos) = sorted_positions(&l.edge_ids[..l.owned_edges]);
+        Sharded { plan, comm, method, owned_dst, row_pos, owned_edges, edge_pos }
+    }
+
+    pub fn plan(&self) -> &ShardPlan {
+        &self.plan
+    }
+    pub fn local(&self) -> &LocalShard {
+        &self.plan.local
+    }
+    pub fn comm(&self) -> &Arc<dyn Communicator> {
+        &self.comm
+    }
+    pub fn method(&self) -> Method {
+        self.method
+    }
+    pub fn rank(&self) -> usize {
+        self.plan.local.rank
+    }
+    pub fn world(&self) -> usize {
+        self.plan.local.world
+    }
+    /// The destination rows this rank owns, as user ids, increasing: the
+    /// order of its outputs and of per-rank destination inputs.
+    pub fn owned_dst(&self) -> &[u32] {
+        &self.owned_dst
+    }
+    /// The sources this rank owns, as user ids, increasing: the order of
+    /// its source gradients and of per-rank source inputs.
+    pub fn owned_src(&self) -> &[u32] {
+        &self.plan.local.slots[..self.plan.local.owned_slots]
+    }
+    /// The edges into the owned rows, as user edge ids, increasing: the
+    /// order of per-rank edge inputs, edge outputs and edge gradients.
+    pub fn owned_edges(&self) -> &[u64] {
+        &self.owned_edges
+    }
+    /// For each owned local row, its position in [`Sharded::owned_dst`].
+    pub fn row_positions(&self) -> &[u32] {
+        &self.row_pos
+    }
+    /// For each owned local edge, its position in [`Sharded::owned_edges`].
+    pub fn edge_positions(&self) -> &[u32] {
+        &self.edge_pos
+    }
+
+    /// Start the halo exchange of source fields shaped [slots, ...] whose
+    /// owned rows are filled: the peers' rows arrive in the background
+    /// while the caller computes rows that read no ghost.
+    pub fn start_halo(&self, fields: &[&Tensor]) -> Result<Halo, ShardError> {
+        let l = &self.plan.local;
+        let row_bytes = check_slot_fields(fields, l.slots.len())?;
+        let sends: Vec<Vec<u8>> =
+            self.plan.send.iter().map(|list| pack(Kind::Halo, row_bytes, list.iter().map(|&s| s as usize), fields)).collect();
+        let recv_lens = l.recv.iter().map(|r| HEADER_BYTES + r.len() * row_bytes).collect();
+        let pending = self.comm.start_all_to_all_v(sends, recv_lens)?;
+        Ok(Halo { pending, row_bytes })
+    }
+
+    /// Send the ghost slots' gradient rows (fields shaped [slots, ...]) to
+    /// their owners and add what peers sent into the owned slots, peer by
+    /// peer in rank order. Ghost rows are left as they were.
+    pub fn return_ghosts(&self, grads: &mut [Tensor]) -> Result<(), ShardError> {
+        let l = &self.plan.local;
+        let views: Vec<&Tensor> = grads.iter().collect();
+        let row_bytes = check_slot_fields(&views, l.slots.len())?;
+        let sends: Vec<Vec<u8>> = l.recv.iter().map(|r| pack(Kind::Gradients, row_bytes, r.clone(), &views)).collect();
+        let recv_lens = self.plan.send.iter().map(|list| HEADER_BYTES + list.len() * row_bytes).collect();
+        let got = self.comm.all_to_all_v(sends, recv_lens)?;
+        for (peer, msg) in got.iter().enumerate() {
+            if peer == self.rank() {
+                continue;
+            }
+            let list = &self.plan.send[peer];
+            let body = check_header(peer, msg, Kind::Gradients, row_bytes, list.len())?;
+            let mut at = 0;
+            for &slot in list {
+                for g in grads.iter_mut() {
+                    let rb = row_bytes_of(g);
+                    add_row(g, slot as usize, &body[at..at + rb]);
+                    at += rb;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows of `t` (one per entry of `ids`, the user ids of this rank's
+    /// rows) gathered at rank 0 into a tensor of `total` rows in the user's
+    /// numbering; `None` on the other ranks. Ranks' ids must not overlap.
+    pub fn gather(&self, t: &Tensor, ids: &[u64], total: usize) -> Result<Option<Tensor>, ShardError> {
+        let rows = t.shape().first().copied().unwrap_or(0);
+        if rows != ids.len() {
+            return Err(ShardError::Usage(format!("gather: {} rows but {} ids", rows, ids.len())));
+        }
+        let rb = row_bytes_of(t);
+        let mut msg = Vec::with_capacity(HEADER_BYTES + ids.len() * (8 + rb));
+        header(&mut msg, Kind::Gather, rb, ids.len());
+        for &id in ids {
+            msg.extend_from_slice(&id.to_le_bytes());
+        }
+        msg.extend_from_slice(t.data().as_bytes());
+        let lens = self.comm.all_gather_bytes(&(msg.len() as u64).to_le_bytes())?;
+        let world = self.world();
+        let mut sends: Vec<Vec<u8>> = vec![Vec::new(); world];
+        let mut recv_lens = vec![0usize; world];
+        if self.rank() == 0 {
+            for (p, l) in lens.iter().enumerate() {
+                let l = <[u8; 8]>::try_from(l.as_slice())
+                    .map_err(|_| ShardError::Malformed { peer: p, what: "a gather length that is not 8 bytes".into() })?;
+                recv_lens[p] = u64::from_le_bytes(l) as usize;
+            }
+        }
+        sends[0] = msg;
+        let got = self.comm.all_to_all_v(sends, recv_lens)?;
+        if self.rank() != 0 {
+            return Ok(None);
+        }
+        let mut shape = t.shape().to_vec();
+        shape[0] = total;
+        let mut out = Tensor::zeros(t.dtype(), shape).map_err(|e| ShardError::Usage(e.to_string()))?;
+        let mut filled = vec![false; total];
+        for (peer, msg) in got.iter().enumerate() {
+            let (prb, n) = read_header(peer, msg, Kind::Gather)?;
+            if prb != rb || msg.len() != HEADER_BYTES + n * (8 + rb) {
+                return Err(ShardError::Malformed { peer, what: format!("a gather of {n} rows of {prb} bytes in {} bytes", msg.len()) });
+            }
+            let (idb, body) = msg[HEADER_BYTES..].split_at(n * 8);
+            for (k, idc) in idb.chunks_exact(8).enumerate() {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(idc);
+                let id = u64::from_le_bytes(a) as usize;
+                if id >= total || std::mem::replace(&mut filled[id], true) {
+                    return Err(ShardError::Malformed { peer, what: format!("row {id} out of range or sent twice") });
+                }
+                set_row(&mut out, id, &body[k * rb..(k + 1) * rb]);
+            }
+        }
+        if let Some(missing) = filled.iter().position(|f| !f) {
+            return Err(ShardError::Usage(format!("gather: no rank sent row {missing}")));
+        }
+        Ok(Some(out))
+    }
+
+    /// One line for `explain`.
+    pub fn describe(&self) -> String {
+        let l = &self.plan.local;
+        format!(
+            "sharded (rank {} of {}, {}, {}; {} owned rows, {} edges, {} ghosts, depth {}; {} sources, {} destinations, {} edges in all)",
+            l.rank,
+            l.world,
+            self.comm.engine(),
+            self.method.name(),
+            l.owned_rows,
+            l.owned_edges,
+            self.plan.ghost_rows(),
+            l.depth,
+            l.num_src,
+            l.num_dst,
+            l.num_edges
+        )
+    }
+}
+
+/// Send each rank the ids of the ghosts it owns for this one, and finish
+/// the plan with what the peers asked of this rank.
+pub fn exchange_requests(comm: &dyn Communicator, local: LocalShard) -> Result<ShardPlan, ShardError> {
+    let reqs = local.requests();
+    let counts: Vec<Vec<u8>> = reqs.iter().map(|r| (r.len() as u64).to_le_bytes().to_vec()).collect();
+    let got = comm.all_to_all_v(counts, vec![8; comm.size()])?;
+    let mut lens = Vec::with_capacity(got.len());
+    for b in &got {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        lens.push(u64::from_le_bytes(a) as usize * 4);
+    }
+    let sends = reqs.iter().map(|r| r.iter().flat_map(|u| u.to_le_bytes()).collect()).collect();
+    let got = comm.all_to_all_v(sends, lens)?;
+    let from: Vec<Vec<u32>> = got
+        .iter()
+        .map(|b| b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        .collect();
+    Ok(ShardPlan::finish(local, from)?)
+}
+
+/// A halo exchange in flight ([`Sharded::start_halo`]).
+#[derive(Debug)]
+pub struct Halo {
+    pending: PendingExchange,
+    row_bytes: usize,
+}
+
+impl Halo {
+    /// Wait for the peers' rows and write them into the ghost slots of
+    /// `fields` (the tensors the exchange was started from, in order).
+    pub fn finish(self, sharded: &Sharded, fields: &mut [Tensor]) -> Result<(), ShardError> {
+        let got = self.pending.wait()?;
+        let l = &sharded.plan.local;
+        for (peer, msg) in got.iter().enumerate() {
+            if peer == l.rank {
+                continue;
+            }
+            let slots = l.recv[peer].clone();
+            let body = check_header(peer, msg, Kind::Halo, self.row_bytes, slots.len())?;
+            let mut at = 0;
+            for slot in slots {
+                for f in fields.iter_mut() {
+                    let rb = row_bytes_of(f);
+                    set_row(f, slot, &body[at..at + rb]);
+                    at += rb;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn row_bytes_of(t: &Tensor) -> usize {
+    t.shape().iter().skip(1).product::<usize>() * t.dtype().size()
+}
+
+/// The bytes of one slot across `fields`, checking each has `slots` rows.
+fn check_slot_fields(fields: &[&Tensor], slots: usize) -> Result<usize, ShardError> {
+    let mut row_bytes = 0;
+    for f in fields {
+        if f.shape().first().copied() != Some(slots) {
+            return Err(ShardError::Usage(format!("a halo field of shape {:?}, but this rank has {slots} slots", f.shape())));
+        }
+        row_bytes += row_bytes_of(f);
+    }
+    Ok(row_bytes)
+}
+
+fn header(out: &mut Vec<u8>, kind: Kind, row_bytes: usize, rows: usize) {
+    out.extend_from_slice(&MAGIC.to_le_bytes());
+    out.extend_from_slice(&(kind as u16).to_le_bytes());
+    out.extend_from_slice(&(row_bytes as u32).to_le_bytes());
+    out.extend_from_slice(&(rows as u64).to_le_bytes());
+}
+
+fn read_header(peer: usize, msg: &[u8], kind: Kind) -> Result<(usize, usize), ShardError> {
+    let bad = |what: String| ShardError::Malformed { peer, what };
+    if msg.len() < HEADER_BYTES {
+        return Err(bad(format!("{} bytes, shorter than a header", msg.len())));
+    }
+    let u16_at = |i: usize| u16::from_le_bytes([msg[i], msg[i + 1]]);
+    if u16_at(0) != MAGIC || u16_at(2) != kind as u16 {
+        return Err(bad(format!("header {:04x}/{} where {:04x}/{} was expected", u16_at(0), u16_at(2), MAGIC, kind as u16)));
+    }
+    let rb = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]) as usize;
+    let mut r = [0u8; 8];
+    r.copy_from_slice(&msg[8..16]);
+    Ok((rb, u64::from_le_bytes(r) as usize))
+}
+
+/// The body of a message that must hold `rows` rows of `row_bytes`.
+fn check_header(peer: usize, msg: &[u8], kind: Kind, row_bytes: usize, rows: usize) -> Result<&[u8], ShardError> {
+    let (rb, n) = read_header(peer, msg, kind)?;
+    if rb != row_bytes || n != rows || msg.len() != HEADER_BYTES + rows * row_bytes {
+        return Err(ShardError::Malformed {
+            peer,
+            what: format!(
+                "{n} rows of {rb} bytes in {} bytes, where the plan expects {rows} rows of {row_bytes} bytes",
+                msg.len()
+            ),
+        });
+    }
+    Ok(&msg[HEADER_BYTES..])
+}
+
+fn pack(kind: Kind, row_bytes: usize, slots: impl ExactSizeIterator<Item = usize>, fields: &[&Tensor]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES + slots.len() * row_bytes);
+    header(&mut out, kind, row_bytes, slots.len());
+    let bytes: Vec<(&[u8], usize)> = fields.iter().map(|f| (f.data().as_bytes(), row_bytes_of(f))).collect();
+    for s in slots {
+        for &(b, rb) in &bytes {
+            out.extend_from_slice(&b[s * rb..(s + 1) * rb]);
+        }
+    }
+    out
+}
+
+fn set_row(t: &mut Tensor, row: usize, bytes: &[u8]) {
+    match t.data_mut() {
+        DataMut::F32(d) => {
+            let w = bytes.len() / 4;
+            for (x, c) in d[row * w..(row + 1) * w].iter_mut().zip(bytes.chunks_exact(4)) {
+                *x = f32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        DataMut::F64(d) => {
+            let w = bytes.len() / 8;
+            for (x, c) in d[row * w..(row + 1) * w].iter_mut().zip(bytes.chunks_exact(8)) {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(c);
+                *x = f64::from_ne_bytes(a);
+            }
+        }
+    }
+}
+
+fn add_row(t: &mut Tensor, row: usize, bytes: &[u8]) {
+    match t.data_mut() {
+        DataMut::F32(d) => {
+            let w = bytes.len() / 4;
+            for (x, c) in d[row * w..(row + 1) * w].iter_mut().zip(bytes.chunks_exact(4)) {
+                *x += f32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        DataMut::F64(d) => {
+            let w = bytes.len() / 8;
+            for (x, c) in d[row * w..(row + 1) * w].iter_mut().zip(bytes.chunks_exact(8)) {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(c);
+                *x += f64::from_ne_bytes(a);
+            }
+        }
+    }
+}
+
+/// Rows `ids` of `t` (a [rows, ...] tensor) in that order.
+pub fn take_rows(t: Data<'_>, shape: &[usize], ids: impl ExactSizeIterator<Item = usize>) -> Result<Tensor, ShardError> {
+    let w: usize = shape.iter().skip(1).product();
+    let mut out_shape = shape.to_vec();
+    if out_shape.is_empty() {
+        return Err(ShardError::Usage("a scalar has no rows to take".into()));
+    }
+    out_shape[0] = ids.len();
+    let n = shape[0];
+    let mut bad = None;
+    let t = match t {
+        Data::F32(d) => {
+            let mut v = Vec::with_capacity(ids.len() * w);
+            for i in ids {
+                if i >= n {
+                    bad = Some(i);
+                    break;
+                }
+                v.extend_from_slice(&d[i * w..(i + 1) * w]);
+            }
+            Tensor::from_f32(out_shape, v)
+        }
+        Data::F64(d) => {
+            let mut v = Vec::with_capacity(ids.len() * w);
+            for i in ids {
+                if i >= n {
+                    bad = Some(i);
+                    break;
+                }
+                v.extend_from_slice(&d[i * w..(i + 1) * w]);
+            }
+            Tensor::from_f64(out_shape, v)
+        }
+    };
+    if let Some(i) = bad {
+        return Err(ShardError::Usage(format!("row {i} of a tensor with {n} rows")));
+    }
+    t.map_err(|e| ShardError::Usage(e.to_string()))
+}
+
+/// `t` with `extra` zero rows appended (a source field's ghost slots).
+pub fn with_zero_rows(t: Tensor, extra: usize) -> Result<Tensor, ShardError> {
+    if extra == 0 {
+        return Ok(t);
+    }
+    let mut shape = t.shape().to_vec();
+    shape[0] += extra;
+    let w: usize = shape.iter().skip(1).product();
+    let out = match t.data() {
+        Data::F32(d) => {
+            let mut v = d.to_vec();
+            v.resize(v.len() + extra * w, 0.0);
+            Tensor::from_f32(shape, v)
+        }
+        Data::F64(d) => {
+            let mut v = d.to_vec();
+            v.resize(v.len() + extra * w, 0.0);
+            Tensor::from_f64(shape, v)
+        }
+    };
+    out.map_err(|e| ShardError::Usage(e.to_string()))
+}
+
+/// A sharded graph is a realization whose calls the facade runs through
+/// the halo path ([`Realization::shard`]); its sizes are the whole graph's.
+impl Realization for Sharded {
+    fn num_src(&self) -> usize {
+        self.plan.local.num_src
+    }
+    fn num_dst(&self) -> usize {
+        self.plan.local.num_dst
+    }
+    fn num_edges(&self) -> usize {
+        self.plan.local.num_edges
+    }
+    fn rows(&self, _side: Side, _edge_ids: bool) -> Result<Rows<'_>, ExecError> {
+        Err(ExecError::Unavailable(
+            "a sharded graph's rows are run through its halo exchange (Realization::shard), not walked directly".into(),
+        ))
+    }
+    fn shard(&self) -> Option<&Sharded> {
+        Some(self)
+    }
+    fn describe(&self) -> String {
+        Sharded::describe(self)
+    }
+}
