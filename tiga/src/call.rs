@@ -89,7 +89,7 @@ impl From<f64> for Input<'_> {
 /// given (a field given twice is an error when the call binds them).
 #[derive(Debug, Default, Clone)]
 pub struct Inputs<'a> {
-    fields: Vec<(Role, String, Input<'a>)>,
+    pub(crate) fields: Vec<(Role, String, Input<'a>)>,
 }
 
 impl<'a> Inputs<'a> {
@@ -331,6 +331,9 @@ impl Kernel {
 
     /// Run over the rows of `side` of `r` (an adjoint stage's graph).
     pub(crate) fn run_side(&self, r: &dyn Realization, side: Side, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
+        if let (Side::Forward, Some(sh)) = (side, r.shard()) {
+            return self.run_sharded(sh, inputs, schedule);
+        }
         // Fields not given are the realization's own (a forward run's;
         // adjoint stages get theirs from the VJP).
         let handles = if side == Side::Forward { stored_fields(self.captured(), r, inputs) } else { Vec::new() };

@@ -33,6 +33,7 @@ pub mod lang;
 pub mod memory;
 pub mod offload;
 mod paged;
+mod sharded;
 mod vjp;
 mod winner_scatter;
 
@@ -66,8 +67,11 @@ pub struct AotVariant {
 pub use offload::{with_ram_budget, with_schedule, AnyGraph};
 pub use tiga_compiler as compiler;
 pub use tiga_runtime as runtime;
+pub use tiga_runtime::comm::{CommError, Communicator, InProcess};
 pub use tiga_runtime::exec::Side;
+pub use tiga_runtime::partition::{owned_range, Partition};
 pub use tiga_runtime::realization::{self, GraphRows, PagedRows, Realization, Rows};
+pub use tiga_runtime::shard::{PartitionChoice, ShardOptions, Sharded};
 pub use tiga_runtime::{Backend, Progress, Schedule};
 pub use vjp::{AdjointPlan, Gradients};
 
@@ -113,6 +117,10 @@ pub enum Error {
     /// one of its stages' passes, refused it).
     #[error("{0}")]
     Adjoint(String),
+    /// A sharded call's exchange or plan failed (a peer gone, a message
+    /// malformed, ranks that disagree).
+    #[error("sharded: {0}")]
+    Shard(tiga_runtime::shard::ShardError),
     /// A broken promise inside tiga (a bug, never the input's fault).
     #[error("internal error: {0}")]
     Internal(String),

@@ -275,6 +275,9 @@ impl Kernel {
         cotangents: &[(&str, TensorView<'_>)],
         schedule: &Schedule,
     ) -> Result<Gradients> {
+        if let Some(sh) = r.shard() {
+            return self.vjp_sharded(sh, inputs, crate::sharded::Seed::Cotangents(cotangents), schedule);
+        }
         self.run_vjp_on(r, inputs, cotangents, schedule)
     }
 
@@ -296,6 +299,9 @@ impl Kernel {
 
     /// [`Kernel::grad`] as `schedule` says.
     pub fn grad_with(&self, r: &dyn Realization, inputs: &Inputs<'_>, output: &str, schedule: &Schedule) -> Result<Gradients> {
+        if let Some(sh) = r.shard() {
+            return self.vjp_sharded(sh, inputs, crate::sharded::Seed::SumOf(output), schedule);
+        }
         let (dtype, shapes) = self.bound_outputs(r, inputs)?;
         if !shapes.iter().any(|(n, _)| n == output) {
             let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();

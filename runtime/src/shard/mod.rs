@@ -140,6 +140,8 @@ pub struct Sharded {
     /// position among them.
     owned_edges: Vec<u64>,
     edge_pos: Vec<u32>,
+    /// Values already found equal on every rank ([`Sharded::check_once`]).
+    agreed: std::sync::Mutex<Vec<u64>>,
 }
 
 /// Positions of `local` in its sorted order, and that order.
@@ -172,7 +174,7 @@ impl Sharded {
         let l = &plan.local;
         let (owned_dst, row_pos) = sorted_positions(&l.rows[..l.owned_rows]);
         let (owned_edges, edge_pos) = sorted_positions(&l.edge_ids[..l.owned_edges]);
-        Sharded { plan, comm, method, owned_dst, row_pos, owned_edges, edge_pos }
+        Sharded { plan, comm, method, owned_dst, row_pos, owned_edges, edge_pos, agreed: Default::default() }
     }
 
     pub fn plan(&self) -> &ShardPlan {
@@ -313,6 +315,18 @@ impl Sharded {
             return Err(ShardError::Usage(format!("gather: no rank sent row {missing}")));
         }
         Ok(Some(out))
+    }
+
+    /// Check once per value that every rank holds the same `value` for
+    /// `what` (a kernel's checksum before its first call): collective the
+    /// first time, free after. Ranks must call it alike.
+    pub fn check_once(&self, what: &str, value: u64) -> Result<(), ShardError> {
+        let mut agreed = self.agreed.lock().map_err(|_| ShardError::Usage("a poisoned lock".into()))?;
+        if !agreed.contains(&value) {
+            check_same(self.comm.as_ref(), what, value)?;
+            agreed.push(value);
+        }
+        Ok(())
     }
 
     /// One line for `explain`.
