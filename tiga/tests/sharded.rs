@@ -313,3 +313,13 @@ fn a_rank_that_dies_fails_its_peers_without_a_hang() {
     assert!(msg.contains("rank 1 failed"), "{msg}");
     assert!(res[1].is_err());
 }
+
+#[cfg(feature = "metis")]
+#[test]
+fn metis_partitions_shard_every_kernel() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ 17);
+    let g = random_graph(&mut rng, 60, 60, 200);
+    for world in [2, 3, 4] {
+        check_kernels(&g, "random", world, &ShardOptions { partition: PartitionChoice::Metis, depth: 1 }, &mut rng);
+    }
+}
