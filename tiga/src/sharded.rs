@@ -25,6 +25,7 @@ use tiga_compiler::ir::Role;
 use tiga_runtime::abi::RawArgs;
 use tiga_runtime::exec::{self, ParamPartials, RowRunner};
 use tiga_runtime::shard::{take_rows, with_zero_rows, ShardError, Sharded};
+use tiga_runtime::storage::FieldRole;
 use tiga_runtime::{Backend, Data, DataMut, Schedule, Tensor, TensorView};
 
 use crate::call::{bind_extents, output_buffers, splittable, Input, Inputs, Outputs};
@@ -65,6 +66,27 @@ fn numbering_error(role: Role, name: &str, got: usize, global: usize, owned: usi
 }
 
 impl Kernel {
+    /// `inputs` plus this rank's rows of the kernel's fields the call does
+    /// not pass and the sharded graph's file stores.
+    fn with_stored<'a>(&self, sh: &Sharded, inputs: &Inputs<'a>) -> Result<Inputs<'a>> {
+        let mut all = inputs.clone();
+        for f in &self.captured().fields {
+            if inputs.has(f.role, &f.name) {
+                continue;
+            }
+            let role = match f.role {
+                Role::Src => FieldRole::Src,
+                Role::Dst => FieldRole::Dst,
+                Role::Edge => FieldRole::Edge,
+                Role::Param => continue,
+            };
+            if let Some(t) = sh.stored_owned(role, &f.name) {
+                all = all.with_role(f.role, &f.name, Input::Owned(t?));
+            }
+        }
+        Ok(all)
+    }
+
     /// Localize `inputs` for this rank (see the module doc).
     fn localize<'a>(&self, sh: &Sharded, inputs: &'a Inputs<'_>) -> Result<Local<'a>> {
         let l = sh.local();
@@ -135,6 +157,7 @@ impl Kernel {
     /// local row and edge, parameter outputs this rank's part.
     fn run_local(&self, sh: &Sharded, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
         sh.check_once(&format!("kernel `{}`", self.name()), self.ir_checksum()?)?;
+        let inputs = &self.with_stored(sh, inputs)?;
         let mut local = self.localize(sh, inputs)?;
         let l = sh.local();
         let mut slot_fields: Vec<Tensor> =
@@ -267,6 +290,7 @@ impl Kernel {
             Some(o) if o.role == Role::Dst => {}
             _ => return Err(Error::NoOutput { name: feed.into(), outputs: self.output_names().join(", ") }),
         }
+        let inputs = &self.with_stored(sh, inputs)?;
         if !inputs.has(Role::Src, into) {
             return Err(Error::Unsupported(format!("iterate: source field `{into}` is not among the inputs")));
         }
@@ -341,6 +365,7 @@ impl Kernel {
     ) -> Result<Gradients> {
         sh.check_once(&format!("kernel `{}`", self.name()), self.ir_checksum()?)?;
         let l = sh.local();
+        let inputs = &self.with_stored(sh, inputs)?;
         let mut local = self.localize(sh, inputs)?;
         let mut slot_fields: Vec<Tensor> =
             local.src.iter().map(|(_, t)| t.clone()).chain(local.dst_slots.iter().map(|(_, t)| t.clone())).collect();

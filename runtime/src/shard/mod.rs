@@ -17,6 +17,7 @@
 //! Ranks must agree on the graph: [`Sharded::from_graph`] compares a
 //! checksum of it across ranks and refuses to build when they differ.
 
+mod file;
 pub mod plan;
 
 use std::sync::Arc;
@@ -24,8 +25,8 @@ use std::sync::Arc;
 pub use plan::{edge_cut, plan_all, LocalShard, PlanError, ShardPlan};
 
 use crate::comm::{check_same, CommError, Communicator, PendingExchange};
-use crate::partition::{Method, Partition, PartitionError};
 use crate::exec::{ExecError, Side};
+use crate::partition::{Method, Partition, PartitionError};
 use crate::realization::{Realization, Rows};
 use crate::{Data, DataMut, Graph, Tensor};
 
@@ -142,6 +143,8 @@ pub struct Sharded {
     edge_pos: Vec<u32>,
     /// Values already found equal on every rank ([`Sharded::check_once`]).
     agreed: std::sync::Mutex<Vec<u64>>,
+    /// The file the graph was read from ([`Sharded::from_gfg`]).
+    file: Option<crate::storage::GfgFile>,
 }
 
 /// Positions of `local` in its sorted order, and that order.
@@ -174,7 +177,7 @@ impl Sharded {
         let l = &plan.local;
         let (owned_dst, row_pos) = sorted_positions(&l.rows[..l.owned_rows]);
         let (owned_edges, edge_pos) = sorted_positions(&l.edge_ids[..l.owned_edges]);
-        Sharded { plan, comm, method, owned_dst, row_pos, owned_edges, edge_pos, agreed: Default::default() }
+        Sharded { plan, comm, method, owned_dst, row_pos, owned_edges, edge_pos, agreed: Default::default(), file: None }
     }
 
     pub fn plan(&self) -> &ShardPlan {
@@ -298,7 +301,10 @@ impl Sharded {
         for (peer, msg) in got.iter().enumerate() {
             let (prb, n) = read_header(peer, msg, Kind::Gather)?;
             if prb != rb || msg.len() != HEADER_BYTES + n * (8 + rb) {
-                return Err(ShardError::Malformed { peer, what: format!("a gather of {n} rows of {prb} bytes in {} bytes", msg.len()) });
+                return Err(ShardError::Malformed {
+                    peer,
+                    what: format!("a gather of {n} rows of {prb} bytes in {} bytes", msg.len()),
+                });
             }
             let (idb, body) = msg[HEADER_BYTES..].split_at(n * 8);
             for (k, idc) in idb.chunks_exact(8).enumerate() {
@@ -363,10 +369,8 @@ pub fn exchange_requests(comm: &dyn Communicator, local: LocalShard) -> Result<S
     }
     let sends = reqs.iter().map(|r| r.iter().flat_map(|u| u.to_le_bytes()).collect()).collect();
     let got = comm.all_to_all_v(sends, lens)?;
-    let from: Vec<Vec<u32>> = got
-        .iter()
-        .map(|b| b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
-        .collect();
+    let from: Vec<Vec<u32>> =
+        got.iter().map(|b| b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()).collect();
     Ok(ShardPlan::finish(local, from)?)
 }
 

@@ -130,7 +130,8 @@ impl LocalShard {
             frontier = next;
         }
         // Slots: owned sources, then ghosts by (owner, user id).
-        let mut ghosts: Vec<u32> = (0..ns as u32).filter(|&u| src_level[u as usize] != FAR && src_level[u as usize] != 0).collect();
+        let mut ghosts: Vec<u32> =
+            (0..ns as u32).filter(|&u| src_level[u as usize] != FAR && src_level[u as usize] != 0).collect();
         ghosts.sort_by_key(|&u| (src.part_of(u as usize), u));
         let mut slots = owned_src_user.to_vec();
         let owned_slots = slots.len();
@@ -241,7 +242,9 @@ impl ShardPlan {
     }
     /// Peers this rank exchanges with (sends to or receives from).
     pub fn peers(&self) -> usize {
-        (0..self.local.world).filter(|&p| p != self.local.rank && (!self.send[p].is_empty() || !self.local.recv[p].is_empty())).count()
+        (0..self.local.world)
+            .filter(|&p| p != self.local.rank && (!self.send[p].is_empty() || !self.local.recv[p].is_empty()))
+            .count()
     }
 }
 
@@ -261,9 +264,7 @@ pub fn plan_all(graph: &Graph, dst: &Partition, src: &Partition, depth: usize) -
 /// Edges whose source and destination are owned by different ranks (the
 /// edge cut of a square graph's partition).
 pub fn edge_cut(graph: &Graph, dst: &Partition, src: &Partition) -> usize {
-    (0..graph.num_dst())
-        .map(|v| graph.row(v).filter(|&p| src.part_of(graph.cols()[p] as usize) != dst.part_of(v)).count())
-        .sum()
+    (0..graph.num_dst()).map(|v| graph.row(v).filter(|&p| src.part_of(graph.cols()[p] as usize) != dst.part_of(v)).count()).sum()
 }
 
 #[cfg(test)]
@@ -314,10 +315,7 @@ mod tests {
         assert_eq!(r0.slots, vec![0, 1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(r0.rows[r0.owned_rows..], [4, 7]);
         assert_eq!(r0.row_slot.as_deref().map(|s| s[r0.owned_rows..].to_vec()), Some(vec![4, 7]));
-        assert!(matches!(
-            LocalShard::build(&g, &p, &Partition::contiguous(8, 2).expect("p"), 0, 0),
-            Err(PlanError::Depth(0))
-        ));
+        assert!(matches!(LocalShard::build(&g, &p, &Partition::contiguous(8, 2).expect("p"), 0, 0), Err(PlanError::Depth(0))));
     }
 
     #[test]

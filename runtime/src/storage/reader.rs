@@ -360,6 +360,32 @@ impl GfgFile {
         self.inner.manifest.num_edges as usize
     }
 
+    /// Bytes of each section read so far through this open file, by name:
+    /// the blocks verified on first read (version 2 files; a version 1 file
+    /// has no blocks and counts nothing). What a sharded rank reads of a
+    /// shared file is measured with it.
+    pub fn bytes_read(&self) -> Vec<(String, u64)> {
+        let m = &self.inner.manifest;
+        let Some(size) = m.block_size() else { return Vec::new() };
+        m.sections
+            .iter()
+            .zip(&self.inner.verified)
+            .map(|(sec, bits)| {
+                let mut n = 0u64;
+                for (w, word) in bits.iter().enumerate() {
+                    let word = word.load(Ordering::Relaxed);
+                    for bit in 0..64u64 {
+                        if word & (1 << bit) != 0 {
+                            let b = w as u64 * 64 + bit;
+                            n += ((b + 1) * size).min(sec.length).saturating_sub(b * size);
+                        }
+                    }
+                }
+                (sec.name.clone(), n)
+            })
+            .collect()
+    }
+
     pub fn sections(&self) -> &[SectionInfo] {
         &self.inner.manifest.sections
     }
