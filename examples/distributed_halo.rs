@@ -72,9 +72,7 @@ fn rank_main(comm: Arc<dyn Communicator>) -> Result<(), String> {
 fn main() {
     #[cfg(feature = "mpi")]
     if tiga::runtime::comm::launched_by_mpirun() {
-        let result = tiga::runtime::comm::Mpi::init()
-            .map_err(|e| e.to_string())
-            .and_then(|mpi| rank_main(Arc::new(mpi)));
+        let result = tiga::runtime::comm::Mpi::init().map_err(|e| e.to_string()).and_then(|mpi| rank_main(Arc::new(mpi)));
         if let Err(e) = result {
             eprintln!("distributed_halo: {e}");
             std::process::exit(1);

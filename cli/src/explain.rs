@@ -16,6 +16,16 @@ use std::path::Path;
 use crate::inputs::{is_gfg, load_kernels, open_graph, GraphSource, PageArgs};
 use crate::report::Failure;
 
+/// `--ranks`: the sharding to report.
+#[derive(Debug)]
+pub struct Sharding {
+    pub ranks: usize,
+    pub partition: String,
+    pub depth: usize,
+    pub width: Option<usize>,
+    pub dtype: tiga::DType,
+}
+
 pub fn explain(
     file: &Path,
     kernel: Option<&str>,
@@ -23,6 +33,7 @@ pub fn explain(
     edges: &tiga::EdgeListOptions,
     paging: &PageArgs,
     variant: Option<(usize, tiga::DType)>,
+    sharding: Option<&Sharding>,
 ) -> Result<(), Failure> {
     if let Some(flag) = paging.given() {
         match graph {
@@ -71,6 +82,18 @@ pub fn explain(
             k.variant(dtype, &widths, false).map_err(|e| Failure::new(format!("kernel `{}` at width {width}: {e}", k.name())))?;
         }
     }
+    let sharded = match (sharding, graph) {
+        (Some(s), Some(path)) => {
+            let width = s.width.unwrap_or(1);
+            let assumed = match s.width {
+                Some(w) => format!("source fields in {}, vectors {w} wide", s.dtype.name()),
+                None => format!("source fields in {}, vectors taken 1 wide: pass --width F", s.dtype.name()),
+            };
+            let rb = crate::partition_report::row_bytes(&kernels, width, s.dtype);
+            Some(crate::partition_report::report(path, edges, s.ranks, &s.partition, s.depth, rb, &assumed)?)
+        }
+        _ => None,
+    };
     let text: Vec<String> = kernels.iter().map(|k| k.explain()).collect();
     let mut out = std::io::stdout().lock();
     // A closed pipe (`tigac explain .. | head`) is not an error worth a message.
@@ -78,6 +101,9 @@ pub fn explain(
     let _ = out.write_all(b"\n");
     let _ = out.write_all(realization.as_bytes());
     let _ = writeln!(out, "schedule: {schedule}");
+    if let Some(s) = sharded {
+        let _ = out.write_all(s.as_bytes());
+    }
     let _ = out.flush();
     Ok(())
 }

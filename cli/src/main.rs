@@ -19,6 +19,7 @@ mod explain;
 mod info;
 mod inputs;
 mod output_paths;
+mod partition_report;
 mod progress;
 mod report;
 mod run;
@@ -154,6 +155,23 @@ struct ExplainArgs {
     /// The element type of that variant.
     #[arg(long, value_name = "TYPE", default_value = "f32", value_parser = ["f32", "f64"])]
     dtype: String,
+    /// Also print how --graph would be sharded over R ranks (no MPI needed): per rank its rows, edges,
+    /// ghosts and bytes per halo exchange (vector fields --width wide, default 1), and the edge cut.
+    #[arg(long, value_name = "R", requires = "graph", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    ranks: Option<u32>,
+    #[command(flatten)]
+    sharding: ShardArgs,
+}
+
+#[derive(Args, Debug)]
+struct ShardArgs {
+    /// How rows are cut across ranks: contiguous blocks, blocks balanced by edges, or METIS (a tigac built
+    /// with --features metis).
+    #[arg(long, value_name = "HOW", default_value = "contiguous", value_parser = ["contiguous", "balanced", "metis"])]
+    partition: String,
+    /// Ghosts kept this many hops deep.
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=255))]
+    halo_depth: u32,
 }
 
 #[derive(Args, Debug)]
@@ -209,8 +227,24 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
     match command {
         Command::Compile(a) => compile::compile(&a.file, a.kernel.as_deref(), &a.emit, a.out.as_deref()),
         Command::Explain(a) => {
-            let variant = a.width.map(|w| (w as usize, if a.dtype == "f64" { tiga::DType::F64 } else { tiga::DType::F32 }));
-            explain::explain(&a.file, a.kernel.as_deref(), a.graph.as_deref(), &a.text.options(), &a.paging.page_args(), variant)
+            let dtype = if a.dtype == "f64" { tiga::DType::F64 } else { tiga::DType::F32 };
+            let variant = a.width.map(|w| (w as usize, dtype));
+            let sharding = a.ranks.map(|r| explain::Sharding {
+                ranks: r as usize,
+                partition: a.sharding.partition.clone(),
+                depth: a.sharding.halo_depth as usize,
+                width: a.width.map(|w| w as usize),
+                dtype,
+            });
+            explain::explain(
+                &a.file,
+                a.kernel.as_deref(),
+                a.graph.as_deref(),
+                &a.text.options(),
+                &a.paging.page_args(),
+                variant,
+                sharding.as_ref(),
+            )
         }
         Command::Convert(a) => convert::convert(&convert::ConvertRequest {
             input: a.input,

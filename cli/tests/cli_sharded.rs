@@ -1,0 +1,77 @@
+//! `tigac explain --ranks`: the partition report, checked against counts
+//! made by hand on the 8-node ring (each node reads itself and both
+//! neighbours), and its refusals.
+
+use std::process::Command;
+
+fn tigac(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tigac")).args(args).output().expect("tigac runs")
+}
+
+fn ring_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut text = String::new();
+    for i in 0..8u32 {
+        for j in [(i + 7) % 8, i, (i + 1) % 8] {
+            text.push_str(&format!("{j} {i}\n"));
+        }
+    }
+    let p = dir.join("ring.txt");
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+fn kernels() -> String {
+    format!("{}/../examples/kernels/gnn.rs", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn explain_ranks_reports_rows_ghosts_bytes_and_cut() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ring = ring_file(dir.path());
+    let out = tigac(&[
+        "explain",
+        &kernels(),
+        "--kernel",
+        "VecSum",
+        "--graph",
+        ring.to_str().expect("path"),
+        "--ranks",
+        "2",
+        "--width",
+        "16",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Each rank: 4 rows, 12 edges, 2 ghosts (the neighbours across each
+    // end), 2 rows sent; 2 × 64 bytes (16 f32) + one 16-byte header.
+    let rows: Vec<Vec<u64>> = text
+        .lines()
+        .skip_while(|l| !l.contains("owned rows"))
+        .skip(1)
+        .take(2)
+        .map(|l| l.split_whitespace().map(|x| x.parse().expect("number")).collect())
+        .collect();
+    assert_eq!(rows, vec![vec![0, 4, 12, 2, 2, 144, 144], vec![1, 4, 12, 2, 2, 144, 144]], "{text}");
+    assert!(text.contains("edge cut: 4 of 24 edges"), "{text}");
+    // Three ranks: 3, 3, 2 rows; every boundary cut both ways.
+    let out = tigac(&["explain", &kernels(), "--kernel", "NeighborSum", "--graph", ring.to_str().expect("path"), "--ranks", "3"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("edge cut: 6 of 24 edges"), "{text}");
+}
+
+#[test]
+fn explain_ranks_refusals() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ring = ring_file(dir.path());
+    let out = tigac(&["explain", &kernels(), "--ranks", "2"]);
+    assert!(!out.status.success());
+    let out = tigac(&["explain", &kernels(), "--graph", ring.to_str().expect("path"), "--ranks", "0"]);
+    assert!(!out.status.success());
+    #[cfg(not(feature = "metis"))]
+    {
+        let out =
+            tigac(&["explain", &kernels(), "--graph", ring.to_str().expect("path"), "--ranks", "2", "--partition", "metis"]);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--features metis"));
+    }
+}
