@@ -23,6 +23,7 @@ mod partition_report;
 mod progress;
 mod report;
 mod run;
+mod run_sharded;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -221,6 +222,10 @@ struct RunArgs {
     cotangent: Vec<OutSpec>,
     #[command(flatten)]
     paging: PagingArgs,
+    /// Under `mpirun -n R` (R > 1; a tigac built with --features mpi) the run is sharded: each rank owns a
+    /// block of rows, and rank 0 writes the files a single process would.
+    #[command(flatten)]
+    sharding: ShardArgs,
 }
 
 fn dispatch(command: Command) -> Result<(), report::Failure> {
@@ -272,6 +277,8 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
                 grads: a.grads,
                 cotangents: a.cotangent,
                 paging: a.paging.page_args(),
+                partition: a.sharding.partition,
+                halo_depth: a.sharding.halo_depth as usize,
             })
         }
     }

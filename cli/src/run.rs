@@ -56,10 +56,14 @@ pub struct RunRequest {
     pub cotangents: Vec<OutSpec>,
     /// How a `.gfg` graph is paged.
     pub paging: PageArgs,
+    /// Under `mpirun` with more than one rank: how rows are cut, and the
+    /// halo depth.
+    pub partition: String,
+    pub halo_depth: usize,
 }
 
 /// Where the output cotangents of `--grads` come from.
-enum Cotangents {
+pub(crate) enum Cotangents {
     /// Ones shaped like the kernel's single output.
     Ones,
     /// One file per output, by output name.
@@ -68,7 +72,7 @@ enum Cotangents {
 
 /// Match `--out` flags to the kernel's outputs: a plain path for a kernel
 /// with one output, `NAME=PATH` for each output otherwise.
-fn plan_outputs(k: &Kernel, outs: &[OutSpec]) -> Result<Vec<(String, PathBuf)>, Failure> {
+pub(crate) fn plan_outputs(k: &Kernel, outs: &[OutSpec]) -> Result<Vec<(String, PathBuf)>, Failure> {
     plan_per_output(k, outs, "--out")
 }
 
@@ -119,7 +123,7 @@ fn plan_per_output(k: &Kernel, outs: &[OutSpec], flag: &str) -> Result<Vec<(Stri
 }
 
 /// What `--grads` and `--cotangent` ask for; `None` when there is no backward.
-fn plan_cotangents(k: &Kernel, req: &RunRequest) -> Result<Option<(PathBuf, Cotangents)>, Failure> {
+pub(crate) fn plan_cotangents(k: &Kernel, req: &RunRequest) -> Result<Option<(PathBuf, Cotangents)>, Failure> {
     let Some(dir) = &req.grads else {
         if !req.cotangents.is_empty() {
             return Err(Failure::new(
@@ -144,7 +148,7 @@ fn plan_cotangents(k: &Kernel, req: &RunRequest) -> Result<Option<(PathBuf, Cota
 }
 
 /// Every file the command reads.
-fn input_paths(req: &RunRequest) -> Vec<&Path> {
+pub(crate) fn input_paths(req: &RunRequest) -> Vec<&Path> {
     let mut inputs: Vec<&Path> = vec![&req.file, &req.graph];
     inputs.extend(req.fields.iter().map(|(_, b)| b.path.as_path()));
     inputs.extend(req.cotangents.iter().map(|o| o.path.as_path()));
@@ -152,17 +156,17 @@ fn input_paths(req: &RunRequest) -> Vec<&Path> {
 }
 
 /// Where each output and gradient is written.
-struct OutputTargets {
+pub(crate) struct OutputTargets {
     /// Per kernel output: its file (`--out` through its links).
-    outs: Vec<(String, PathBuf)>,
+    pub outs: Vec<(String, PathBuf)>,
     /// Per kernel field, with `--grads`: `(role, name, file)`.
-    grads: Vec<(&'static str, String, PathBuf)>,
+    pub grads: Vec<(&'static str, String, PathBuf)>,
 }
 
 /// Where each output is written, checked before anything runs: no output
 /// or gradient (one per kernel field) may be an input, and no two of them
 /// may be one file, however their paths are spelled.
-fn output_targets(
+pub(crate) fn output_targets(
     k: &Kernel,
     req: &RunRequest,
     plan: &[(String, PathBuf)],
@@ -202,7 +206,7 @@ fn output_targets(
 
 /// Create the gradient folder (and its parents) and check that a file can
 /// be written there, before anything runs.
-fn prepare_dir(dir: &std::path::Path) -> Result<(), Failure> {
+pub(crate) fn prepare_dir(dir: &std::path::Path) -> Result<(), Failure> {
     if dir.exists() && !dir.is_dir() {
         return Err(Failure::new(format!("--grads {}: exists and is not a directory", dir.display())));
     }
@@ -214,7 +218,7 @@ fn prepare_dir(dir: &std::path::Path) -> Result<(), Failure> {
 }
 
 /// One cotangent file, read (shape and dtype are checked against the call).
-fn load_cotangent(output: &str, path: &std::path::Path) -> Result<Tensor, Failure> {
+pub(crate) fn load_cotangent(output: &str, path: &std::path::Path) -> Result<Tensor, Failure> {
     let what = format!("--cotangent of output `{output}`");
     match tiga::read_npy(path) {
         Ok(t) => Ok(t),
@@ -226,7 +230,13 @@ fn load_cotangent(output: &str, path: &std::path::Path) -> Result<Tensor, Failur
 }
 
 /// A cotangent must be shaped like its output and in the inputs' dtype.
-fn check_cotangent(output: &str, path: &std::path::Path, t: &Tensor, shape: &[usize], dtype: tiga::DType) -> Result<(), Failure> {
+pub(crate) fn check_cotangent(
+    output: &str,
+    path: &std::path::Path,
+    t: &Tensor,
+    shape: &[usize],
+    dtype: tiga::DType,
+) -> Result<(), Failure> {
     if t.shape() != shape {
         return Err(Failure::new(format!(
             "--cotangent of output `{output}` ({}) has shape {:?}; expected {shape:?}, the shape of the output",
@@ -246,7 +256,7 @@ fn check_cotangent(output: &str, path: &std::path::Path, t: &Tensor, shape: &[us
     Ok(())
 }
 
-fn ones_like(t: &Tensor) -> Result<Tensor, Failure> {
+pub(crate) fn ones_like(t: &Tensor) -> Result<Tensor, Failure> {
     let n = t.len();
     match t.dtype() {
         tiga::DType::F32 => Tensor::from_f32(t.shape().to_vec(), vec![1.0; n]),
@@ -255,7 +265,7 @@ fn ones_like(t: &Tensor) -> Result<Tensor, Failure> {
     .map_err(|e| Failure::new(format!("cannot build the default cotangent: {e}")))
 }
 
-fn median_ms(mut xs: Vec<f64>) -> f64 {
+pub(crate) fn median_ms(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     match xs.len() {
         0 => 0.0,
@@ -265,6 +275,9 @@ fn median_ms(mut xs: Vec<f64>) -> f64 {
 }
 
 pub fn run(req: &RunRequest) -> Result<(), Failure> {
+    if let Some(comm) = crate::run_sharded::world()? {
+        return crate::run_sharded::run(req, comm);
+    }
     let paged = is_gfg(&req.graph);
     if let (false, Some(flag)) = (paged, req.paging.given()) {
         return Err(Failure::new(format!(

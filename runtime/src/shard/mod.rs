@@ -20,6 +20,7 @@
 mod file;
 pub mod plan;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub use plan::{edge_cut, plan_all, LocalShard, PlanError, ShardPlan};
@@ -145,6 +146,29 @@ pub struct Sharded {
     agreed: std::sync::Mutex<Vec<u64>>,
     /// The file the graph was read from ([`Sharded::from_gfg`]).
     file: Option<crate::storage::GfgFile>,
+    stats: Stats,
+}
+
+/// Halo exchanges so far ([`Sharded::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ExchangeStats {
+    pub exchanges: u64,
+    /// Bytes sent to peers (headers included).
+    pub bytes_sent: u64,
+    /// Time from each exchange's start to its rows written into the ghost
+    /// slots, summed.
+    pub total_ms: f64,
+    /// Of which the caller was blocked waiting for peers' messages: what
+    /// the interior rows did not hide.
+    pub wait_ms: f64,
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    exchanges: std::sync::atomic::AtomicU64,
+    bytes_sent: std::sync::atomic::AtomicU64,
+    total_ns: std::sync::atomic::AtomicU64,
+    wait_ns: std::sync::atomic::AtomicU64,
 }
 
 /// Positions of `local` in its sorted order, and that order.
@@ -177,7 +201,18 @@ impl Sharded {
         let l = &plan.local;
         let (owned_dst, row_pos) = sorted_positions(&l.rows[..l.owned_rows]);
         let (owned_edges, edge_pos) = sorted_positions(&l.edge_ids[..l.owned_edges]);
-        Sharded { plan, comm, method, owned_dst, row_pos, owned_edges, edge_pos, agreed: Default::default(), file: None }
+        Sharded {
+            plan,
+            comm,
+            method,
+            owned_dst,
+            row_pos,
+            owned_edges,
+            edge_pos,
+            agreed: Default::default(),
+            file: None,
+            stats: Stats::default(),
+        }
     }
 
     pub fn plan(&self) -> &ShardPlan {
@@ -231,8 +266,30 @@ impl Sharded {
         let sends: Vec<Vec<u8>> =
             self.plan.send.iter().map(|list| pack(Kind::Halo, row_bytes, list.iter().map(|&s| s as usize), fields)).collect();
         let recv_lens = l.recv.iter().map(|r| HEADER_BYTES + r.len() * row_bytes).collect();
+        let sent: usize = sends.iter().enumerate().filter(|(p, _)| *p != l.rank).map(|(_, m)| m.len()).sum();
+        let started = std::time::Instant::now();
         let pending = self.comm.start_all_to_all_v(sends, recv_lens)?;
-        Ok(Halo { pending, row_bytes })
+        self.stats.bytes_sent.fetch_add(sent as u64, Ordering::Relaxed);
+        Ok(Halo { pending, row_bytes, started })
+    }
+
+    /// The halo exchanges so far.
+    pub fn stats(&self) -> ExchangeStats {
+        let s = &self.stats;
+        ExchangeStats {
+            exchanges: s.exchanges.load(Ordering::Relaxed),
+            bytes_sent: s.bytes_sent.load(Ordering::Relaxed),
+            total_ms: s.total_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            wait_ms: s.wait_ns.load(Ordering::Relaxed) as f64 / 1e6,
+        }
+    }
+
+    /// Start counting [`Sharded::stats`] from zero.
+    pub fn reset_stats(&self) {
+        let s = &self.stats;
+        for a in [&s.exchanges, &s.bytes_sent, &s.total_ns, &s.wait_ns] {
+            a.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Send the ghost slots' gradient rows (fields shaped [slots, ...]) to
@@ -379,13 +436,16 @@ pub fn exchange_requests(comm: &dyn Communicator, local: LocalShard) -> Result<S
 pub struct Halo {
     pending: PendingExchange,
     row_bytes: usize,
+    started: std::time::Instant,
 }
 
 impl Halo {
     /// Wait for the peers' rows and write them into the ghost slots of
     /// `fields` (the tensors the exchange was started from, in order).
     pub fn finish(self, sharded: &Sharded, fields: &mut [Tensor]) -> Result<(), ShardError> {
+        let waiting = std::time::Instant::now();
         let got = self.pending.wait()?;
+        let waited = waiting.elapsed();
         let l = &sharded.plan.local;
         for (peer, msg) in got.iter().enumerate() {
             if peer == l.rank {
@@ -402,6 +462,10 @@ impl Halo {
                 }
             }
         }
+        let s = &sharded.stats;
+        s.exchanges.fetch_add(1, Ordering::Relaxed);
+        s.wait_ns.fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+        s.total_ns.fetch_add(self.started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(())
     }
 }
