@@ -10,8 +10,12 @@
 //! - [`InProcess`]: ranks as threads of one process, over channels. It is
 //!   what the default test suite and the single-binary examples use, and it
 //!   needs no system library.
-//! - `Mpi` (cargo feature `mpi`): processes and hosts launched by `mpirun`,
-//!   through the `mpi` crate over the system's MPI library.
+//! - `Mpi` (cargo feature `mpi`, module `comm/mpi.rs`): processes and
+//!   hosts launched by `mpirun`, through the `mpi` crate over the system's
+//!   MPI library. [`launched_by_mpirun`] tells, without the feature and
+//!   without initializing MPI, whether a launcher started this process.
+//!   MPI has no timeouts: a rank that dies ends the whole job through the
+//!   launcher instead of returning [`CommError::PeerFailed`].
 //!
 //! Collectives are called by every rank of a communicator in the same
 //! order, as in MPI. Every failure is an error value ([`CommError`]): a
@@ -24,11 +28,25 @@
 //! which message arrived first.
 
 mod in_process;
+#[cfg(feature = "mpi")]
+mod mpi;
 
 use std::fmt;
 use std::sync::Arc;
 
+#[cfg(feature = "mpi")]
+pub use self::mpi::{Mpi, DEFAULT_MAX_MESSAGE_BYTES};
 pub use in_process::InProcess;
+
+/// Whether this process was started by an MPI launcher (`mpirun`,
+/// `mpiexec`, `srun`), judged from the environment the launcher sets and
+/// without initializing MPI, so that a program can decide whether to
+/// initialize it (and say so when it was built without the `mpi` feature).
+/// Looks at Open MPI's `OMPI_COMM_WORLD_SIZE`, MPICH's and Slurm's
+/// `PMI_SIZE`, and PMIx's `PMIX_RANK`.
+pub fn launched_by_mpirun() -> bool {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"].iter().any(|v| std::env::var_os(v).is_some())
+}
 
 /// What can go wrong in a collective.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
