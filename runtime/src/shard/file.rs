@@ -35,17 +35,11 @@ impl Sharded {
     /// the file, each rank reading its own rows.
     pub fn from_gfg(file: GfgFile, comm: Arc<dyn Communicator>) -> Result<Sharded, ShardError> {
         check_same(comm.as_ref(), "graph file", manifest_checksum(&file))?;
-        if file.has_edge_ids() {
-            return Err(ShardError::Usage(format!(
-                "{} stores edge ids (its CSR order is not the edge order), so a rank's edges are scattered over its edge \
-                 fields: load it (GfgFile::load_graph) and shard it from memory, or rewrite it in CSR order",
-                file.path().display()
-            )));
-        }
         let (world, rank) = (comm.size(), comm.rank());
         let (ns, nd) = (file.num_src(), file.num_dst());
         let rows = owned_range(nd, world, rank);
-        let page = file.page_without_ids(rows.clone(), false).map_err(|e| ShardError::Usage(e.to_string()))?;
+        let page = if file.has_edge_ids() { file.page(rows.clone()) } else { file.page_without_ids(rows.clone(), false) }
+            .map_err(|e| ShardError::Usage(e.to_string()))?;
         // A graph with this rank's rows and no others (the plan reads only
         // the owned rows' adjacency at depth 1).
         let first = page.offsets.first().copied().unwrap_or(0);
@@ -58,15 +52,15 @@ impl Sharded {
             *o = last;
         }
         let partial = Graph::from_csr(ns, nd, offsets, page.cols.to_vec()).map_err(PlanError::from)?;
-        file.release_page(&page);
         let dst = Partition::contiguous(nd, world)?;
         let src = if ns == nd { dst.clone() } else { Partition::contiguous(ns, world)? };
         let mut local = LocalShard::build(&partial, &dst, &src, rank, 1)?;
-        // Edge ids: positions in the partial graph are the file's CSR
-        // positions less `first`, and CSR order is the user's.
+        // Positions in the partial graph are positions in the page: the
+        // page says which user edge each is.
         for id in local.edge_ids.iter_mut() {
-            *id += first;
+            *id = page.edge_id(*id as usize);
         }
+        file.release_page(&page);
         local.num_edges = file.num_edges();
         let plan = exchange_requests(comm.as_ref(), local)?;
         let mut sh = Sharded::from_plan(plan, comm, Method::Contiguous);

@@ -1,0 +1,175 @@
+//! `mpirun -n R tigac run` (a tigac built with `--features mpi`): rank 0
+//! writes the bytes one process writes, from an edge list and from a
+//! `.gfg`, contiguous and METIS; and the job refuses ranks that opened
+//! different graphs or kernels, naming what differs, without hanging.
+#![cfg(feature = "mpi")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn tigac() -> &'static str {
+    env!("CARGO_BIN_EXE_tigac")
+}
+
+fn mpirun(n: usize) -> Command {
+    let mut c = Command::new("mpirun");
+    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .args(["-n", &n.to_string()]);
+    c
+}
+
+fn kernels() -> String {
+    format!("{}/../examples/kernels/gnn.rs", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn ok(o: &Output, what: &str) {
+    assert!(o.status.success(), "{what}: {}\n{}", String::from_utf8_lossy(&o.stderr), String::from_utf8_lossy(&o.stdout));
+}
+
+/// A random graph of `n` nodes with isolated nodes and a self loop, and
+/// fields for GcnNorm (h [n,8], cs [n], cd [n], w [e]).
+fn inputs(dir: &Path, n: usize, e: usize) -> (PathBuf, Vec<String>) {
+    let mut s: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut text = String::new();
+    for _ in 0..e {
+        text.push_str(&format!("{} {}\n", next() % n as u64, next() % (n as u64 - 3)));
+    }
+    text.push_str("0 0\n");
+    let graph = dir.join("g.txt");
+    std::fs::write(&graph, text).expect("graph");
+    let mut uni = |len: usize| -> Vec<f32> { (0..len).map(|_| (next() % 1000) as f32 / 1000.0 - 0.5).collect() };
+    let save = |name: &str, shape: Vec<usize>, data: Vec<f32>| -> String {
+        let p = dir.join(format!("{name}.npy"));
+        let t = tiga::Tensor::from_f32(shape, data).expect("tensor");
+        tiga::write_npy(&p, &t.view()).expect("npy");
+        p.display().to_string()
+    };
+    let h = save("h", vec![n, 8], uni(n * 8));
+    let cs = save("cs", vec![n], uni(n));
+    let cd = save("cd", vec![n], uni(n));
+    let w = save("w", vec![e + 1], uni(e + 1));
+    let args = vec![
+        "--src".into(),
+        format!("h={h}"),
+        "--src".into(),
+        format!("cs={cs}"),
+        "--dst".into(),
+        format!("cd={cd}"),
+        "--edge".into(),
+        format!("w={w}"),
+        "--num-nodes".into(),
+        n.to_string(),
+    ];
+    (graph, args)
+}
+
+fn run_args(graph: &Path, fields: &[String], out: &Path, grads: &Path) -> Vec<String> {
+    let mut a: Vec<String> = vec!["run".into(), kernels(), "--kernel".into(), "GcnNorm".into(), "--graph".into()];
+    a.push(graph.display().to_string());
+    a.extend(fields.iter().cloned());
+    a.extend(["--out".into(), out.display().to_string(), "--grads".into(), grads.display().to_string()]);
+    a
+}
+
+fn npy_f32(p: &Path) -> Vec<f32> {
+    tiga::read_npy(p).expect("npy").as_f32().expect("f32").to_vec()
+}
+
+#[test]
+fn sharded_tigac_run_writes_the_single_process_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (graph, fields) = inputs(dir.path(), 300, 2000);
+    let one_out = dir.path().join("one.npy");
+    let one_grads = dir.path().join("one-grads");
+    let o = Command::new(tigac()).args(run_args(&graph, &fields, &one_out, &one_grads)).output().expect("tigac");
+    ok(&o, "one process");
+    let mut cases: Vec<(usize, &str)> = vec![(2, "contiguous"), (3, "balanced"), (4, "contiguous")];
+    if cfg!(feature = "metis") {
+        cases.push((2, "metis"));
+        cases.push((4, "metis"));
+    }
+    for (n, partition) in cases {
+        let out = dir.path().join(format!("out-{n}-{partition}.npy"));
+        let grads = dir.path().join(format!("grads-{n}-{partition}"));
+        let mut args = run_args(&graph, &fields, &out, &grads);
+        args.extend(["--partition".into(), partition.into()]);
+        let o = mpirun(n).arg(tigac()).args(&args).output().expect("mpirun");
+        ok(&o, &format!("{n} ranks, {partition}"));
+        assert_eq!(
+            std::fs::read(&out).expect("out"),
+            std::fs::read(&one_out).expect("one"),
+            "{n} ranks, {partition}: output bytes"
+        );
+        for g in ["src.h", "src.cs", "dst.cd", "edge.w"] {
+            let a = npy_f32(&grads.join(format!("{g}.npy")));
+            let b = npy_f32(&one_grads.join(format!("{g}.npy")));
+            assert_eq!(a.len(), b.len());
+            let scale = b.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+            for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+                assert!((x - y).abs() <= 1e-6 * scale, "{n} ranks, {partition}: gradient {g}[{i}]: {x} vs {y}");
+            }
+        }
+    }
+    // From a .gfg (each rank reads its rows), with --timing's per-rank figures.
+    let gfg = dir.path().join("g.gfg");
+    ok(
+        &Command::new(tigac())
+            .args(["convert", graph.to_str().expect("path"), gfg.to_str().expect("path"), "--num-nodes", "300"])
+            .output()
+            .expect("convert"),
+        "convert",
+    );
+    let out = dir.path().join("out-gfg.npy");
+    let grads = dir.path().join("grads-gfg");
+    let mut args = run_args(&gfg, &fields, &out, &grads);
+    let at = args.iter().position(|a| a == "--num-nodes").expect("flag");
+    args.drain(at..at + 2);
+    args.push("--timing".into());
+    let o = mpirun(2).arg(tigac()).args(&args).output().expect("mpirun");
+    ok(&o, "2 ranks from a .gfg");
+    assert_eq!(std::fs::read(&out).expect("out"), std::fs::read(&one_out).expect("one"), "from a .gfg: output bytes");
+    let line = String::from_utf8_lossy(&o.stdout);
+    let json: serde_json::Value = serde_json::from_str(line.trim()).expect("one JSON line");
+    assert_eq!(json["ranks"], 2);
+    assert_eq!(json["ghost_rows"].as_array().map(|a| a.len()), Some(2), "{json}");
+    assert_eq!(json["exchange_ms_median"].as_array().map(|a| a.len()), Some(2), "{json}");
+}
+
+#[test]
+fn ranks_that_opened_different_graphs_or_kernels_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (graph, fields) = inputs(dir.path(), 100, 500);
+    let (other, _) = {
+        let d2 = dir.path().join("other");
+        std::fs::create_dir_all(&d2).expect("dir");
+        inputs(&d2, 100, 400)
+    };
+    let out = dir.path().join("o.npy");
+    let grads = dir.path().join("gr");
+    let a = run_args(&graph, &fields, &out, &grads);
+    let b = run_args(&other, &fields, &out, &grads);
+    let t = Instant::now();
+    let o = mpirun(1).arg(tigac()).args(&a).arg(":").args(["-n", "1", tigac()]).args(&b).output().expect("mpirun");
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("different graphs") && err.contains("rank 1"), "{err}");
+    // Different kernels on one graph.
+    let mut c = a.clone();
+    let at = c.iter().position(|x| x == "GcnNorm").expect("kernel");
+    c[at] = "GatAttention".into();
+    let o = mpirun(1).arg(tigac()).args(&a).arg(":").args(["-n", "1", tigac()]).args(&c).output().expect("mpirun");
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("different kernel") || err.contains("GatAttention"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(120));
+}
