@@ -135,14 +135,12 @@ impl LocalShard {
         ghosts.sort_by_key(|&u| (src.part_of(u as usize), u));
         let mut slots = owned_src_user.to_vec();
         let owned_slots = slots.len();
-        let mut recv = vec![0..0; world];
-        {
-            let mut at = owned_slots;
-            for p in 0..world {
-                let count = ghosts[at - owned_slots..].iter().take_while(|&&u| src.part_of(u as usize) == p).count();
-                recv[p] = at..at + count;
-                at += count;
-            }
+        let mut recv = Vec::with_capacity(world);
+        let mut at = owned_slots;
+        for p in 0..world {
+            let count = ghosts[at - owned_slots..].iter().take_while(|&&u| src.part_of(u as usize) == p).count();
+            recv.push(at..at + count);
+            at += count;
         }
         slots.extend_from_slice(&ghosts);
         let mut slot_of = vec![u32::MAX; ns];
