@@ -3,8 +3,9 @@
 //! When the MPI world has more than one rank (a tigac built with
 //! `--features mpi`), each rank owns a block of destination rows
 //! (`--partition`, `--halo-depth`): a `.gfg` is read by each rank for its
-//! own rows only (contiguous blocks), any other graph is read by every rank
-//! and sharded in memory. Every rank reads the `.npy` fields (the user's
+//! own rows only (for METIS or edge-balanced blocks, rank 0 first reads the
+//! adjacency to partition it), any other graph is read by every rank and
+//! sharded in memory. Every rank reads the `.npy` fields (the user's
 //! numbering) and keeps its rows. Rank 0 gathers the outputs and gradients
 //! back into the user's numbering and writes the same `--out` and
 //! `--grads` files, bit for bit for outputs, that one process writes.
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tiga::compiler::ir::Role;
-use tiga::runtime::shard::{PartitionChoice, ShardOptions, Sharded};
+use tiga::runtime::shard::{ShardOptions, Sharded};
 use tiga::{Communicator, Inputs, Outputs, Tensor};
 
 use crate::inputs::{is_gfg, load_field, load_kernels, open_graph, GraphSource};
@@ -67,15 +68,15 @@ pub fn run(req: &RunRequest, comm: Arc<dyn Communicator>) -> Result<(), Failure>
     let inputs = tensors.iter().fold(Inputs::new(), |acc, (r, n, t)| acc.with_role(*r, n, t));
     let partition = crate::partition_report::choice(&req.partition)?;
     let sh = if is_gfg(&req.graph) {
-        if !matches!(partition, PartitionChoice::Contiguous) || req.halo_depth != 1 {
+        if req.halo_depth != 1 {
             return Err(f(format!(
-                "--partition {} --halo-depth {}: a .gfg is sharded in contiguous blocks one hop deep, each rank reading \
-                 only its rows; convert the graph to an edge list or .mtx for another partition",
-                req.partition, req.halo_depth
+                "--halo-depth {}: a .gfg is sharded one hop deep (each rank reads only its rows); convert the graph to an \
+                 edge list or .mtx for a deeper halo",
+                req.halo_depth
             )));
         }
         let file = tiga::runtime::GfgFile::open(&req.graph).map_err(|e| f(e.to_string()))?;
-        Sharded::from_gfg(file, comm.clone()).map_err(|e| f(e.to_string()))?
+        Sharded::from_gfg_with(file, comm.clone(), &partition).map_err(|e| f(e.to_string()))?
     } else {
         let g = match open_graph(&req.graph, &req.edges, &crate::inputs::any_size)? {
             GraphSource::Memory(g) => g,

@@ -135,6 +135,18 @@ fn sharded_tigac_run_writes_the_single_process_files() {
     let at = args.iter().position(|a| a == "--num-nodes").expect("flag");
     args.drain(at..at + 2);
     args.push("--timing".into());
+    if cfg!(feature = "metis") {
+        let mut m = args.clone();
+        let out_m = dir.path().join("out-gfg-metis.npy");
+        let at = m.iter().position(|a| a == "--out").expect("flag");
+        m[at + 1] = out_m.display().to_string();
+        let gat = m.iter().position(|a| a == "--grads").expect("flag");
+        m[gat + 1] = dir.path().join("grads-gfg-metis").display().to_string();
+        m.extend(["--partition".into(), "metis".into()]);
+        let o = mpirun(3).arg(tigac()).args(&m).output().expect("mpirun");
+        ok(&o, "3 ranks from a .gfg, METIS");
+        assert_eq!(std::fs::read(&out_m).expect("out"), std::fs::read(&one_out).expect("one"), "from a .gfg, METIS");
+    }
     let o = mpirun(2).arg(tigac()).args(&args).output().expect("mpirun");
     ok(&o, "2 ranks from a .gfg");
     assert_eq!(std::fs::read(&out).expect("out"), std::fs::read(&one_out).expect("one"), "from a .gfg: output bytes");

@@ -166,12 +166,17 @@ fn main() {
                     .collect();
                 let path = dir.join(format!("{gname}-{}-rank{rank}.gfg", k.name()));
                 save_gfg(&path, g, false, &stored).map_err(|e| e.to_string())?;
-                let file = GfgFile::open(&path).map_err(|e| e.to_string())?;
-                let sh = Sharded::from_gfg(file, comm.clone()).map_err(|e| format!("{gname} file: {e}"))?;
-                // Replay the stored fields' draw.
-                let mut crng = Rng(rng.0);
-                let what = format!("{} on {gname}, from a .gfg, {world} ranks", k.name());
-                checked += check_file(k, g, &sh, &mut crng, &what)?;
+                for (pname, p) in &partitions {
+                    if matches!(p, PartitionChoice::Metis) && g.num_src() != g.num_dst() {
+                        continue;
+                    }
+                    let file = GfgFile::open(&path).map_err(|e| e.to_string())?;
+                    let sh = Sharded::from_gfg_with(file, comm.clone(), p).map_err(|e| format!("{gname} file: {e}"))?;
+                    // Replay the stored fields' draw.
+                    let mut crng = Rng(rng.0);
+                    let what = format!("{} on {gname}, from a .gfg, {pname}, {world} ranks", k.name());
+                    checked += check_file(k, g, &sh, &mut crng, &what)?;
+                }
                 rng.next();
             }
         }

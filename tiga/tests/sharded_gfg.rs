@@ -1,13 +1,13 @@
 //! Sharded graphs read from a `.gfg` every rank opens: each rank reads its
-//! own rows' page and its own rows of the stored fields (counted through
+//! own rows' pages and its own rows of the stored fields (counted through
 //! the file's read blocks), and computes what one process computes from
-//! memory.
+//! memory, in contiguous, edge-balanced and METIS (feature `metis`) blocks.
 
 use std::sync::Arc;
 
 use tiga::compiler::ir::Role;
 use tiga::runtime::{save_gfg, FieldRole, GfgFile};
-use tiga::{Graph, InProcess, Inputs, Kernel, Sharded, Tensor, TensorView};
+use tiga::{Graph, InProcess, Inputs, Kernel, PartitionChoice, Sharded, Tensor, TensorView};
 
 mod common;
 use common::{random_fields, tensors, Rng};
@@ -77,13 +77,22 @@ fn every_gnn_kernel_from_a_shared_file() {
             let named: Vec<(Role, String, Tensor)> =
                 fields.iter().zip(&ts).map(|((r, n, _, _), t)| (*r, n.clone(), t.clone())).collect();
             let params = common::params_only(&named);
-            let per_rank = InProcess::run(3, |c| {
-                let file = GfgFile::open(&path).expect("open");
-                let sh = Sharded::from_gfg(file, Arc::new(c)).expect("shard");
-                let out = k.run(&sh, &params).expect("sharded run");
-                let grads = k.grad(&sh, &params, "out").expect("sharded grad");
-                (sh.owned_dst().to_vec(), sh.owned_src().to_vec(), out, grads)
-            });
+            let mut choices = vec![PartitionChoice::Contiguous, PartitionChoice::Balanced];
+            if cfg!(feature = "metis") && ns == nd {
+                choices.push(PartitionChoice::Metis);
+            }
+            let per_rank: Vec<_> = choices
+                .iter()
+                .flat_map(|choice| {
+                    InProcess::run(3, |c| {
+                        let file = GfgFile::open(&path).expect("open");
+                        let sh = Sharded::from_gfg_with(file, Arc::new(c), choice).expect("shard");
+                        let out = k.run(&sh, &params).expect("sharded run");
+                        let grads = k.grad(&sh, &params, "out").expect("sharded grad");
+                        (sh.owned_dst().to_vec(), sh.owned_src().to_vec(), out, grads)
+                    })
+                })
+                .collect();
             for r in per_rank {
                 let (dsts, srcs, out, grads) = r.expect("rank");
                 let got: Vec<u64> = out.tensor("out").expect("out").to_f64_vec().iter().map(|x| x.to_bits()).collect();

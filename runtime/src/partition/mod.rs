@@ -159,6 +159,13 @@ impl Partition {
         Ok(Partition { method, parts, part_of, order, starts })
     }
 
+    /// The same partition, said to have been made by `method` (one made
+    /// elsewhere and sent here, as a `.gfg`'s METIS parts are).
+    pub fn with_method(mut self, method: Method) -> Partition {
+        self.method = method;
+        self
+    }
+
     pub fn method(&self) -> Method {
         self.method
     }

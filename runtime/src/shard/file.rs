@@ -1,25 +1,30 @@
 //! A sharded graph read from a `.gfg` file shared by every rank: each rank
-//! reads its own rows' page of the adjacency and its own rows of the stored
-//! fields, never the rest of the file.
+//! reads its own rows' pages of the adjacency and its own rows of the
+//! stored fields, never the rest of the file.
 //!
-//! The partition is contiguous (each rank's rows are one range of the
-//! file's rows, so its page is one read and its fields one range each): a
-//! partition that needs the whole graph (edge-balanced, METIS) needs the
-//! whole adjacency, so it is made from the graph in memory
-//! ([`Sharded::from_graph`]). Ghosts are found from the rank's own rows and
-//! asked of their owners, as for any sharded graph. Stored edge fields are
-//! read by range too, which holds when the file's CSR order is the user's
-//! edge order (no stored edge ids); with stored edge ids, a rank's edges
-//! are scattered over the field and the ids must be checked as a whole, so
-//! such a file is loaded whole instead.
+//! Contiguous blocks need nothing else: each rank's rows are one range of
+//! the file's rows. An edge-balanced partition needs every row's degree and
+//! METIS the whole adjacency: rank 0 reads them (the offsets; the offsets
+//! and columns) to partition, and sends every rank each node's part; the
+//! other ranks still read only their own rows, one page per run of
+//! consecutive owned rows. Ghosts are found from the rank's own rows and
+//! asked of their owners, as for any sharded graph.
+//!
+//! Stored fields are read by runs of consecutive owned rows too. A file
+//! with stored edge ids (one converted from an edge list) costs more: its
+//! edge-id section is checked as a whole once (it must be a permutation
+//! before any read goes through it), and a rank's edges are scattered over
+//! its stored edge fields (pass edge fields in the call to avoid reading
+//! them there).
 
+use std::ops::Range;
 use std::sync::Arc;
 
-use super::{exchange_requests, take_rows, LocalShard, PlanError, ShardError, Sharded};
+use super::{exchange_requests, LocalShard, PartitionChoice, PlanError, ShardError, Sharded};
 use crate::comm::{check_same, Communicator};
-use crate::partition::{owned_range, Method, Partition};
+use crate::partition::{Method, Partition, PartitionError};
 use crate::storage::{FieldRole, GfgFile};
-use crate::{Graph, Tensor};
+use crate::{Data, Graph, Tensor};
 
 /// A checksum of what ranks must agree on: the file's manifest (sizes,
 /// sections and their CRCs).
@@ -28,42 +33,134 @@ fn manifest_checksum(file: &GfgFile) -> u64 {
     u64::from(crc32fast::hash(text.as_bytes())) | ((text.len() as u64) << 32)
 }
 
+/// Maximal runs of consecutive values of an increasing list.
+fn runs(ids: impl Iterator<Item = usize>) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for i in ids {
+        match out.last_mut() {
+            Some(r) if r.end == i => r.end += 1,
+            _ => out.push(i..i + 1),
+        }
+    }
+    out
+}
+
+fn file_error(e: crate::GfgError) -> ShardError {
+    ShardError::Usage(e.to_string())
+}
+
+/// The destination partition of `file`'s rows: contiguous blocks at once;
+/// a partition that needs the adjacency computed at rank 0 and shared.
+fn file_partition(file: &GfgFile, comm: &dyn Communicator, choice: &PartitionChoice) -> Result<Partition, ShardError> {
+    let (world, nd) = (comm.size(), file.num_dst());
+    let method = match choice {
+        PartitionChoice::Contiguous => return Ok(Partition::contiguous(nd, world)?),
+        PartitionChoice::Given(p) => {
+            if p.num_nodes() != nd || p.parts() != world {
+                return Err(ShardError::Usage(format!(
+                    "a given partition of {} nodes into {} parts, for {nd} rows over {world} ranks",
+                    p.num_nodes(),
+                    p.parts()
+                )));
+            }
+            return Ok(p.clone());
+        }
+        PartitionChoice::Balanced => Method::Balanced,
+        PartitionChoice::Metis => Method::Metis,
+    };
+    // Rank 0 partitions; a failure there is sent as an empty part list
+    // with its message, so every rank fails with it.
+    let mine: Vec<u8> = if comm.rank() == 0 {
+        let parts = (|| -> Result<Partition, ShardError> {
+            let offsets = file.offsets().map_err(file_error)?;
+            Ok(match method {
+                Method::Balanced => Partition::balanced(offsets, world)?,
+                _ => {
+                    if file.num_src() != nd {
+                        return Err(PartitionError::NotSquare { num_src: file.num_src(), num_dst: nd }.into());
+                    }
+                    Partition::metis(nd, offsets, file.cols().map_err(file_error)?, world)?
+                }
+            })
+        })();
+        file.release_adjacency();
+        match parts {
+            Ok(p) => {
+                let mut b = vec![1u8];
+                b.extend(p.parts_by_node().iter().flat_map(|x| x.to_le_bytes()));
+                b
+            }
+            Err(e) => {
+                let mut b = vec![0u8];
+                b.extend(e.to_string().into_bytes());
+                b
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let all = comm.all_gather_bytes(&mine)?;
+    let got = all.first().map(Vec::as_slice).unwrap_or_default();
+    match got.split_first() {
+        Some((1, body)) if body.len() == nd * 4 => {
+            let parts = body.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            Ok(Partition::from_parts(parts, world)?.with_method(method))
+        }
+        Some((0, msg)) => Err(ShardError::Usage(format!("rank 0 could not partition: {}", String::from_utf8_lossy(msg)))),
+        _ => Err(ShardError::Malformed { peer: 0, what: format!("a partition of {} bytes for {nd} rows", got.len()) }),
+    }
+}
+
 impl Sharded {
     /// This rank's part of the graph in `file`, which every rank opened
     /// (its manifest is compared across ranks), in contiguous blocks of
     /// rows, ghosts one hop deep. Fields the calls do not pass come from
     /// the file, each rank reading its own rows.
     pub fn from_gfg(file: GfgFile, comm: Arc<dyn Communicator>) -> Result<Sharded, ShardError> {
+        Self::from_gfg_with(file, comm, &PartitionChoice::Contiguous)
+    }
+
+    /// [`Sharded::from_gfg`] with the rows cut as `choice` says (see the
+    /// module doc for what each partition reads).
+    pub fn from_gfg_with(file: GfgFile, comm: Arc<dyn Communicator>, choice: &PartitionChoice) -> Result<Sharded, ShardError> {
         check_same(comm.as_ref(), "graph file", manifest_checksum(&file))?;
         let (world, rank) = (comm.size(), comm.rank());
         let (ns, nd) = (file.num_src(), file.num_dst());
-        let rows = owned_range(nd, world, rank);
-        let page = if file.has_edge_ids() { file.page(rows.clone()) } else { file.page_without_ids(rows.clone(), false) }
-            .map_err(|e| ShardError::Usage(e.to_string()))?;
-        // A graph with this rank's rows and no others (the plan reads only
-        // the owned rows' adjacency at depth 1).
-        let first = page.offsets.first().copied().unwrap_or(0);
-        let mut offsets = vec![0u64; nd + 1];
-        for (k, &o) in page.offsets.iter().enumerate() {
-            offsets[rows.start + k] = o - first;
-        }
-        let last = offsets[rows.end];
-        for o in offsets.iter_mut().skip(rows.end + 1) {
-            *o = last;
-        }
-        let partial = Graph::from_csr(ns, nd, offsets, page.cols.to_vec()).map_err(PlanError::from)?;
-        let dst = Partition::contiguous(nd, world)?;
+        let dst = file_partition(&file, comm.as_ref(), choice)?;
         let src = if ns == nd { dst.clone() } else { Partition::contiguous(ns, world)? };
-        let mut local = LocalShard::build(&partial, &dst, &src, rank, 1)?;
-        // Positions in the partial graph are positions in the page: the
-        // page says which user edge each is.
-        for id in local.edge_ids.iter_mut() {
-            *id = page.edge_id(*id as usize);
+        // A graph with this rank's rows and no others (the plan reads only
+        // the owned rows' adjacency at depth 1), read a run of rows at a
+        // time; `ids[p]` is the user edge of its position `p`.
+        let mut offsets = vec![0u64; nd + 1];
+        let (mut cols, mut ids) = (Vec::new(), Vec::new());
+        let mut next_row = 0;
+        for run in runs(dst.owned(rank).iter().map(|&u| u as usize)) {
+            let page = if file.has_edge_ids() { file.page(run.clone()) } else { file.page_without_ids(run.clone(), false) }
+                .map_err(file_error)?;
+            for o in offsets.iter_mut().take(run.start + 1).skip(next_row + 1) {
+                *o = cols.len() as u64;
+            }
+            let first = page.offsets.first().copied().unwrap_or(0);
+            let base = cols.len() as u64;
+            for (k, &o) in page.offsets.iter().enumerate().skip(1) {
+                offsets[run.start + k] = base + o - first;
+            }
+            cols.extend_from_slice(page.cols);
+            ids.extend((0..page.cols.len()).map(|k| page.edge_id(k)));
+            file.release_page(&page);
+            next_row = run.end;
         }
-        file.release_page(&page);
+        for o in offsets.iter_mut().skip(next_row + 1) {
+            *o = cols.len() as u64;
+        }
+        let partial = Graph::from_csr(ns, nd, offsets, cols).map_err(PlanError::from)?;
+        let mut local = LocalShard::build(&partial, &dst, &src, rank, 1)?;
+        for id in local.edge_ids.iter_mut() {
+            *id = ids[*id as usize];
+        }
         local.num_edges = file.num_edges();
         let plan = exchange_requests(comm.as_ref(), local)?;
-        let mut sh = Sharded::from_plan(plan, comm, Method::Contiguous);
+        let mut sh = Sharded::from_plan(plan, comm, dst.method());
         sh.file = Some(file);
         Ok(sh)
     }
@@ -74,31 +171,54 @@ impl Sharded {
     }
 
     /// This rank's rows of the stored field `name` (owned sources,
-    /// destinations or edges, in owned order), read from the file; `None`
-    /// when the graph has no file or the file no such field.
+    /// destinations or edges, in owned order), read from the file a run of
+    /// consecutive rows at a time; `None` when the graph has no file or the
+    /// file no such field.
     pub fn stored_owned(&self, role: FieldRole, name: &str) -> Option<Result<Tensor, ShardError>> {
         let file = self.file.as_ref()?;
         let h = file.field(role, name).ok()?;
         let read = || -> Result<Tensor, ShardError> {
-            let usage = |e: crate::GfgError| ShardError::Usage(e.to_string());
             let ids: Vec<usize> = match role {
                 FieldRole::Src => self.owned_src().iter().map(|&u| u as usize).collect(),
                 FieldRole::Dst => self.owned_dst().iter().map(|&u| u as usize).collect(),
                 FieldRole::Edge => self.owned_edges().iter().map(|&e| e as usize).collect(),
             };
-            // Owned rows are one range in a contiguous partition (edges:
-            // the owned rows' span); read just that range.
-            let (lo, hi) = match (ids.first(), ids.last()) {
-                (Some(&a), Some(&b)) => (a, b + 1),
-                _ => (0, 0),
-            };
-            let data = h.rows(lo..hi).map_err(usage)?;
             let mut shape = h.shape().to_vec();
-            shape[0] = hi - lo;
-            let t = take_rows(data, &shape, ids.iter().map(|&i| i - lo))?;
+            shape[0] = ids.len();
+            let t = match h.dtype() {
+                crate::DType::F32 => {
+                    let mut v = Vec::with_capacity(ids.len() * h.row_width());
+                    for run in runs(ids.iter().copied()) {
+                        if let Data::F32(d) = h.rows(run).map_err(file_error)? {
+                            v.extend_from_slice(d);
+                        }
+                    }
+                    Tensor::from_f32(shape, v)
+                }
+                crate::DType::F64 => {
+                    let mut v = Vec::with_capacity(ids.len() * h.row_width());
+                    for run in runs(ids.iter().copied()) {
+                        if let Data::F64(d) = h.rows(run).map_err(file_error)? {
+                            v.extend_from_slice(d);
+                        }
+                    }
+                    Tensor::from_f64(shape, v)
+                }
+            };
             h.release();
-            Ok(t)
+            t.map_err(|e| ShardError::Usage(format!("stored field `{name}`: {e}")))
         };
         Some(read())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs;
+
+    #[test]
+    fn runs_of_consecutive_ids() {
+        assert_eq!(runs([0, 1, 2, 5, 6, 9].into_iter()), vec![0..3, 5..7, 9..10]);
+        assert!(runs(std::iter::empty()).is_empty());
     }
 }

@@ -660,3 +660,31 @@ impl Realization for Sharded {
         Sharded::describe(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(kind: Kind, row_bytes: usize, rows: usize, body: usize) -> Vec<u8> {
+        let mut m = Vec::new();
+        header(&mut m, kind, row_bytes, rows);
+        m.extend(std::iter::repeat_n(7u8, body));
+        m
+    }
+
+    #[test]
+    fn malformed_messages_are_errors_naming_the_peer() {
+        let ok = message(Kind::Halo, 8, 2, 16);
+        assert_eq!(check_header(3, &ok, Kind::Halo, 8, 2).map(<[u8]>::len).ok(), Some(16));
+        let bad = |m: &[u8]| matches!(check_header(3, m, Kind::Halo, 8, 2), Err(ShardError::Malformed { peer: 3, .. }));
+        assert!(bad(&ok[..10]), "shorter than a header");
+        assert!(bad(&ok[..20]), "a truncated body");
+        assert!(bad(&message(Kind::Halo, 8, 2, 17)), "a longer body");
+        assert!(bad(&message(Kind::Gradients, 8, 2, 16)), "another kind");
+        assert!(bad(&message(Kind::Halo, 4, 4, 16)), "other rows of the same bytes");
+        let mut magic = ok.clone();
+        magic[0] ^= 0xff;
+        assert!(bad(&magic), "a wrong magic");
+        assert!(bad(&[]), "empty");
+    }
+}
