@@ -12,49 +12,17 @@ use std::sync::Arc;
 
 use tiga::compiler::ir::Role;
 use tiga::runtime::comm::Mpi;
-use tiga::runtime::{save_gfg, FieldRole, GfgFile};
-use tiga::{Communicator, Graph, Kernel, PartitionChoice, ShardOptions, Sharded, Tensor, TensorView};
+use tiga::runtime::{save_gfg, GfgFile};
+use tiga::{Communicator, Graph, Kernel, PartitionChoice, ShardOptions, Sharded, Tensor};
 
 mod common;
-use common::{inputs, random_fields, tensors, Rng};
+use common::{disk_fields, inputs, random_fields, rows_of, tensors, Rng};
 
-#[allow(clippy::all)]
-mod gnn {
-    use tiga::message_passing;
-    include!("../../examples/kernels/gnn.rs");
-}
+#[path = "common/gnn.rs"]
+mod gnn;
 
-fn kernels() -> Vec<&'static Kernel> {
-    vec![
-        gnn::NeighborSum::kernel(),
-        gnn::Smoothing::kernel(),
-        gnn::VecSum::kernel(),
-        gnn::GcnNorm::kernel(),
-        gnn::SageMean::kernel(),
-        gnn::MaxPool::kernel(),
-        gnn::GinSum::kernel(),
-        gnn::GatAttention::kernel(),
-        gnn::Top2Sum::kernel(),
-        gnn::EdgeGate::kernel(),
-    ]
-}
-
-/// A random graph in CSR order (its edge order is its CSR order, so it can
-/// also be stored without edge ids).
 fn graph(rng: &mut Rng, ns: usize, nd: usize, ne: usize) -> Graph {
-    let (mut src, mut dst) = common::random_edges(rng, ns, (nd - 1).max(1), ne);
-    if ne > 2 {
-        src.extend([src[0], 0]);
-        dst.extend([dst[0], 0]);
-    }
-    let g = Graph::from_edges(ns, nd, &src, &dst).expect("graph");
-    Graph::from_csr(ns, nd, g.offsets().to_vec(), g.cols().to_vec()).expect("csr")
-}
-
-fn rows_of(t: &Tensor, ids: impl Iterator<Item = usize>) -> Vec<f64> {
-    let v = t.to_f64_vec();
-    let w: usize = t.shape().iter().skip(1).product();
-    ids.flat_map(|i| v[i * w..(i + 1) * w].to_vec()).collect()
+    common::random_graph(rng, ns, nd, ne, true)
 }
 
 /// One kernel on one sharded graph against one process: the number of
@@ -137,35 +105,24 @@ fn main() {
                 }
                 let opts = ShardOptions { partition: p.clone(), depth: 1 };
                 let sh = Sharded::from_graph(g, comm.clone(), &opts).map_err(|e| format!("{gname}/{pname}: {e}"))?;
-                for k in kernels() {
+                for k in gnn::all() {
                     checked += check(k, g, &sh, &mut rng, &format!("{} on {gname}, {pname}, {world} ranks", k.name()))?;
                 }
             }
             // From a file every rank opens (each process writes its own
             // copy, so no rank reads a file another is writing).
             std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-            for k in kernels() {
+            for k in gnn::all() {
                 if g.num_src() != g.num_dst() && k.name() == "GinSum" {
                     continue;
                 }
                 let mut frng = Rng(rng.0);
                 let fields = random_fields(k, g, 3, || frng.uniform() - 0.5);
                 let ts = tensors(&fields, true);
-                let stored: Vec<(FieldRole, &str, TensorView<'_>)> = fields
-                    .iter()
-                    .zip(&ts)
-                    .filter_map(|((r, n, _, _), t)| {
-                        let role = match r {
-                            Role::Src => FieldRole::Src,
-                            Role::Dst => FieldRole::Dst,
-                            Role::Edge => FieldRole::Edge,
-                            Role::Param => return None,
-                        };
-                        Some((role, n.as_str(), t.view()))
-                    })
-                    .collect();
+                let named: Vec<(Role, String, Tensor)> =
+                    fields.iter().zip(&ts).map(|((r, n, _, _), t)| (*r, n.clone(), t.clone())).collect();
                 let path = dir.join(format!("{gname}-{}-rank{rank}.gfg", k.name()));
-                save_gfg(&path, g, false, &stored).map_err(|e| e.to_string())?;
+                save_gfg(&path, g, false, &disk_fields(&named)).map_err(|e| e.to_string())?;
                 for (pname, p) in &partitions {
                     if matches!(p, PartitionChoice::Metis) && g.num_src() != g.num_dst() {
                         continue;

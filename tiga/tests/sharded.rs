@@ -9,41 +9,16 @@
 use std::sync::Arc;
 
 use tiga::compiler::ir::Role;
-use tiga::{Graph, InProcess, Inputs, Kernel, Partition, PartitionChoice, ShardOptions, Sharded, Tensor};
+use tiga::{Graph, InProcess, Inputs, Partition, PartitionChoice, ShardOptions, Sharded, Tensor};
 
 mod common;
-use common::{inputs, random_fields, tensors, Rng};
+use common::{inputs, random_fields, rows_of, tensors, Rng};
 
-#[allow(clippy::all)]
-mod gnn {
-    use tiga::message_passing;
-    include!("../../examples/kernels/gnn.rs");
-}
-
-fn kernels() -> Vec<&'static Kernel> {
-    vec![
-        gnn::NeighborSum::kernel(),
-        gnn::Smoothing::kernel(),
-        gnn::VecSum::kernel(),
-        gnn::GcnNorm::kernel(),
-        gnn::SageMean::kernel(),
-        gnn::MaxPool::kernel(),
-        gnn::GinSum::kernel(),
-        gnn::GatAttention::kernel(),
-        gnn::Top2Sum::kernel(),
-        gnn::EdgeGate::kernel(),
-    ]
-}
+#[path = "common/gnn.rs"]
+mod gnn;
 
 fn random_graph(rng: &mut Rng, ns: usize, nd: usize, ne: usize) -> Graph {
-    let (mut src, mut dst) = common::random_edges(rng, ns, (nd - 1).max(1), ne);
-    if ne > 2 {
-        src.push(src[0]);
-        dst.push(dst[0]); // multi-edge
-        src.push(0);
-        dst.push(0); // self loop
-    }
-    Graph::from_edges(ns, nd, &src, &dst).expect("graph")
+    common::random_graph(rng, ns, nd, ne, false)
 }
 
 /// The 8-node ring, each node reading itself and both neighbours.
@@ -73,13 +48,6 @@ fn bits(t: &Tensor) -> Vec<u64> {
     t.to_f64_vec().iter().map(|x| x.to_bits()).collect()
 }
 
-/// Rows `ids` of `t`.
-fn rows_of(t: &Tensor, ids: impl Iterator<Item = usize>) -> Vec<f64> {
-    let v = t.to_f64_vec();
-    let w: usize = t.shape().iter().skip(1).product();
-    ids.flat_map(|i| v[i * w..(i + 1) * w].to_vec()).collect()
-}
-
 fn close(got: &[f64], want: &[f64], tol: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: lengths");
     let scale = want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
@@ -105,7 +73,7 @@ fn ring_outputs_and_gradients() {
 
 /// Every gnn.rs kernel, forward and backward, against one process.
 fn check_kernels(g: &Graph, gname: &str, world: usize, opts: &ShardOptions, rng: &mut Rng) {
-    for k in kernels() {
+    for k in gnn::all() {
         for (f, is_f32) in [(3usize, true), (8, false)] {
             let fields = random_fields(k, g, f, || rng.uniform() * 2.0 - 1.0);
             let ts = tensors(&fields, is_f32);

@@ -7,75 +7,34 @@ use std::sync::Arc;
 
 use tiga::compiler::ir::Role;
 use tiga::runtime::{save_gfg, FieldRole, GfgFile};
-use tiga::{Graph, InProcess, Inputs, Kernel, PartitionChoice, Sharded, Tensor, TensorView};
+use tiga::{Graph, InProcess, Inputs, PartitionChoice, Sharded, Tensor, TensorView};
 
 mod common;
-use common::{random_fields, tensors, Rng};
+use common::{disk_fields, random_fields, rows_of, tensors, Rng};
 
-#[allow(clippy::all)]
-mod gnn {
-    use tiga::message_passing;
-    include!("../../examples/kernels/gnn.rs");
-}
-
-/// A random graph in CSR order (no stored edge ids: CSR order is the edge
-/// order), with empty rows, self loops and multi-edges.
-fn csr_graph(rng: &mut Rng, ns: usize, nd: usize, ne: usize) -> Graph {
-    let (mut src, mut dst) = common::random_edges(rng, ns, (nd - 1).max(1), ne);
-    src.extend([src[0], 0]);
-    dst.extend([dst[0], 0]);
-    let g = Graph::from_edges(ns, nd, &src, &dst).expect("graph");
-    Graph::from_csr(ns, nd, g.offsets().to_vec(), g.cols().to_vec()).expect("csr")
-}
-
-fn rows_of(t: &Tensor, ids: impl Iterator<Item = usize>) -> Vec<f64> {
-    let v = t.to_f64_vec();
-    let w: usize = t.shape().iter().skip(1).product();
-    ids.flat_map(|i| v[i * w..(i + 1) * w].to_vec()).collect()
-}
-
-fn disk_role(r: Role) -> Option<FieldRole> {
-    match r {
-        Role::Src => Some(FieldRole::Src),
-        Role::Dst => Some(FieldRole::Dst),
-        Role::Edge => Some(FieldRole::Edge),
-        Role::Param => None,
-    }
-}
+#[path = "common/gnn.rs"]
+mod gnn;
 
 #[test]
 fn every_gnn_kernel_from_a_shared_file() {
     let mut rng = Rng(0x5eed_0001);
     let dir = tempfile::tempdir().expect("tempdir");
     for (gi, (ns, nd, ne)) in [(40usize, 40usize, 150usize), (13, 29, 70)].into_iter().enumerate() {
-        let g = csr_graph(&mut rng, ns, nd, ne);
-        let kernels: Vec<&Kernel> = vec![
-            gnn::NeighborSum::kernel(),
-            gnn::VecSum::kernel(),
-            gnn::GcnNorm::kernel(),
-            gnn::SageMean::kernel(),
-            gnn::MaxPool::kernel(),
-            gnn::GinSum::kernel(),
-            gnn::GatAttention::kernel(),
-            gnn::Top2Sum::kernel(),
-            gnn::EdgeGate::kernel(),
-        ];
-        for (ki, k) in kernels.into_iter().enumerate() {
+        let g = common::random_graph(&mut rng, ns, nd, ne, true);
+        for (ki, k) in gnn::all().into_iter().enumerate() {
             if ns != nd && k.captured().fields.iter().any(|f| f.role == Role::Dst && f.name == "h") {
                 continue; // GinSum reads h as both sides: a square graph's.
             }
             let fields = random_fields(k, &g, 4, || rng.uniform() - 0.5);
             let ts = tensors(&fields, true);
             let path = dir.path().join(format!("g{gi}-{ki}.gfg"));
-            let stored: Vec<(FieldRole, &str, TensorView<'_>)> =
-                fields.iter().zip(&ts).filter_map(|((r, n, _, _), t)| disk_role(*r).map(|d| (d, n.as_str(), t.view()))).collect();
-            save_gfg(&path, &g, false, &stored).expect("save");
+            let named: Vec<(Role, String, Tensor)> =
+                fields.iter().zip(&ts).map(|((r, n, _, _), t)| (*r, n.clone(), t.clone())).collect();
+            save_gfg(&path, &g, false, &disk_fields(&named)).expect("save");
             let all = common::inputs(&fields, &ts);
             let want = k.run(&g, &all).expect("one process");
             let want_g = k.grad(&g, &all, "out").expect("one-process grad");
             // Parameters are passed; every other field comes from the file.
-            let named: Vec<(Role, String, Tensor)> =
-                fields.iter().zip(&ts).map(|((r, n, _, _), t)| (*r, n.clone(), t.clone())).collect();
             let params = common::params_only(&named);
             let mut choices = vec![PartitionChoice::Contiguous, PartitionChoice::Balanced];
             if cfg!(feature = "metis") && ns == nd {

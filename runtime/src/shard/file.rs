@@ -185,25 +185,16 @@ impl Sharded {
             };
             let mut shape = h.shape().to_vec();
             shape[0] = ids.len();
+            let (mut v32, mut v64) = (Vec::new(), Vec::new());
+            for run in runs(ids.iter().copied()) {
+                match h.rows(run).map_err(file_error)? {
+                    Data::F32(d) => v32.extend_from_slice(d),
+                    Data::F64(d) => v64.extend_from_slice(d),
+                }
+            }
             let t = match h.dtype() {
-                crate::DType::F32 => {
-                    let mut v = Vec::with_capacity(ids.len() * h.row_width());
-                    for run in runs(ids.iter().copied()) {
-                        if let Data::F32(d) = h.rows(run).map_err(file_error)? {
-                            v.extend_from_slice(d);
-                        }
-                    }
-                    Tensor::from_f32(shape, v)
-                }
-                crate::DType::F64 => {
-                    let mut v = Vec::with_capacity(ids.len() * h.row_width());
-                    for run in runs(ids.iter().copied()) {
-                        if let Data::F64(d) = h.rows(run).map_err(file_error)? {
-                            v.extend_from_slice(d);
-                        }
-                    }
-                    Tensor::from_f64(shape, v)
-                }
+                crate::DType::F32 => Tensor::from_f32(shape, v32),
+                crate::DType::F64 => Tensor::from_f64(shape, v64),
             };
             h.release();
             t.map_err(|e| ShardError::Usage(format!("stored field `{name}`: {e}")))

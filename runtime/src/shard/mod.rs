@@ -535,82 +535,66 @@ fn pack(kind: Kind, row_bytes: usize, slots: impl ExactSizeIterator<Item = usize
     out
 }
 
-fn set_row(t: &mut Tensor, row: usize, bytes: &[u8]) {
+/// Row `row` of `t` set to (or, `add`, increased by) the elements in
+/// `bytes` (this machine's byte order).
+fn write_row(t: &mut Tensor, row: usize, bytes: &[u8], add: bool) {
+    fn write<T: Copy + std::ops::AddAssign, const N: usize>(
+        d: &mut [T],
+        row: usize,
+        bytes: &[u8],
+        add: bool,
+        from: fn([u8; N]) -> T,
+    ) {
+        let w = bytes.len() / N;
+        for (x, c) in d[row * w..(row + 1) * w].iter_mut().zip(bytes.chunks_exact(N)) {
+            let mut a = [0u8; N];
+            a.copy_from_slice(c);
+            if add {
+                *x += from(a);
+            } else {
+                *x = from(a);
+            }
+        }
+    }
     match t.data_mut() {
-        DataMut::F32(d) => {
-            let w = bytes.len() / 4;
-            for (x, c) in d[row * w..(row + 1) * w].iter_mut().zip(bytes.chunks_exact(4)) {
-                *x = f32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
-            }
-        }
-        DataMut::F64(d) => {
-            let w = bytes.len() / 8;
-            for (x, c) in d[row * w..(row + 1) * w].iter_mut().zip(bytes.chunks_exact(8)) {
-                let mut a = [0u8; 8];
-                a.copy_from_slice(c);
-                *x = f64::from_ne_bytes(a);
-            }
-        }
+        DataMut::F32(d) => write(d, row, bytes, add, f32::from_ne_bytes),
+        DataMut::F64(d) => write(d, row, bytes, add, f64::from_ne_bytes),
     }
 }
 
+fn set_row(t: &mut Tensor, row: usize, bytes: &[u8]) {
+    write_row(t, row, bytes, false)
+}
+
 fn add_row(t: &mut Tensor, row: usize, bytes: &[u8]) {
-    match t.data_mut() {
-        DataMut::F32(d) => {
-            let w = bytes.len() / 4;
-            for (x, c) in d[row * w..(row + 1) * w].iter_mut().zip(bytes.chunks_exact(4)) {
-                *x += f32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
-            }
+    write_row(t, row, bytes, true)
+}
+
+/// Rows `ids` of `d` (rows `w` elements wide, `n` of them), or the first
+/// id out of range.
+fn gather_rows<T: Copy>(d: &[T], w: usize, n: usize, ids: impl ExactSizeIterator<Item = usize>) -> Result<Vec<T>, usize> {
+    let mut v = Vec::with_capacity(ids.len() * w);
+    for i in ids {
+        if i >= n {
+            return Err(i);
         }
-        DataMut::F64(d) => {
-            let w = bytes.len() / 8;
-            for (x, c) in d[row * w..(row + 1) * w].iter_mut().zip(bytes.chunks_exact(8)) {
-                let mut a = [0u8; 8];
-                a.copy_from_slice(c);
-                *x += f64::from_ne_bytes(a);
-            }
-        }
+        v.extend_from_slice(&d[i * w..(i + 1) * w]);
     }
+    Ok(v)
 }
 
 /// Rows `ids` of `t` (a [rows, ...] tensor) in that order.
 pub fn take_rows(t: Data<'_>, shape: &[usize], ids: impl ExactSizeIterator<Item = usize>) -> Result<Tensor, ShardError> {
+    let Some(&n) = shape.first() else { return Err(ShardError::Usage("a scalar has no rows to take".into())) };
     let w: usize = shape.iter().skip(1).product();
     let mut out_shape = shape.to_vec();
-    if out_shape.is_empty() {
-        return Err(ShardError::Usage("a scalar has no rows to take".into()));
-    }
     out_shape[0] = ids.len();
-    let n = shape[0];
-    let mut bad = None;
-    let t = match t {
-        Data::F32(d) => {
-            let mut v = Vec::with_capacity(ids.len() * w);
-            for i in ids {
-                if i >= n {
-                    bad = Some(i);
-                    break;
-                }
-                v.extend_from_slice(&d[i * w..(i + 1) * w]);
-            }
-            Tensor::from_f32(out_shape, v)
-        }
-        Data::F64(d) => {
-            let mut v = Vec::with_capacity(ids.len() * w);
-            for i in ids {
-                if i >= n {
-                    bad = Some(i);
-                    break;
-                }
-                v.extend_from_slice(&d[i * w..(i + 1) * w]);
-            }
-            Tensor::from_f64(out_shape, v)
-        }
-    };
-    if let Some(i) = bad {
-        return Err(ShardError::Usage(format!("row {i} of a tensor with {n} rows")));
+    let bad = |i: usize| ShardError::Usage(format!("row {i} of a tensor with {n} rows"));
+    match t {
+        Data::F32(d) => Tensor::from_f32(out_shape, gather_rows(d, w, n, ids).map_err(bad)?),
+        Data::F64(d) => Tensor::from_f64(out_shape, gather_rows(d, w, n, ids).map_err(bad)?),
     }
-    t.map_err(|e| ShardError::Usage(e.to_string()))
+    .map_err(|e| ShardError::Usage(e.to_string()))
 }
 
 /// `t` with `extra` zero rows appended (a source field's ghost slots).
@@ -620,20 +604,12 @@ pub fn with_zero_rows(t: Tensor, extra: usize) -> Result<Tensor, ShardError> {
     }
     let mut shape = t.shape().to_vec();
     shape[0] += extra;
-    let w: usize = shape.iter().skip(1).product();
-    let out = match t.data() {
-        Data::F32(d) => {
-            let mut v = d.to_vec();
-            v.resize(v.len() + extra * w, 0.0);
-            Tensor::from_f32(shape, v)
-        }
-        Data::F64(d) => {
-            let mut v = d.to_vec();
-            v.resize(v.len() + extra * w, 0.0);
-            Tensor::from_f64(shape, v)
-        }
-    };
-    out.map_err(|e| ShardError::Usage(e.to_string()))
+    let n = t.len() + extra * shape.iter().skip(1).product::<usize>();
+    match t.data() {
+        Data::F32(d) => Tensor::from_f32(shape, d.iter().copied().chain(std::iter::repeat(0.0)).take(n).collect()),
+        Data::F64(d) => Tensor::from_f64(shape, d.iter().copied().chain(std::iter::repeat(0.0)).take(n).collect()),
+    }
+    .map_err(|e| ShardError::Usage(e.to_string()))
 }
 
 /// A sharded graph is a realization whose calls the facade runs through

@@ -142,3 +142,27 @@ pub fn cotangents(k: &Kernel, g: &Graph, ins: &Inputs<'_>) -> Vec<(String, Tenso
         })
         .collect()
 }
+
+/// Rows `ids` of `t`, as f64.
+pub fn rows_of(t: &Tensor, ids: impl Iterator<Item = usize>) -> Vec<f64> {
+    let v = t.to_f64_vec();
+    let w: usize = t.shape().iter().skip(1).product();
+    ids.flat_map(|i| v[i * w..(i + 1) * w].to_vec()).collect()
+}
+
+/// A random graph with empty rows (the last destination), a multi-edge
+/// and a self loop; `csr_order`: rebuilt so that its edge order is its CSR
+/// order (no edge ids, as a `.gfg` stores it without them).
+pub fn random_graph(rng: &mut Rng, ns: usize, nd: usize, ne: usize, csr_order: bool) -> Graph {
+    let (mut src, mut dst) = random_edges(rng, ns, (nd - 1).max(1), ne);
+    if ne > 2 {
+        src.extend([src[0], 0]);
+        dst.extend([dst[0], 0]);
+    }
+    let g = Graph::from_edges(ns, nd, &src, &dst).expect("graph");
+    if csr_order {
+        Graph::from_csr(ns, nd, g.offsets().to_vec(), g.cols().to_vec()).expect("csr")
+    } else {
+        g
+    }
+}
