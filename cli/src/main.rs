@@ -265,7 +265,7 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
                 .into_iter()
                 .flat_map(|(role, bs)| bs.into_iter().map(move |b| (role, b)))
                 .collect();
-            run::run(&run::RunRequest {
+            let req = run::RunRequest {
                 file: a.file,
                 kernel: a.kernel,
                 graph: a.graph,
@@ -279,7 +279,12 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
                 paging: a.paging.page_args(),
                 partition: a.sharding.partition,
                 halo_depth: a.sharding.halo_depth as usize,
-            })
+            };
+            // Under mpirun with more than one rank, the run is sharded.
+            match run_sharded::world()? {
+                Some(comm) => run_sharded::run(&req, comm),
+                None => run::run(&req),
+            }
         }
     }
 }

@@ -275,9 +275,6 @@ pub(crate) fn median_ms(mut xs: Vec<f64>) -> f64 {
 }
 
 pub fn run(req: &RunRequest) -> Result<(), Failure> {
-    if let Some(comm) = crate::run_sharded::world()? {
-        return crate::run_sharded::run(req, comm);
-    }
     let paged = is_gfg(&req.graph);
     if let (false, Some(flag)) = (paged, req.paging.given()) {
         return Err(Failure::new(format!(

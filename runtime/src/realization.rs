@@ -20,7 +20,9 @@
 //! Edge fields always follow the user's edge order: rows say, through their
 //! edge ids, which user edge each CSR position is.
 //!
-//! Implemented here for [`Graph`], [`GfgFile`] and [`Stencil2d`]; a new
+//! Implemented here for [`Graph`], [`GfgFile`], [`Stencil2d`] and
+//! [`crate::shard::Sharded`] (whose calls the facade runs through its halo
+//! path, [`Realization::shard`]); a new
 //! realization is one more implementation (the facade's offloaded graph is
 //! one; `tiga/tests/realization.rs` writes one in a test).
 
@@ -291,5 +293,30 @@ impl Realization for Stencil2d {
             self.offsets.len(),
             if self.periodic { ", periodic" } else { "" }
         )
+    }
+}
+
+/// A sharded graph is a realization whose calls the facade runs through
+/// the halo path ([`Realization::shard`]); its sizes are the whole graph's.
+impl Realization for crate::shard::Sharded {
+    fn num_src(&self) -> usize {
+        self.local().num_src
+    }
+    fn num_dst(&self) -> usize {
+        self.local().num_dst
+    }
+    fn num_edges(&self) -> usize {
+        self.local().num_edges
+    }
+    fn rows(&self, _side: Side, _edge_ids: bool) -> Result<Rows<'_>, ExecError> {
+        Err(ExecError::Unavailable(
+            "a sharded graph's rows are run through its halo exchange (Realization::shard), not walked directly".into(),
+        ))
+    }
+    fn shard(&self) -> Option<&crate::shard::Sharded> {
+        Some(self)
+    }
+    fn describe(&self) -> String {
+        crate::shard::Sharded::describe(self)
     }
 }

@@ -29,7 +29,7 @@ use tiga_runtime::storage::FieldRole;
 use tiga_runtime::{Backend, Data, DataMut, Schedule, Tensor, TensorView};
 
 use crate::call::{bind_extents, output_buffers, splittable, Input, Inputs, Outputs};
-use crate::vjp::Gradients;
+use crate::vjp::{Gradients, Seed};
 use crate::{Error, Kernel, Result};
 
 impl From<ShardError> for Error {
@@ -451,14 +451,6 @@ impl Kernel {
         }
         Ok(cots)
     }
-}
-
-/// What a sharded backward starts from.
-pub(crate) enum Seed<'c, 'v> {
-    /// A cotangent per output, whole or per owned row and edge.
-    Cotangents(&'c [(&'c str, TensorView<'v>)]),
-    /// Ones on every rank's rows of this output (`grad`).
-    SumOf(&'c str),
 }
 
 impl<'a> Local<'a> {

@@ -23,6 +23,14 @@ pub struct AdjointPlan {
     pub stages: Vec<Kernel>,
 }
 
+/// What a sharded backward starts from.
+pub(crate) enum Seed<'c, 'v> {
+    /// A cotangent per output, whole or per owned row and edge.
+    Cotangents(&'c [(&'c str, TensorView<'v>)]),
+    /// Ones on every rank's rows of this output (`grad`).
+    SumOf(&'c str),
+}
+
 /// Gradients by input role and name, shaped like the inputs.
 #[derive(Debug, Clone)]
 pub struct Gradients {
@@ -276,7 +284,7 @@ impl Kernel {
         schedule: &Schedule,
     ) -> Result<Gradients> {
         if let Some(sh) = r.shard() {
-            return self.vjp_sharded(sh, inputs, crate::sharded::Seed::Cotangents(cotangents), schedule);
+            return self.vjp_sharded(sh, inputs, Seed::Cotangents(cotangents), schedule);
         }
         self.run_vjp_on(r, inputs, cotangents, schedule)
     }
@@ -300,7 +308,7 @@ impl Kernel {
     /// [`Kernel::grad`] as `schedule` says.
     pub fn grad_with(&self, r: &dyn Realization, inputs: &Inputs<'_>, output: &str, schedule: &Schedule) -> Result<Gradients> {
         if let Some(sh) = r.shard() {
-            return self.vjp_sharded(sh, inputs, crate::sharded::Seed::SumOf(output), schedule);
+            return self.vjp_sharded(sh, inputs, Seed::SumOf(output), schedule);
         }
         let (dtype, shapes) = self.bound_outputs(r, inputs)?;
         if !shapes.iter().any(|(n, _)| n == output) {

@@ -26,9 +26,7 @@ use std::sync::Arc;
 pub use plan::{edge_cut, plan_all, LocalShard, PlanError, ShardPlan};
 
 use crate::comm::{check_same, CommError, Communicator, PendingExchange};
-use crate::exec::{ExecError, Side};
 use crate::partition::{Method, Partition, PartitionError};
-use crate::realization::{Realization, Rows};
 use crate::{Data, DataMut, Graph, Tensor};
 
 /// Bytes of a halo message's header.
@@ -610,31 +608,6 @@ pub fn with_zero_rows(t: Tensor, extra: usize) -> Result<Tensor, ShardError> {
         Data::F64(d) => Tensor::from_f64(shape, d.iter().copied().chain(std::iter::repeat(0.0)).take(n).collect()),
     }
     .map_err(|e| ShardError::Usage(e.to_string()))
-}
-
-/// A sharded graph is a realization whose calls the facade runs through
-/// the halo path ([`Realization::shard`]); its sizes are the whole graph's.
-impl Realization for Sharded {
-    fn num_src(&self) -> usize {
-        self.plan.local.num_src
-    }
-    fn num_dst(&self) -> usize {
-        self.plan.local.num_dst
-    }
-    fn num_edges(&self) -> usize {
-        self.plan.local.num_edges
-    }
-    fn rows(&self, _side: Side, _edge_ids: bool) -> Result<Rows<'_>, ExecError> {
-        Err(ExecError::Unavailable(
-            "a sharded graph's rows are run through its halo exchange (Realization::shard), not walked directly".into(),
-        ))
-    }
-    fn shard(&self) -> Option<&Sharded> {
-        Some(self)
-    }
-    fn describe(&self) -> String {
-        Sharded::describe(self)
-    }
 }
 
 #[cfg(test)]
