@@ -163,5 +163,24 @@ fn check_file(k: &Kernel, g: &Graph, sh: &Sharded, rng: &mut Rng, what: &str) ->
     if got.iter().map(|x| x.to_bits()).ne(expect.iter().map(|x| x.to_bits())) {
         return Err(format!("{what}: output differs from one process"));
     }
-    Ok(got.len())
+    // The backward, the fields read from the file again.
+    let want_g = k.grad(g, &all, "out").map_err(|e| format!("{what}: one-process grad: {e}"))?;
+    let grads = k.grad(sh, &params, "out").map_err(|e| format!("{what}: sharded grad: {e}"))?;
+    let mut checked = got.len();
+    for (role, name, t) in &grads.items {
+        let w = want_g.get(*role, name).ok_or("a gradient is missing")?;
+        let expect = match role {
+            Role::Src => rows_of(w, sh.owned_src().iter().map(|&u| u as usize)),
+            Role::Dst => rows_of(w, sh.owned_dst().iter().map(|&u| u as usize)),
+            Role::Edge => rows_of(w, sh.owned_edges().iter().map(|&e| e as usize)),
+            Role::Param => w.to_f64_vec(),
+        };
+        let got = t.to_f64_vec();
+        let scale = expect.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+        if let Some((i, (x, y))) = got.iter().zip(&expect).enumerate().find(|(_, (x, y))| (*x - *y).abs() > 1e-6 * scale) {
+            return Err(format!("{what}: gradient of {} {name}[{i}]: sharded {x}, one process {y}", role.name()));
+        }
+        checked += got.len();
+    }
+    Ok(checked)
 }
