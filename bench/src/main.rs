@@ -1,8 +1,10 @@
 //! `tiga-bench`: tiga's back ends against hand-written loops and the Python
 //! peers, on the same graphs, side by side in one run on one machine; and,
 //! as `tiga-bench paged`, paged execution against the in-memory run
-//! (`paged.rs`); and, as `tiga-bench compile-time`, compile time against
-//! kernel size (`compile_time.rs`).
+//! (`paged.rs`); as `tiga-bench compile-time`, compile time against
+//! kernel size (`compile_time.rs`); and, as `tiga-bench sharded`,
+//! halo-sharded execution on two ranks (in-process and under mpirun)
+//! against one process (`sharded.rs`).
 //!
 //! A number about a compiler means little alone: it needs the same
 //! computation written by hand, the tools a user would otherwise pick, and
@@ -42,6 +44,7 @@
 //! cargo run --release -p tiga-bench -- --threads 2 --json bench.json
 //! cargo run --release -p tiga-bench -- paged --quick    # the paged benchmark
 //! cargo run --release -p tiga-bench -- compile-time     # compile time against kernel size
+//! cargo run --release -p tiga-bench --features mpi,metis -- sharded   # sharded against one process
 //! ```
 
 mod compile_time;
@@ -50,6 +53,7 @@ mod hand;
 mod paged;
 mod peers;
 mod report;
+mod sharded;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -79,7 +83,7 @@ const CASES: [&str; 6] = ["stencil-csr", "stencil-generated", "powerlaw-sum", "p
     args_conflicts_with_subcommands = true,
     args_override_self = true,
     disable_help_subcommand = true,
-    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)"
+    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -98,6 +102,10 @@ enum Command {
     /// passes (table and JSON)
     #[command(args_override_self = true)]
     CompileTime(compile_time::Args),
+    /// Halo-sharded execution on 2 ranks (in-process, and under mpirun with --features mpi) against
+    /// one process with 2 threads, on a stencil and a power-law graph (table and JSON)
+    #[command(args_override_self = true)]
+    Sharded(sharded::Args),
 }
 
 /// The main benchmark's flags.
@@ -1099,6 +1107,7 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Paged(args)) => return paged::main(&args),
         Some(Command::CompileTime(args)) => return compile_time::main(&args),
+        Some(Command::Sharded(args)) => return sharded::main(&args),
         None => {}
     }
     match real_main(cli.bench.into()) {
@@ -1257,6 +1266,33 @@ mod tests {
         assert_eq!((o.side, o.keep, o.threads), (64, true, Some(3)));
         assert_eq!((o.json, o.table, o.dir), (PathBuf::from("j"), PathBuf::from("t"), Some(PathBuf::from("d"))));
         for bad in [&["paged", "--side", "0"][..], &["paged", "--threads", "0"], &["paged", "--repeat", "3"], &["paged", "x"]] {
+            assert!(parse(bad).is_err(), "{bad:?} should not parse");
+        }
+    }
+
+    #[test]
+    fn sharded_subcommand() {
+        let Some(Command::Sharded(a)) = parse(&["sharded"]).expect("parses").command else { panic!("sharded") };
+        let o = sharded::Opts::from(&a);
+        assert_eq!((o.sizes.side, o.sizes.nodes, o.sizes.edges, o.sizes.width), (2000, 250_000, 4_000_000, 64));
+        assert_eq!((o.rounds, o.sizes.steps, o.sizes.warmup, o.sizes.exchanges), (3, 7, 3, 7));
+        assert_eq!((o.json.to_str(), o.table.to_str()), (Some("bench-sharded.json"), Some("bench-sharded.txt")));
+        assert!(o.mpi);
+        let Some(Command::Sharded(a)) = parse(&["sharded", "--quick", "--no-mpi"]).expect("parses").command else {
+            panic!("sharded")
+        };
+        let o = sharded::Opts::from(&a);
+        assert_eq!((o.sizes.side, o.sizes.nodes, o.sizes.edges), (500, 31_250, 500_000));
+        assert!(!o.mpi);
+        for bad in [
+            &["sharded", "--steps", "0"][..],
+            &["sharded", "--rounds", "0"],
+            &["sharded", "--width", "x"],
+            &["sharded", "--mpi-worker", "stencil"],
+            &["sharded", "--mpi-worker", "nope", "--reference", "r.npy"],
+            &["sharded", "--partition", "nope"],
+            &["sharded", "x"],
+        ] {
             assert!(parse(bad).is_err(), "{bad:?} should not parse");
         }
     }
