@@ -14,9 +14,9 @@
 //!   is what every rank's rows must equal, bit for bit);
 //! - two ranks × one thread in this process (`InProcess::run`), each rank
 //!   on a one-thread rayon pool of its own with `Schedule::threads(1)`;
-//! - on the stencil, the same with `Schedule::threads(1)` alone: the
-//!   runtime keeps one process-wide pool per thread count
-//!   (`exec::in_pool`), so both ranks' kernels queue on one worker;
+//! - on the stencil, the same with `Schedule::threads(1)` alone, no pool
+//!   installed: the runtime runs a one-thread schedule on the calling
+//!   thread, so each rank computes on its own thread;
 //! - two ranks × one thread under `mpirun -n 2` (built with `--features
 //!   mpi`): this binary re-launched as `tiga-bench sharded --mpi-worker
 //!   CASE ...`; each rank builds the graph itself, runs, checks its rows
@@ -245,8 +245,8 @@ enum Engine {
     OneProcess,
     /// Two in-process ranks, each on a one-thread pool of its own.
     InProcess,
-    /// Two in-process ranks with `Schedule::threads(1)` only (the runtime's
-    /// one shared one-thread pool).
+    /// Two in-process ranks with `Schedule::threads(1)` only (each runs on
+    /// its own thread, the caller's).
     InProcessSharedPool,
     /// Two processes under mpirun.
     Mpi,
@@ -264,7 +264,7 @@ impl Config {
         match self.engine {
             Engine::OneProcess => "1 process x 2 threads".to_string(),
             Engine::InProcess => format!("2 ranks x 1 thread, in-process{part}"),
-            Engine::InProcessSharedPool => format!("2 ranks x 1 thread, in-process, shared pool{part}"),
+            Engine::InProcessSharedPool => format!("2 ranks x 1 thread, in-process, threads(1){part}"),
             Engine::Mpi => format!("2 ranks x 1 thread, mpirun{part}"),
         }
     }
@@ -583,7 +583,7 @@ fn measure_rank(
         engine: comm.engine(),
         setup_ms,
         owned_rows: l.owned_rows,
-        interior_rows: l.interior,
+        interior_rows: l.interior.iter().map(|r| r.len()).sum(),
         ghost_rows: sh.plan().ghost_rows(),
         sent_rows: sh.plan().sent_rows(),
         cut_edges,
@@ -627,8 +627,8 @@ fn one_process(case: &CaseData, s: &Sizes) -> Result<(Vec<f64>, Tensor), String>
 }
 
 /// Two ranks as threads of this process; with `own_pools`, each rank runs
-/// on a one-thread rayon pool of its own (`Schedule::threads(1)` then runs
-/// in place), else both go through the runtime's shared one-thread pool.
+/// on a one-thread rayon pool of its own, else with `Schedule::threads(1)`
+/// alone (which the runtime runs on the calling thread).
 fn in_process(case: &CaseData, part: Part, s: &Sizes, reference: &Tensor, own_pools: bool) -> Result<Vec<RankStats>, String> {
     let results = InProcess::run(RANKS, |c| {
         let comm: Arc<dyn Communicator> = Arc::new(c);
@@ -1250,9 +1250,8 @@ fn notes(cases: &[CaseResult], cpus: usize) -> Vec<String> {
         "a barrier precedes every timed step and bare exchange; job step = the slowest rank's time of each step, median over \
          the steps"
             .to_string(),
-        "shared pool: Schedule::threads(1) on two in-process ranks runs both on the runtime's one process-wide one-thread \
-         pool (exec::in_pool keys pools by thread count), so the ranks take turns; the other in-process rows give each \
-         rank a one-thread pool of its own"
+        "threads(1): two in-process ranks with Schedule::threads(1) alone, which the runtime runs on the calling thread \
+         (each rank's own); the other in-process rows install a one-thread rayon pool per rank"
             .to_string(),
     ];
     if cpus <= 2 {

@@ -24,11 +24,11 @@ use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
 use tiga_runtime::abi::RawArgs;
 use tiga_runtime::exec::{self, ParamPartials, RowRunner};
-use tiga_runtime::shard::{take_rows, with_zero_rows, ShardError, Sharded};
+use tiga_runtime::shard::{take_rows, take_rows_into, take_rows_padded, with_zero_rows, ShardError, Sharded};
 use tiga_runtime::storage::FieldRole;
 use tiga_runtime::{Backend, Data, DataMut, Schedule, Tensor, TensorView};
 
-use crate::call::{bind_extents, output_buffers, splittable, Input, Inputs, Outputs};
+use crate::call::{bind_extents, output_buffers, Input, Inputs, Outputs};
 use crate::vjp::{Gradients, Seed};
 use crate::{Error, Kernel, Result};
 
@@ -98,26 +98,33 @@ impl Kernel {
             match role {
                 Role::Src => {
                     let n = leading(&v, *role, name)?;
-                    let t = if n == l.num_src {
-                        take_rows(v.data(), v.shape(), l.slots[..l.owned_slots].iter().map(|&u| u as usize))?
+                    // Over the slots: owned rows now, ghosts' by the
+                    // exchange (every ghost slot is some peer's to fill).
+                    let mut shape = v.shape().to_vec();
+                    shape[0] = l.slots.len();
+                    let mut t = sh.slot_buffer(v.dtype(), &shape)?;
+                    if n == l.num_src {
+                        take_rows_into(&mut t, v.data(), v.shape(), l.slots[..l.owned_slots].iter().map(|&u| u as usize))?
                     } else if n == l.owned_slots {
-                        v.to_tensor()
+                        take_rows_into(&mut t, v.data(), v.shape(), 0..n)?
                     } else {
                         return Err(numbering_error(*role, name, n, l.num_src, l.owned_slots, l.rank));
                     };
-                    local.src.push((name.clone(), with_zero_rows(t, ghosts)?));
+                    local.src.push((name.clone(), t));
                 }
                 Role::Dst => {
                     let n = leading(&v, *role, name)?;
                     let t = if n == l.num_dst {
                         take_rows(v.data(), v.shape(), l.rows.iter().map(|&u| u as usize))?
+                    } else if n == l.owned_rows && !deep && sh.rows_in_owned_order() {
+                        v.to_tensor()
                     } else if n == l.owned_rows && !deep {
                         take_rows(v.data(), v.shape(), sh.row_positions().iter().map(|&p| p as usize))?
                     } else if n == l.owned_rows {
                         // A deep halo's ghost rows: exchanged as slots (a
                         // square graph's owned slots are its owned rows, in
                         // the same increasing order).
-                        local.dst_slots.push((name.clone(), with_zero_rows(v.to_tensor(), ghosts)?));
+                        local.dst_slots.push((name.clone(), take_rows_padded(v.data(), v.shape(), 0..n, ghosts)?));
                         continue;
                     } else {
                         return Err(numbering_error(*role, name, n, l.num_dst, l.owned_rows, l.rank));
@@ -160,22 +167,24 @@ impl Kernel {
         let inputs = &self.with_stored(sh, inputs)?;
         let mut local = self.localize(sh, inputs)?;
         let l = sh.local();
-        let mut slot_fields: Vec<Tensor> =
-            local.src.iter().map(|(_, t)| t.clone()).chain(local.dst_slots.iter().map(|(_, t)| t.clone())).collect();
-        // (Moved into `slot_fields`, exchanged, then handed back.)
+        // Moved out of `local`, exchanged, then handed back.
+        let mut slot_fields = local.take_slot_fields()?;
         let halo = sh.start_halo(&slot_fields.iter().collect::<Vec<_>>())?;
         let extents = Extents { num_src: l.slots.len(), num_dst: l.rows.len(), num_edges: l.graph.num_edges() };
-        let split = l.interior;
+        let k = self.captured();
         let deep = !local.dst_slots.is_empty();
-        if schedule.backend == Backend::Reference || split == 0 || deep {
+        let param_outputs = !k.outputs_of(Role::Param).is_empty();
+        if schedule.backend == Backend::Reference || l.interior.is_empty() || deep || param_outputs {
             halo.finish(sh, &mut slot_fields)?;
             self.take_back(&mut local, slot_fields, sh)?;
-            let ins = local.inputs(None);
-            return self.run_with(&l.graph, &ins, schedule);
+            let out = self.run_with(&l.graph, &local.inputs(), schedule);
+            for (_, t) in local.src {
+                sh.recycle(t);
+            }
+            return out;
         }
-        let k = self.captured();
         let g = &l.graph;
-        // Rows 0..split read owned slots only: they run on the owned
+        // The interior rows read owned slots only: they run on the owned
         // prefix of each source field while the ghosts travel.
         let (p, mut outs, dtype, widths) = {
             let ins = local.inputs_with_src(&slot_fields, Some(l.owned_slots))?;
@@ -184,11 +193,10 @@ impl Kernel {
             let outs = output_buffers(self.loop_kernel(), b.dtype, &p.shapes)?;
             (p, outs, b.dtype, b.widths.clone())
         };
-        let shapes = output_shapes(k, &extents, &widths);
-        if shapes != p.shapes {
+        if output_shapes(k, &extents, &widths) != p.shapes {
             return Err(Error::Internal("sharded output shapes differ between the interior and boundary rows".into()));
         }
-        let partials = ParamPartials::new(g.num_dst(), &p.param_outs).with_split(splittable(k));
+        let partials = ParamPartials::new(g.num_dst(), &p.param_outs);
         let runner = RowRunner::new(p.entry, &p.shapes, dtype, &mut outs, partials);
         let raw_for = |f: &[*const u8]| RawArgs {
             offsets: g.offsets().as_ptr(),
@@ -205,10 +213,11 @@ impl Kernel {
             // SAFETY: the variant was compiled for this kernel, dtype and
             // widths without edge ids (edge fields are in local CSR order);
             // `bind_extents` checked every field against these extents, and
-            // rows 0..split read only slots below `owned_slots` (the plan
-            // put every row that reads a ghost after `split`); the CSR was
-            // validated when built; `outs` lives until `finish`.
-            unsafe { exec::execute_rows(&runner, raw_for(&ptrs), &g.offsets()[..=split], 0, schedule.threads)? };
+            // the interior rows read only slots below `owned_slots` (the plan
+            // put every row that reads a ghost in a boundary run); the CSR
+            // was validated when built; `outs` lives until `finish`; the
+            // kernel has no parameter outputs.
+            unsafe { exec::execute_row_runs(&runner, raw_for(&ptrs), g.offsets(), &l.interior, schedule.threads)? };
         }
         halo.finish(sh, &mut slot_fields)?;
         {
@@ -218,11 +227,14 @@ impl Kernel {
                 return Err(Error::Internal("sharded widths differ between the interior and boundary rows".into()));
             }
             let ptrs = b.field_ptrs();
-            // SAFETY: as above, for rows split.., whose ghost slots are now
-            // filled; every field covers all slots.
-            unsafe { exec::execute_rows(&runner, raw_for(&ptrs), &g.offsets()[split..], split, schedule.threads)? };
+            // SAFETY: as above, for the boundary rows, whose ghost slots
+            // are now filled; every field covers all slots.
+            unsafe { exec::execute_row_runs(&runner, raw_for(&ptrs), g.offsets(), &l.boundary, schedule.threads)? };
         }
         runner.finish(&mut outs);
+        for t in slot_fields {
+            sh.recycle(t);
+        }
         Ok(self.outputs(outs))
     }
 
@@ -258,8 +270,8 @@ impl Kernel {
         let mut items = Vec::with_capacity(outs.items.len());
         for ((name, t), o) in outs.items.into_iter().zip(&self.captured().outputs) {
             let t = match o.role {
-                Role::Dst => scatter_rows(&t, l.owned_rows, sh.row_positions())?,
-                Role::Edge => scatter_rows(&t, l.owned_edges, sh.edge_positions())?,
+                Role::Dst => owned_rows(t, l.owned_rows, sh.row_positions(), sh.rows_in_owned_order())?,
+                Role::Edge => owned_rows(t, l.owned_edges, sh.edge_positions(), sh.edges_in_owned_order())?,
                 _ => all_reduce(sh, t)?,
             };
             items.push((name, t));
@@ -312,13 +324,12 @@ impl Kernel {
                 ins = ins.with_role(*role, name, input.view());
             }
             let mut local = self.localize(sh, &ins)?;
-            let mut slot_fields: Vec<Tensor> =
-                local.src.iter().map(|(_, t)| t.clone()).chain(local.dst_slots.iter().map(|(_, t)| t.clone())).collect();
+            let mut slot_fields = local.take_slot_fields()?;
             sh.check_once(&format!("kernel `{}`", self.name()), self.ir_checksum()?)?;
             sh.start_halo(&slot_fields.iter().collect::<Vec<_>>())?.finish(sh, &mut slot_fields)?;
             self.take_back(&mut local, slot_fields, sh)?;
             for _ in 0..burst {
-                let ins = local.inputs(None);
+                let ins = local.inputs();
                 let outs = self.run_with(&l.graph, &ins, schedule)?;
                 let out = outs.tensor(feed)?;
                 // Each computed row's output becomes its node's slot.
@@ -367,11 +378,10 @@ impl Kernel {
         let l = sh.local();
         let inputs = &self.with_stored(sh, inputs)?;
         let mut local = self.localize(sh, inputs)?;
-        let mut slot_fields: Vec<Tensor> =
-            local.src.iter().map(|(_, t)| t.clone()).chain(local.dst_slots.iter().map(|(_, t)| t.clone())).collect();
+        let mut slot_fields = local.take_slot_fields()?;
         sh.start_halo(&slot_fields.iter().collect::<Vec<_>>())?.finish(sh, &mut slot_fields)?;
         self.take_back(&mut local, slot_fields, sh)?;
-        let ins = local.inputs(None);
+        let ins = local.inputs();
         let cots = self.local_cotangents(sh, &ins, seed)?;
         let views: Vec<(&str, TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
         let grads = self.vjp_with(&l.graph, &ins, &views, schedule)?;
@@ -387,8 +397,8 @@ impl Kernel {
         for (role, name, t) in items {
             let t = match role {
                 Role::Src => t,
-                Role::Dst => scatter_rows(&t, l.owned_rows, sh.row_positions())?,
-                Role::Edge => scatter_rows(&t, l.owned_edges, sh.edge_positions())?,
+                Role::Dst => owned_rows(t, l.owned_rows, sh.row_positions(), sh.rows_in_owned_order())?,
+                Role::Edge => owned_rows(t, l.owned_edges, sh.edge_positions(), sh.edges_in_owned_order())?,
                 Role::Param => all_reduce(sh, t)?,
             };
             out.push((role, name, t));
@@ -454,8 +464,19 @@ impl Kernel {
 }
 
 impl<'a> Local<'a> {
+    /// The source fields, then a deep halo's destination fields, moved out
+    /// (for the exchange; [`Kernel::take_back`] returns them).
+    fn take_slot_fields(&mut self) -> Result<Vec<Tensor>> {
+        let mut out = Vec::with_capacity(self.src.len() + self.dst_slots.len());
+        for (_, t) in self.src.iter_mut().chain(self.dst_slots.iter_mut()) {
+            let empty = Tensor::zeros(t.dtype(), vec![0]).map_err(Error::from)?;
+            out.push(std::mem::replace(t, empty));
+        }
+        Ok(out)
+    }
+
     /// The local call's inputs, source fields from `local.src`.
-    fn inputs(&self, _owned: Option<usize>) -> Inputs<'_> {
+    fn inputs(&self) -> Inputs<'_> {
         let mut ins = Inputs::new();
         for (name, t) in &self.src {
             ins = ins.with_role(Role::Src, name, t.view());
@@ -496,8 +517,15 @@ fn prefix_view(t: &Tensor, rows: usize) -> Result<TensorView<'_>> {
     v.map_err(Error::from)
 }
 
-/// Rows `0..n` of `t` (local order) placed at `pos[i]` (owned order).
-fn scatter_rows(t: &Tensor, n: usize, pos: &[u32]) -> Result<Tensor> {
+/// Rows `0..n` of `t` (local order) placed at `pos[i]` (owned order): `t`
+/// itself when it has `n` rows already `in_order`.
+fn owned_rows(t: Tensor, n: usize, pos: &[u32], in_order: bool) -> Result<Tensor> {
+    if in_order {
+        return match t.shape().first() {
+            Some(&rows) if rows == n => Ok(t),
+            _ => take_rows(t.data(), t.shape(), 0..n).map_err(Error::from),
+        };
+    }
     let mut inv = vec![0usize; n];
     for (i, &p) in pos.iter().enumerate().take(n) {
         inv[p as usize] = i;

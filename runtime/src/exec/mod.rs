@@ -22,7 +22,9 @@ pub mod rows;
 pub use chunks::{balanced_row_chunks, for_each_row_chunk, row_chunks};
 pub use gfg::{GfgPages, Side};
 pub use pages::{check_plan, plan_bytes, plan_rows, run_pages, PageData, PageSource, PageView};
-pub use rows::{data_ptr, execute_generated, execute_rows, ExecError, ParamPartials, RowRunner, Work, SPLIT_EDGES};
+pub use rows::{
+    data_ptr, execute_generated, execute_row_runs, execute_rows, ExecError, ParamPartials, RowRunner, Work, SPLIT_EDGES,
+};
 
 /// Runs `f` on a rayon pool of `threads` workers (`None`: the current
 /// pool). Pools are built once per thread count and kept for the process:

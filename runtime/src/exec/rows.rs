@@ -394,6 +394,15 @@ pub unsafe fn execute_rows(
     threads: Option<usize>,
 ) -> Result<()> {
     use rayon::prelude::*;
+    if threads == Some(1) {
+        // One thread: the caller's own. (Ranks run as threads would
+        // otherwise take turns on the one shared single-thread pool.)
+        for w in runner.work(offsets, base) {
+            // SAFETY: the caller's contract.
+            unsafe { runner.run(raw, offsets, base, &w)? };
+        }
+        return Ok(());
+    }
     let shared = SharedArgs(raw);
     let shared = &shared;
     super::in_pool(threads, || {
@@ -404,6 +413,58 @@ pub unsafe fn execute_rows(
             .map(|w| unsafe { runner.run(shared.0, offsets, base, &w) })
             .collect::<Result<Vec<()>>>()
     })??;
+    Ok(())
+}
+
+/// Run the rows of `runs` (ranges of rows, in order, of the CSR whose
+/// row offsets are `offsets`), cut into pieces of about equal edge counts
+/// (about four per thread), each piece running its runs in order: the rows
+/// of a sharded rank that read no ghost, while the ghosts travel. For a
+/// runner without parameter outputs (whose blocks must be visited in row
+/// order); huge rows are not split.
+///
+/// # Safety
+/// As [`RowRunner::run`], for every row of `runs`.
+pub unsafe fn execute_row_runs(
+    runner: &RowRunner<'_>,
+    raw: RawArgs,
+    offsets: &[u64],
+    runs: &[Range<usize>],
+    threads: Option<usize>,
+) -> Result<()> {
+    use rayon::prelude::*;
+    if !runner.partials.outs.is_empty() {
+        return Err(ExecError::Internal("rows in runs for a kernel with parameter outputs"));
+    }
+    let edges = |r: &Range<usize>| (offsets[r.end] - offsets[r.start]) as usize + r.len();
+    let total: usize = runs.iter().map(edges).sum();
+    let pieces = if threads == Some(1) { 1 } else { 4 * threads.unwrap_or_else(rayon::current_num_threads).max(1) };
+    let target = total.div_ceil(pieces).max(1);
+    let mut cut: Vec<Vec<Range<usize>>> = vec![Vec::new()];
+    let mut filled = 0;
+    for r in runs {
+        if filled >= target {
+            cut.push(Vec::new());
+            filled = 0;
+        }
+        filled += edges(r);
+        if let Some(c) = cut.last_mut() {
+            c.push(r.clone());
+        }
+    }
+    let shared = SharedArgs(raw);
+    let shared = &shared;
+    let piece = |p: &Vec<Range<usize>>| -> Result<()> {
+        for r in p {
+            // SAFETY: the caller's contract; pieces hold disjoint rows.
+            unsafe { runner.run(shared.0, offsets, 0, &Work::Rows(r.clone()))? };
+        }
+        Ok(())
+    };
+    if threads == Some(1) {
+        return cut.iter().try_for_each(piece);
+    }
+    super::in_pool(threads, || cut.par_iter().map(piece).collect::<Result<Vec<()>>>())??;
     Ok(())
 }
 

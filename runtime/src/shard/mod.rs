@@ -140,8 +140,14 @@ pub struct Sharded {
     /// position among them.
     owned_edges: Vec<u64>,
     edge_pos: Vec<u32>,
+    /// Whether the owned local rows (edges) are already in owned order.
+    rows_in_order: bool,
+    edges_in_order: bool,
     /// Values already found equal on every rank ([`Sharded::check_once`]).
     agreed: std::sync::Mutex<Vec<u64>>,
+    /// Slot fields of finished calls, for the next call's
+    /// ([`Sharded::slot_buffer`]).
+    spare: std::sync::Mutex<Vec<Tensor>>,
     /// The file the graph was read from ([`Sharded::from_gfg`]).
     file: Option<crate::storage::GfgFile>,
     stats: Stats,
@@ -199,6 +205,8 @@ impl Sharded {
         let l = &plan.local;
         let (owned_dst, row_pos) = sorted_positions(&l.rows[..l.owned_rows]);
         let (owned_edges, edge_pos) = sorted_positions(&l.edge_ids[..l.owned_edges]);
+        let identity = |pos: &[u32]| pos.iter().enumerate().all(|(i, &p)| i == p as usize);
+        let (rows_in_order, edges_in_order) = (identity(&row_pos), identity(&edge_pos));
         Sharded {
             plan,
             comm,
@@ -207,7 +215,10 @@ impl Sharded {
             row_pos,
             owned_edges,
             edge_pos,
+            rows_in_order,
+            edges_in_order,
             agreed: Default::default(),
+            spare: Default::default(),
             file: None,
             stats: Stats::default(),
         }
@@ -246,6 +257,17 @@ impl Sharded {
     pub fn owned_edges(&self) -> &[u64] {
         &self.owned_edges
     }
+    /// Whether the owned local rows are in [`Sharded::owned_dst`] order
+    /// (always, as the plan numbers them) and the owned local edges in
+    /// [`Sharded::owned_edges`] order (when the graph's CSR order is its
+    /// edge order): then a rank's outputs need no reordering.
+    pub fn rows_in_owned_order(&self) -> bool {
+        self.rows_in_order
+    }
+    pub fn edges_in_owned_order(&self) -> bool {
+        self.edges_in_order
+    }
+
     /// For each owned local row, its position in [`Sharded::owned_dst`].
     pub fn row_positions(&self) -> &[u32] {
         &self.row_pos
@@ -388,6 +410,30 @@ impl Sharded {
             agreed.push(value);
         }
         Ok(())
+    }
+
+    /// A tensor for a call's slot field: a finished call's of the same
+    /// dtype and shape ([`Sharded::recycle`]), its old values left for the
+    /// caller to overwrite, or a new one. A chain of calls (each step's
+    /// output the next one's input) then copies its owned rows into memory
+    /// already mapped instead of faulting in a fresh buffer every step.
+    pub fn slot_buffer(&self, dtype: crate::DType, shape: &[usize]) -> Result<Tensor, ShardError> {
+        if let Ok(mut spare) = self.spare.lock() {
+            if let Some(i) = spare.iter().position(|t| t.dtype() == dtype && t.shape() == shape) {
+                return Ok(spare.swap_remove(i));
+            }
+        }
+        Tensor::for_overwrite(dtype, shape.to_vec()).map_err(|e| ShardError::Usage(e.to_string()))
+    }
+
+    /// Keep a finished call's slot field for the next call (at most a few).
+    pub fn recycle(&self, t: Tensor) {
+        const KEEP: usize = 8;
+        if let Ok(mut spare) = self.spare.lock() {
+            if spare.len() < KEEP && !t.is_file_backed() {
+                spare.push(t);
+            }
+        }
     }
 
     /// One line for `explain`.
@@ -568,31 +614,95 @@ fn add_row(t: &mut Tensor, row: usize, bytes: &[u8]) {
     write_row(t, row, bytes, true)
 }
 
-/// Rows `ids` of `d` (rows `w` elements wide, `n` of them), or the first
-/// id out of range.
-fn gather_rows<T: Copy>(d: &[T], w: usize, n: usize, ids: impl ExactSizeIterator<Item = usize>) -> Result<Vec<T>, usize> {
-    let mut v = Vec::with_capacity(ids.len() * w);
-    for i in ids {
-        if i >= n {
-            return Err(i);
+/// Rows `ids` of `d` (rows `w` elements wide, `n` of them) and `extra`
+/// zero rows, or the first id out of range. Runs of consecutive ids are
+/// copied whole (a contiguous block of rows is one copy).
+fn gather_rows<T: Copy + Default>(
+    d: &[T],
+    w: usize,
+    n: usize,
+    ids: impl ExactSizeIterator<Item = usize>,
+    extra: usize,
+) -> Result<Vec<T>, usize> {
+    let mut v = Vec::with_capacity((ids.len() + extra) * w);
+    let mut ids = ids.peekable();
+    while let Some(start) = ids.next() {
+        let mut end = start + 1;
+        while ids.peek() == Some(&end) {
+            ids.next();
+            end += 1;
         }
-        v.extend_from_slice(&d[i * w..(i + 1) * w]);
+        if end > n {
+            return Err(start.max(n));
+        }
+        v.extend_from_slice(&d[start * w..end * w]);
     }
+    v.resize(v.len() + extra * w, T::default());
     Ok(v)
 }
 
 /// Rows `ids` of `t` (a [rows, ...] tensor) in that order.
 pub fn take_rows(t: Data<'_>, shape: &[usize], ids: impl ExactSizeIterator<Item = usize>) -> Result<Tensor, ShardError> {
+    take_rows_padded(t, shape, ids, 0)
+}
+
+/// Rows `ids` of `t` and then `extra` zero rows (a source field over a
+/// rank's slots: its owned rows, then its ghosts' to come), in one copy.
+pub fn take_rows_padded(
+    t: Data<'_>,
+    shape: &[usize],
+    ids: impl ExactSizeIterator<Item = usize>,
+    extra: usize,
+) -> Result<Tensor, ShardError> {
     let Some(&n) = shape.first() else { return Err(ShardError::Usage("a scalar has no rows to take".into())) };
     let w: usize = shape.iter().skip(1).product();
     let mut out_shape = shape.to_vec();
-    out_shape[0] = ids.len();
+    out_shape[0] = ids.len() + extra;
     let bad = |i: usize| ShardError::Usage(format!("row {i} of a tensor with {n} rows"));
     match t {
-        Data::F32(d) => Tensor::from_f32(out_shape, gather_rows(d, w, n, ids).map_err(bad)?),
-        Data::F64(d) => Tensor::from_f64(out_shape, gather_rows(d, w, n, ids).map_err(bad)?),
+        Data::F32(d) => Tensor::from_f32(out_shape, gather_rows(d, w, n, ids, extra).map_err(bad)?),
+        Data::F64(d) => Tensor::from_f64(out_shape, gather_rows(d, w, n, ids, extra).map_err(bad)?),
     }
     .map_err(|e| ShardError::Usage(e.to_string()))
+}
+
+/// Rows `ids` of `t` written into the first rows of `out` (whose rows are
+/// as wide); its other rows are left as they are.
+pub fn take_rows_into(
+    out: &mut Tensor,
+    t: Data<'_>,
+    shape: &[usize],
+    ids: impl ExactSizeIterator<Item = usize>,
+) -> Result<(), ShardError> {
+    let Some(&n) = shape.first() else { return Err(ShardError::Usage("a scalar has no rows to take".into())) };
+    let w: usize = shape.iter().skip(1).product();
+    let rows = ids.len();
+    if out.shape().iter().skip(1).product::<usize>() != w || out.shape().first().is_none_or(|&r| r < rows) {
+        return Err(ShardError::Usage(format!("rows of shape {shape:?} into a tensor of shape {:?}", out.shape())));
+    }
+    fn copy<T: Copy>(out: &mut [T], d: &[T], w: usize, n: usize, ids: impl Iterator<Item = usize>) -> Result<(), usize> {
+        let (mut at, mut ids) = (0, ids.peekable());
+        while let Some(start) = ids.next() {
+            let mut end = start + 1;
+            while ids.peek() == Some(&end) {
+                ids.next();
+                end += 1;
+            }
+            if end > n {
+                return Err(start.max(n));
+            }
+            let len = (end - start) * w;
+            out[at..at + len].copy_from_slice(&d[start * w..end * w]);
+            at += len;
+        }
+        Ok(())
+    }
+    let bad = |i: usize| ShardError::Usage(format!("row {i} of a tensor with {n} rows"));
+    match (out.data_mut(), t) {
+        (DataMut::F32(o), Data::F32(d)) => copy(o, d, w, n, ids).map_err(bad),
+        (DataMut::F64(o), Data::F64(d)) => copy(o, d, w, n, ids).map_err(bad),
+        _ => Err(ShardError::Usage("rows of one dtype into a tensor of another".into())),
+    }
 }
 
 /// `t` with `extra` zero rows appended (a source field's ghost slots).

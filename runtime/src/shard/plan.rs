@@ -10,10 +10,12 @@
 //! once by [`plan_all`], which `explain` uses) and turns them into send
 //! lists.
 //!
-//! Local numbering. Rows: the owned rows that read no ghost (interior),
-//! then the owned rows that do (boundary), then, at depth k > 1, the ghost
-//! rows of levels 1..k-1 (computed redundantly so that k steps need one
-//! exchange); within each group, increasing user id. Slots (the columns of
+//! Local numbering. Rows: the owned rows in increasing user id (so a
+//! rank's outputs are its local rows as they are, in the order users see),
+//! then, at depth k > 1, the ghost rows of levels 1..k-1 (computed
+//! redundantly so that k steps need one exchange). The owned rows that read
+//! no ghost (interior) and those that do (boundary) are listed as runs of
+//! local rows: the interior runs compute while the ghosts travel. Slots (the columns of
 //! the local CSR): the owned sources in increasing user id, then the ghosts
 //! grouped by owner in increasing rank, each group in increasing user id,
 //! so that a peer's rows land in one contiguous range. Each local row keeps
@@ -58,8 +60,10 @@ pub struct LocalShard {
     pub num_edges: usize,
     /// User ids of the local rows (see the module doc for their order).
     pub rows: Vec<u32>,
-    /// Rows `0..interior` read no ghost; `interior..owned_rows` do.
-    pub interior: usize,
+    /// Runs of owned rows that read no ghost, and of those that do; they
+    /// cover `0..owned_rows` once, in order.
+    pub interior: Vec<Range<usize>>,
+    pub boundary: Vec<Range<usize>>,
     pub owned_rows: usize,
     /// User ids of the slots: owned sources, then ghosts by owner.
     pub slots: Vec<u32>,
@@ -147,12 +151,18 @@ impl LocalShard {
         for (i, &u) in slots.iter().enumerate() {
             slot_of[u as usize] = i as u32;
         }
-        // Rows: interior, boundary, ghost rows.
+        // Rows: the owned ones, then ghost rows; interior and boundary runs.
         let reads_ghost = |v: u32| graph.row(v as usize).any(|p| slot_of[graph.cols()[p] as usize] as usize >= owned_slots);
-        let (mut rows, boundary): (Vec<u32>, Vec<u32>) = owned_rows_user.iter().partition(|&&v| !reads_ghost(v));
-        let interior = rows.len();
-        rows.extend_from_slice(&boundary);
+        let mut rows = owned_rows_user.to_vec();
         let owned_rows = rows.len();
+        let (mut interior, mut boundary): (Vec<Range<usize>>, Vec<Range<usize>>) = (Vec::new(), Vec::new());
+        for (i, &v) in rows.iter().enumerate() {
+            let runs = if reads_ghost(v) { &mut boundary } else { &mut interior };
+            match runs.last_mut() {
+                Some(r) if r.end == i => r.end += 1,
+                _ => runs.push(i..i + 1),
+            }
+        }
         ghost_rows.sort_by_key(|&u| slot_of[u as usize]);
         rows.extend_from_slice(&ghost_rows);
         // The local CSR, each row's edges in the graph's order.
@@ -182,6 +192,7 @@ impl LocalShard {
             num_edges: graph.num_edges(),
             rows,
             interior,
+            boundary,
             owned_rows,
             slots,
             owned_slots,
@@ -287,8 +298,9 @@ mod tests {
         let p = Partition::contiguous(8, 2).expect("partition");
         let plans = plan_all(&g, &p, &p, 1).expect("plans");
         let r0 = &plans[0];
-        assert_eq!(r0.local.rows, vec![1, 2, 0, 3]);
-        assert_eq!(r0.local.interior, 2);
+        assert_eq!(r0.local.rows, vec![0, 1, 2, 3]);
+        assert_eq!(r0.local.interior, vec![1..3]);
+        assert_eq!(r0.local.boundary, vec![0..1, 3..4]);
         assert_eq!(r0.local.slots, vec![0, 1, 2, 3, 4, 7]);
         assert_eq!(r0.local.recv, vec![4..4, 4..6]);
         // Rank 1 reads nodes 3 and 0 of rank 0: slots 0 and 3, in rank 1's
@@ -298,8 +310,8 @@ mod tests {
         assert_eq!(plans[1].local.slots, vec![4, 5, 6, 7, 0, 3]);
         assert_eq!(r0.ghost_rows(), 2);
         assert_eq!(edge_cut(&g, &p, &p), 4);
-        // Row 0 of rank 0 (local row 2) reads 7, 0, 1: slots 5, 0, 1.
-        let row = r0.local.graph.row(2);
+        // Row 0 of rank 0 reads 7, 0, 1: slots 5, 0, 1.
+        let row = r0.local.graph.row(0);
         assert_eq!(&r0.local.graph.cols()[row], &[5, 0, 1]);
     }
 
