@@ -20,7 +20,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::{exchange_requests, LocalShard, PartitionChoice, PlanError, ShardError, Sharded};
+use super::{exchange_requests, partition_at_root, LocalShard, PartitionChoice, PlanError, ShardError, Sharded};
 use crate::comm::{check_same, Communicator};
 use crate::partition::{Method, Partition, PartitionError};
 use crate::storage::{FieldRole, GfgFile};
@@ -68,47 +68,20 @@ fn file_partition(file: &GfgFile, comm: &dyn Communicator, choice: &PartitionCho
         PartitionChoice::Balanced => Method::Balanced,
         PartitionChoice::Metis => Method::Metis,
     };
-    // Rank 0 partitions; a failure there is sent as an empty part list
-    // with its message, so every rank fails with it.
-    let mine: Vec<u8> = if comm.rank() == 0 {
-        let parts = (|| -> Result<Partition, ShardError> {
-            let offsets = file.offsets().map_err(file_error)?;
-            Ok(match method {
-                Method::Balanced => Partition::balanced(offsets, world)?,
-                _ => {
-                    if file.num_src() != nd {
-                        return Err(PartitionError::NotSquare { num_src: file.num_src(), num_dst: nd }.into());
-                    }
-                    Partition::metis(nd, offsets, file.cols().map_err(file_error)?, world)?
+    partition_at_root(comm, nd, method, || {
+        let offsets = file.offsets().map_err(file_error)?;
+        let p = match method {
+            Method::Balanced => Partition::balanced(offsets, world)?,
+            _ => {
+                if file.num_src() != nd {
+                    return Err(PartitionError::NotSquare { num_src: file.num_src(), num_dst: nd }.into());
                 }
-            })
-        })();
+                Partition::metis(nd, offsets, file.cols().map_err(file_error)?, world)?
+            }
+        };
         file.release_adjacency();
-        match parts {
-            Ok(p) => {
-                let mut b = vec![1u8];
-                b.extend(p.parts_by_node().iter().flat_map(|x| x.to_le_bytes()));
-                b
-            }
-            Err(e) => {
-                let mut b = vec![0u8];
-                b.extend(e.to_string().into_bytes());
-                b
-            }
-        }
-    } else {
-        Vec::new()
-    };
-    let all = comm.all_gather_bytes(&mine)?;
-    let got = all.first().map(Vec::as_slice).unwrap_or_default();
-    match got.split_first() {
-        Some((1, body)) if body.len() == nd * 4 => {
-            let parts = body.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-            Ok(Partition::from_parts(parts, world)?.with_method(method))
-        }
-        Some((0, msg)) => Err(ShardError::Usage(format!("rank 0 could not partition: {}", String::from_utf8_lossy(msg)))),
-        _ => Err(ShardError::Malformed { peer: 0, what: format!("a partition of {} bytes for {nd} rows", got.len()) }),
-    }
+        Ok(p)
+    })
 }
 
 impl Sharded {

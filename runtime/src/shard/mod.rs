@@ -104,6 +104,37 @@ pub fn partitions(graph: &Graph, choice: &PartitionChoice, world: usize) -> Resu
     Ok((dst, src))
 }
 
+/// A partition of `nodes` rows made once, at rank 0, by `make` (METIS,
+/// which every rank would otherwise run for the same answer; or one that
+/// needs a file's whole adjacency, which only rank 0 reads), and sent to
+/// every rank. A failure at rank 0 is sent instead, so every rank fails
+/// with its message.
+pub fn partition_at_root(
+    comm: &dyn Communicator,
+    nodes: usize,
+    method: Method,
+    make: impl FnOnce() -> Result<Partition, ShardError>,
+) -> Result<Partition, ShardError> {
+    let mine: Vec<u8> = if comm.rank() == 0 {
+        match make() {
+            Ok(p) => std::iter::once(1u8).chain(p.parts_by_node().iter().flat_map(|x| x.to_le_bytes())).collect(),
+            Err(e) => std::iter::once(0u8).chain(e.to_string().into_bytes()).collect(),
+        }
+    } else {
+        Vec::new()
+    };
+    let all = comm.all_gather_bytes(&mine)?;
+    let got = all.first().map(Vec::as_slice).unwrap_or_default();
+    match got.split_first() {
+        Some((1, body)) if body.len() == nodes * 4 => {
+            let parts = body.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            Ok(Partition::from_parts(parts, comm.size())?.with_method(method))
+        }
+        Some((0, msg)) => Err(ShardError::Usage(format!("rank 0 could not partition: {}", String::from_utf8_lossy(msg)))),
+        _ => Err(ShardError::Malformed { peer: 0, what: format!("a partition of {} bytes for {nodes} rows", got.len()) }),
+    }
+}
+
 /// A checksum of a graph's CSR and edge order (ranks compare it at setup).
 pub fn graph_checksum(graph: &Graph) -> u64 {
     let mut h = crc32fast::Hasher::new();
@@ -193,7 +224,16 @@ impl Sharded {
     /// rank fail with a message naming it).
     pub fn from_graph(graph: &Graph, comm: Arc<dyn Communicator>, options: &ShardOptions) -> Result<Sharded, ShardError> {
         check_same(comm.as_ref(), "graph", graph_checksum(graph))?;
-        let (dst, src) = partitions(graph, &options.partition, comm.size())?;
+        let (dst, src) = match options.partition {
+            // METIS once, at rank 0 (every rank would compute the same).
+            PartitionChoice::Metis => {
+                let dst = partition_at_root(comm.as_ref(), graph.num_dst(), Method::Metis, || {
+                    Ok(partitions(graph, &options.partition, comm.size())?.0)
+                })?;
+                (dst.clone(), dst)
+            }
+            _ => partitions(graph, &options.partition, comm.size())?,
+        };
         let local = LocalShard::build(graph, &dst, &src, comm.rank(), options.depth)?;
         let plan = exchange_requests(comm.as_ref(), local)?;
         Ok(Self::from_plan(plan, comm, dst.method()))
