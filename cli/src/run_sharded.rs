@@ -27,7 +27,7 @@ use tiga::{Communicator, Inputs, Outputs, Tensor};
 use crate::inputs::{is_gfg, load_field, load_kernels, open_graph, GraphSource};
 use crate::report::Failure;
 use crate::run::{
-    check_cotangent, input_paths, load_cotangent, median_ms, output_targets, plan_cotangents, plan_outputs, prepare_dir,
+    check_cotangent, load_cotangent, median_ms, output_targets, plan_cotangents, plan_outputs, prepare_dir,
     Cotangents, RunRequest,
 };
 
@@ -62,7 +62,6 @@ pub fn run(req: &RunRequest, comm: Arc<dyn Communicator>) -> Result<(), Failure>
         kernel.adjoint_plan().map_err(|e| f(format!("kernel `{}`: cannot compute gradients: {e}", kernel.name())))?;
     }
     let targets = output_targets(&kernel, req, &plan, backward.as_ref().map(|(dir, _)| dir.as_path()))?;
-    let _ = input_paths(req);
     let tensors: Vec<(Role, String, Tensor)> =
         req.fields.iter().map(|(r, b)| Ok((*r, b.name.clone(), load_field(*r, b)?))).collect::<Result<_, Failure>>()?;
     let inputs = tensors.iter().fold(Inputs::new(), |acc, (r, n, t)| acc.with_role(*r, n, t));
