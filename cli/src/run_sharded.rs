@@ -27,8 +27,8 @@ use tiga::{Communicator, Inputs, Outputs, Tensor};
 use crate::inputs::{is_gfg, load_field, load_kernels, open_graph, GraphSource};
 use crate::report::Failure;
 use crate::run::{
-    check_cotangent, load_cotangent, median_ms, output_targets, plan_cotangents, plan_outputs, prepare_dir,
-    Cotangents, RunRequest,
+    check_cotangent, load_cotangent, median_ms, output_targets, plan_cotangents, plan_outputs, prepare_dir, Cotangents,
+    RunRequest,
 };
 
 /// The MPI world when this process runs under `mpirun` with more than one
