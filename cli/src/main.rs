@@ -226,6 +226,27 @@ struct RunArgs {
     /// block of rows, and rank 0 writes the files a single process would.
     #[command(flatten)]
     sharding: ShardArgs,
+    /// Where the kernel runs: `cpu` (the default), or `cuda` / `cuda:N` (an NVIDIA GPU).
+    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = parse_device)]
+    device: Device,
+}
+
+/// `--device`'s values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Device {
+    Cpu,
+    Cuda(u32),
+}
+
+fn parse_device(s: &str) -> Result<Device, String> {
+    match s {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Ok(Device::Cuda(0)),
+        _ => match s.strip_prefix("cuda:").map(str::parse::<u32>) {
+            Some(Ok(n)) => Ok(Device::Cuda(n)),
+            _ => Err(format!("`{s}`: expected cpu, cuda or cuda:N (a GPU's index)")),
+        },
+    }
 }
 
 fn dispatch(command: Command) -> Result<(), report::Failure> {
@@ -261,6 +282,14 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
         }),
         Command::Info(a) => info::info(&a.file),
         Command::Run(a) => {
+            if let Device::Cuda(n) = a.device {
+                // No CUDA runtime is built into tigac yet: say so before
+                // anything is read.
+                return Err(report::Failure::new(format!(
+                    "--device cuda:{n}: this tigac has no CUDA runtime (the GPU back end is not part of this build); \
+                     run on the CPU (--device cpu, the default)"
+                )));
+            }
             let fields = [(Role::Src, a.src), (Role::Dst, a.dst), (Role::Edge, a.edge), (Role::Param, a.param)]
                 .into_iter()
                 .flat_map(|(role, bs)| bs.into_iter().map(move |b| (role, b)))
