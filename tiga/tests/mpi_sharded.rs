@@ -52,24 +52,7 @@ fn check(k: &Kernel, g: &Graph, sh: &Sharded, rng: &mut Rng, what: &str) -> Resu
             }
             checked += got.len();
         }
-        let tol = if is_f32 { 1e-6 } else { 1e-12 };
-        for (role, name, t) in &grads.items {
-            let w = want_g.get(*role, name).ok_or("a gradient is missing")?;
-            let expect = match role {
-                Role::Src => rows_of(w, sh.owned_src().iter().map(|&u| u as usize)),
-                Role::Dst => rows_of(w, sh.owned_dst().iter().map(|&u| u as usize)),
-                Role::Edge => rows_of(w, sh.owned_edges().iter().map(|&e| e as usize)),
-                Role::Param => w.to_f64_vec(),
-            };
-            let got = t.to_f64_vec();
-            let scale = expect.iter().fold(1.0f64, |m, x| m.max(x.abs()));
-            for (i, (x, y)) in got.iter().zip(&expect).enumerate() {
-                if (x - y).abs() > tol * scale {
-                    return Err(format!("{what}: F={f}: gradient of {} {name}[{i}]: sharded {x}, one process {y}", role.name()));
-                }
-            }
-            checked += got.len();
-        }
+        checked += check_grads(&want_g, &grads, sh, if is_f32 { 1e-6 } else { 1e-12 }, &format!("{what}: F={f}"))?;
     }
     Ok(checked)
 }
@@ -166,9 +149,15 @@ fn check_file(k: &Kernel, g: &Graph, sh: &Sharded, rng: &mut Rng, what: &str) ->
     // The backward, the fields read from the file again.
     let want_g = k.grad(g, &all, "out").map_err(|e| format!("{what}: one-process grad: {e}"))?;
     let grads = k.grad(sh, &params, "out").map_err(|e| format!("{what}: sharded grad: {e}"))?;
-    let mut checked = got.len();
-    for (role, name, t) in &grads.items {
-        let w = want_g.get(*role, name).ok_or("a gradient is missing")?;
+    Ok(got.len() + check_grads(&want_g, &grads, sh, 1e-6, what)?)
+}
+
+/// This rank's gradients against one process's (relative to each
+/// gradient's largest magnitude): the number of values checked.
+fn check_grads(want: &tiga::Gradients, got: &tiga::Gradients, sh: &Sharded, tol: f64, what: &str) -> Result<usize, String> {
+    let mut checked = 0;
+    for (role, name, t) in &got.items {
+        let w = want.get(*role, name).ok_or("a gradient is missing")?;
         let expect = match role {
             Role::Src => rows_of(w, sh.owned_src().iter().map(|&u| u as usize)),
             Role::Dst => rows_of(w, sh.owned_dst().iter().map(|&u| u as usize)),
@@ -177,7 +166,7 @@ fn check_file(k: &Kernel, g: &Graph, sh: &Sharded, rng: &mut Rng, what: &str) ->
         };
         let got = t.to_f64_vec();
         let scale = expect.iter().fold(1.0f64, |m, x| m.max(x.abs()));
-        if let Some((i, (x, y))) = got.iter().zip(&expect).enumerate().find(|(_, (x, y))| (*x - *y).abs() > 1e-6 * scale) {
+        if let Some((i, (x, y))) = got.iter().zip(&expect).enumerate().find(|(_, (x, y))| (*x - *y).abs() > tol * scale) {
             return Err(format!("{what}: gradient of {} {name}[{i}]: sharded {x}, one process {y}", role.name()));
         }
         checked += got.len();

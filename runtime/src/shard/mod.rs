@@ -654,56 +654,25 @@ fn add_row(t: &mut Tensor, row: usize, bytes: &[u8]) {
     write_row(t, row, bytes, true)
 }
 
-/// Rows `ids` of `d` (rows `w` elements wide, `n` of them) and `extra`
-/// zero rows, or the first id out of range. Runs of consecutive ids are
-/// copied whole (a contiguous block of rows is one copy).
-fn gather_rows<T: Copy + Default>(
-    d: &[T],
-    w: usize,
-    n: usize,
-    ids: impl ExactSizeIterator<Item = usize>,
-    extra: usize,
-) -> Result<Vec<T>, usize> {
-    let mut v = Vec::with_capacity((ids.len() + extra) * w);
-    let mut ids = ids.peekable();
-    while let Some(start) = ids.next() {
-        let mut end = start + 1;
-        while ids.peek() == Some(&end) {
-            ids.next();
-            end += 1;
-        }
-        if end > n {
-            return Err(start.max(n));
-        }
-        v.extend_from_slice(&d[start * w..end * w]);
-    }
-    v.resize(v.len() + extra * w, T::default());
-    Ok(v)
-}
-
 /// Rows `ids` of `t` (a [rows, ...] tensor) in that order.
 pub fn take_rows(t: Data<'_>, shape: &[usize], ids: impl ExactSizeIterator<Item = usize>) -> Result<Tensor, ShardError> {
     take_rows_padded(t, shape, ids, 0)
 }
 
 /// Rows `ids` of `t` and then `extra` zero rows (a source field over a
-/// rank's slots: its owned rows, then its ghosts' to come), in one copy.
+/// rank's slots: its owned rows, then its ghosts' to come).
 pub fn take_rows_padded(
     t: Data<'_>,
     shape: &[usize],
     ids: impl ExactSizeIterator<Item = usize>,
     extra: usize,
 ) -> Result<Tensor, ShardError> {
-    let Some(&n) = shape.first() else { return Err(ShardError::Usage("a scalar has no rows to take".into())) };
-    let w: usize = shape.iter().skip(1).product();
+    let Some(_) = shape.first() else { return Err(ShardError::Usage("a scalar has no rows to take".into())) };
     let mut out_shape = shape.to_vec();
     out_shape[0] = ids.len() + extra;
-    let bad = |i: usize| ShardError::Usage(format!("row {i} of a tensor with {n} rows"));
-    match t {
-        Data::F32(d) => Tensor::from_f32(out_shape, gather_rows(d, w, n, ids, extra).map_err(bad)?),
-        Data::F64(d) => Tensor::from_f64(out_shape, gather_rows(d, w, n, ids, extra).map_err(bad)?),
-    }
-    .map_err(|e| ShardError::Usage(e.to_string()))
+    let mut out = Tensor::zeros(t.dtype(), out_shape).map_err(|e| ShardError::Usage(e.to_string()))?;
+    take_rows_into(&mut out, t, shape, ids)?;
+    Ok(out)
 }
 
 /// Rows `ids` of `t` written into the first rows of `out` (whose rows are
