@@ -272,6 +272,13 @@ pub enum Op {
         dst: Reg,
         src: Operand,
     },
+    /// `cvta.to.<space>.u64`: a generic address (what a kernel parameter
+    /// holds) to one in `space`, as `ld.global` wants.
+    CvtaTo {
+        space: Space,
+        dst: Reg,
+        src: Operand,
+    },
     Cvt {
         round: Option<Round>,
         dst_ty: Type,
@@ -414,6 +421,7 @@ impl fmt::Display for Op {
                 write!(f, "st{space}{}{ty} {addr}, {};", vector_suffix(src.len()), list(src))
             }
             Op::Mov { ty, dst, src } => write!(f, "mov{ty} {dst}, {src};"),
+            Op::CvtaTo { space, dst, src } => write!(f, "cvta.to{space}.u64 {dst}, {src};"),
             Op::Cvt { round, dst_ty, src_ty, dst, src } => {
                 let round = round.map(|r| format!(".{}", r.name())).unwrap_or_default();
                 write!(f, "cvt{round}{dst_ty}{src_ty} {dst}, {src};")

@@ -67,6 +67,8 @@ pub enum ErrorKind {
     AddressBase(Reg),
     #[error("`.nc` is only for `ld.global`, not `ld{0}`")]
     NonCoherentSpace(Space),
+    #[error("`cvta.to{0}` is not a PTX instruction")]
+    CvtaSpace(Space),
     #[error("`{0}` is not a `red` operation")]
     RedOp(&'static str),
 }
@@ -217,6 +219,13 @@ impl Checker<'_> {
             Op::Mov { ty, dst, src } => {
                 self.dst(*dst, *ty)?;
                 self.src(src, *ty)
+            }
+            Op::CvtaTo { space, dst, src } => {
+                if *space == Space::Param {
+                    return Err(ErrorKind::CvtaSpace(*space));
+                }
+                self.dst(*dst, Type::U64)?;
+                self.src(src, Type::U64)
             }
             Op::Cvt { round, dst_ty, src_ty, dst, src } => {
                 need(*dst_ty != Type::Pred, "cvt", *dst_ty)?;

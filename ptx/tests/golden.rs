@@ -20,13 +20,15 @@ fn saxpy_prints_exactly() {
 {
     .reg .pred %p<2>;
     .reg .b32 %r<7>;
-    .reg .b64 %rd<5>;
+    .reg .b64 %rd<7>;
     .reg .f32 %f<4>;
 
     ld.param.u32 %r0, [n];
     ld.param.f32 %f0, [a];
     ld.param.u64 %rd0, [x];
     ld.param.u64 %rd1, [y];
+    cvta.to.global.u64 %rd2, %rd0;
+    cvta.to.global.u64 %rd3, %rd1;
     mov.u32 %r1, %ctaid.x;
     mov.u32 %r2, %ntid.x;
     mov.u32 %r3, %tid.x;
@@ -36,13 +38,13 @@ fn saxpy_prints_exactly() {
     setp.ge.u32 %p0, %r4, %r0;
     @%p0 bra $L_1;
 $L_0:
-    mul.wide.u32 %rd2, %r4, 4;
-    add.u64 %rd3, %rd0, %rd2;
-    add.u64 %rd4, %rd1, %rd2;
-    ld.global.nc.f32 %f1, [%rd3];
-    ld.global.f32 %f2, [%rd4];
+    mul.wide.u32 %rd4, %r4, 4;
+    add.u64 %rd5, %rd2, %rd4;
+    add.u64 %rd6, %rd3, %rd4;
+    ld.global.nc.f32 %f1, [%rd5];
+    ld.global.f32 %f2, [%rd6];
     fma.rn.f32 %f3, %f0, %f1, %f2;
-    st.global.f32 [%rd4], %f3;
+    st.global.f32 [%rd6], %f3;
     add.u32 %r4, %r4, %r6;
     setp.lt.u32 %p1, %r4, %r0;
     @%p1 bra $L_0;

@@ -156,6 +156,10 @@ fn guards_symbols_addresses_and_nc() {
     assert_eq!(refusal(op(ld)), "k, statement 0: unknown symbol `y`");
     let ld = Op::Ld { space: Space::Global, nc: false, ty: Type::F32, dst: vec![reg(F)], addr: Address::reg(reg(F), 0) };
     assert_eq!(refusal(op(ld)), "k, statement 0: address base `%f0` is not a 32- or 64-bit integer register");
+    let cvta = Op::CvtaTo { space: Space::Param, dst: reg(RD), src: reg(RD).into() };
+    assert_eq!(refusal(op(cvta)), "k, statement 0: `cvta.to.param` is not a PTX instruction");
+    let cvta = Op::CvtaTo { space: Space::Global, dst: reg(R), src: reg(RD).into() };
+    assert_eq!(refusal(op(cvta)), "k, statement 0: operand `%r0` does not fit type `.u64`");
     let ld = Op::Ld { space: Space::Shared, nc: true, ty: Type::F32, dst: vec![reg(F)], addr: Address::reg(reg(R), 0) };
     assert_eq!(refusal(op(ld)), "k, statement 0: `.nc` is only for `ld.global`, not `ld.shared`");
 }

@@ -14,6 +14,8 @@ pub fn saxpy(sm: u32) -> Module {
     let a = load_param(&mut b, Type::F32, &a);
     let x = load_param(&mut b, Type::U64, &x);
     let y = load_param(&mut b, Type::U64, &y);
+    let x = to_global(&mut b, x);
+    let y = to_global(&mut b, y);
     let ctaid = b.mov(Type::U32, Special::CtaidX);
     let ntid = b.mov(Type::U32, Special::NtidX);
     let tid = b.mov(Type::U32, Special::TidX);
@@ -48,6 +50,12 @@ pub fn saxpy(sm: u32) -> Module {
     m
 }
 
+fn to_global(b: &mut FunctionBuilder, generic: tiga_ptx::Reg) -> tiga_ptx::Reg {
+    let r = b.reg(Type::U64);
+    b.push(Op::CvtaTo { space: Space::Global, dst: r, src: generic.into() });
+    r
+}
+
 fn load_param(b: &mut FunctionBuilder, ty: Type, name: &str) -> tiga_ptx::Reg {
     let r = b.reg(ty);
     b.push(Op::Ld { space: Space::Param, nc: false, ty, dst: vec![r], addr: Address::symbol(name, 0) });
@@ -65,6 +73,8 @@ pub fn reduce_sum(sm: u32) -> Module {
     let n = load_param(&mut b, Type::U32, &n);
     let x = load_param(&mut b, Type::U64, &x);
     let out = load_param(&mut b, Type::U64, &out);
+    let x = to_global(&mut b, x);
+    let out = to_global(&mut b, out);
     let ctaid = b.mov(Type::U32, Special::CtaidX);
     let ntid = b.mov(Type::U32, Special::NtidX);
     let tid = b.mov(Type::U32, Special::TidX);
