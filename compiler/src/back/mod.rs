@@ -11,6 +11,8 @@
 //! - [`rust_source`]: Rust source text of a variant, with every width a
 //!   constant, for the macro path: the user's rustc/LLVM compiles it with the
 //!   user's target features (wider vectors than Cranelift's, unrolling).
+//! - [`ptx`]: a PTX module (`tiga_ptx`) for NVIDIA GPUs, one thread per
+//!   destination row; so far scalar kernels only.
 //!
 //! Both compile to the same interface ([`tiga_abi`], re-exported here as
 //! [`abi`]), so the runtime calls either.
@@ -18,4 +20,5 @@
 pub use tiga_abi as abi;
 #[cfg(feature = "cranelift")]
 pub mod cranelift;
+pub mod ptx;
 pub mod rust_source;
