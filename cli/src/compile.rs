@@ -32,6 +32,8 @@ pub enum Stage {
     Clif,
     /// Machine code listing of the same variant.
     Asm,
+    /// PTX of every kernel and adjoint stage (with `--target ptx`).
+    Ptx,
 }
 
 impl Stage {
@@ -41,6 +43,7 @@ impl Stage {
             Stage::Loop => "loop",
             Stage::Clif => "clif",
             Stage::Asm => "asm",
+            Stage::Ptx => "ptx",
         }
     }
 }
@@ -53,8 +56,13 @@ fn default_out(file: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-pub fn compile(file: &Path, kernel: Option<&str>, emit: &[Stage], out: Option<&Path>) -> Result<(), Failure> {
+pub fn compile(file: &Path, kernel: Option<&str>, emit: &[Stage], out: Option<&Path>, ptx: Option<u32>) -> Result<(), Failure> {
     let kernels = load_kernels(file, kernel)?;
+    // Every PTX module first: nothing is written when one does not lower.
+    let ptx_files = match ptx {
+        Some(sm) => ptx_modules(&kernels, sm)?,
+        None => Vec::new(),
+    };
     let out = out.map(Path::to_path_buf).unwrap_or_else(|| default_out(file));
     let target = crate::output_paths::output_path("-o", &out, &[file])?;
     let refs: Vec<&Kernel> = kernels.iter().collect();
@@ -69,8 +77,14 @@ pub fn compile(file: &Path, kernel: Option<&str>, emit: &[Stage], out: Option<&P
         }
     }
     let stem = out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
+    for (name, text) in &ptx_files {
+        let path = out.with_file_name(format!("{stem}.{name}.ptx"));
+        let path = crate::output_paths::output_path("--emit", &path, &[file])?;
+        write_atomic(&path, text.as_bytes())?;
+        written.push(format!("wrote {}", path.display()));
+    }
     for k in &kernels {
-        for &stage in &stages {
+        for &stage in stages.iter().filter(|s| **s != Stage::Ptx) {
             let text = stage_text(k, stage)?;
             let path = out.with_file_name(format!("{stem}.{}.{}.txt", k.name(), stage.suffix()));
             let path = crate::output_paths::output_path("--emit", &path, &[file])?;
@@ -81,6 +95,46 @@ pub fn compile(file: &Path, kernel: Option<&str>, emit: &[Stage], out: Option<&P
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "{}", written.join("\n"));
     Ok(())
+}
+
+/// The PTX (f32, `sm_<sm>`) of each kernel and each of its adjoint
+/// stages, named `<Kernel>` and `<Kernel>.vjp.<stage>`, each checked by the
+/// PTX validator; an error naming every one the back end does not lower.
+fn ptx_modules(kernels: &[Kernel], sm: u32) -> Result<Vec<(String, String)>, Failure> {
+    use tiga::compiler::back::ptx::lower_reducer;
+    let mut units: Vec<(String, &Kernel)> = Vec::new();
+    let plans: Vec<_> = kernels
+        .iter()
+        .map(|k| k.adjoint_plan().map_err(|e| Failure::new(format!("kernel `{}`: its adjoint: {e}", k.name()))))
+        .collect::<Result<_, _>>()?;
+    for (k, plan) in kernels.iter().zip(&plans) {
+        units.push((k.name().to_string(), k));
+        for stage in &plan.stages {
+            // Stage kernels are named `<Kernel>.vjp.<stage>`.
+            units.push((stage.name().to_string(), stage));
+        }
+    }
+    let mut files = Vec::new();
+    let mut refused = Vec::new();
+    for (name, k) in units {
+        match lower_reducer(k.captured().reducer.kind, k.loop_kernel(), DType::F32, sm) {
+            Ok(m) => {
+                tiga_ptx::validate(&m)
+                    .map_err(|e| Failure::new(format!("internal error: the PTX of `{name}` does not validate: {e}")))?;
+                let text = format!("// tiga: `{name}`, f32, one thread per destination row\n{}", m.print());
+                files.push((name, text));
+            }
+            Err(e) => refused.push(format!("`{name}`: {e}")),
+        }
+    }
+    if !refused.is_empty() {
+        return Err(Failure::new(format!(
+            "--target ptx: nothing written; not lowered yet:\n  {}\n(the PTX back end lowers scalar kernels with sum, mean, \
+             max or min; pick some with --kernel)",
+            refused.join("\n  ")
+        )));
+    }
+    Ok(files)
 }
 
 fn stage_text(k: &Kernel, stage: Stage) -> Result<String, Failure> {
@@ -97,6 +151,7 @@ fn stage_text(k: &Kernel, stage: Stage) -> Result<String, Failure> {
             Ok(s)
         }
         Stage::Loop => Ok(format!(";; kernel {}: scheduled loop nest\n{}\n", k.name(), k.loop_kernel())),
+        Stage::Ptx => Err(Failure::new("PTX is written by --target ptx")),
         Stage::Clif | Stage::Asm => {
             let lk = k.loop_kernel();
             let edge_ids = lk.reads_role(Role::Edge);

@@ -115,6 +115,14 @@ struct CompileArgs {
     /// The artifact to write (default: <file stem>.tiga in the current directory).
     #[arg(short = 'o', long = "out", value_name = "OUT")]
     out: Option<PathBuf>,
+    /// What `--emit ptx` targets: `ptx` writes <OUT stem>.<Kernel>.ptx and <OUT stem>.<Kernel>.vjp.<stage>.ptx
+    /// (f32) for every kernel and adjoint stage, or nothing and an error naming what the PTX back end does not
+    /// lower yet.
+    #[arg(long, value_name = "TARGET", default_value = "cpu", value_parser = ["cpu", "ptx"])]
+    target: String,
+    /// The GPU architecture of `--target ptx` (sm_80: A100; sm_90: H100/H200).
+    #[arg(long, value_name = "SM", default_value_t = 80, value_parser = clap::value_parser!(u32).range(50..=120))]
+    sm: u32,
 }
 
 /// How a text graph (an edge list) is read.
@@ -251,7 +259,14 @@ fn parse_device(s: &str) -> Result<Device, String> {
 
 fn dispatch(command: Command) -> Result<(), report::Failure> {
     match command {
-        Command::Compile(a) => compile::compile(&a.file, a.kernel.as_deref(), &a.emit, a.out.as_deref()),
+        Command::Compile(a) => {
+            let ptx = match (a.target.as_str(), a.emit.contains(&compile::Stage::Ptx)) {
+                ("ptx", _) => Some(a.sm),
+                (_, true) => return Err(report::Failure::new("--emit ptx needs --target ptx")),
+                _ => None,
+            };
+            compile::compile(&a.file, a.kernel.as_deref(), &a.emit, a.out.as_deref(), ptx)
+        }
         Command::Explain(a) => {
             let dtype = if a.dtype == "f64" { tiga::DType::F64 } else { tiga::DType::F32 };
             let variant = a.width.map(|w| (w as usize, dtype));

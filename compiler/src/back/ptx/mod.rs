@@ -53,6 +53,17 @@ pub enum PtxError {
     },
 }
 
+/// The PTX entry's name for kernel `name`: a PTX identifier, so an adjoint
+/// stage's `Kernel.vjp.src` becomes `Kernel_vjp_src` (PTX names take
+/// letters, digits, `_` and `$`, and no dots).
+pub fn entry_name(name: &str) -> String {
+    let mut out: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '$' { c } else { '_' }).collect();
+    if out.starts_with(|c: char| c.is_ascii_digit()) || out.is_empty() {
+        out.insert(0, '_');
+    }
+    out
+}
+
 fn unsupported<T>(what: impl Into<String>) -> Result<T, PtxError> {
     Err(PtxError::Unsupported(what.into()))
 }
@@ -126,7 +137,7 @@ impl<'a> Lowering<'a> {
             DType::F32 => (PTy::F32, 4),
             DType::F64 => (PTy::F64, 8),
         };
-        let mut b = FunctionBuilder::entry(k.name.clone());
+        let mut b = FunctionBuilder::entry(entry_name(&k.name));
         let vars = k.vars.iter().map(|v| b.reg(if *v == VarKind::Bool { PTy::Pred } else { t })).collect();
         let (row, start, end, pos, src) = (b.reg(PTy::U32), b.reg(PTy::U64), b.reg(PTy::U64), b.reg(PTy::U64), b.reg(PTy::U32));
         Lowering { k, b, t, size, vars, fields: Vec::new(), outputs: Vec::new(), row, start, end, pos, src }
