@@ -69,7 +69,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tiga::runtime::shard::{edge_cut, partitions, take_rows, with_zero_rows, HEADER_BYTES};
+use tiga::runtime::shard::{edge_cut, partitions, take_rows, take_rows_padded, HEADER_BYTES};
 use tiga::{Communicator, Graph, InProcess, Inputs, Kernel, PartitionChoice, Schedule, ShardOptions, Sharded, Tensor};
 
 /// Ranks of every sharded configuration.
@@ -536,7 +536,7 @@ fn measure_rank(
 
     // Bare exchanges: the same field, nothing to overlap.
     let ghosts = l.slots.len() - l.owned_slots;
-    let mut fields = vec![with_zero_rows(x.clone(), ghosts).map_err(|e| e.to_string())?];
+    let mut fields = vec![take_rows_padded(x.data(), x.shape(), 0..x.shape()[0], ghosts).map_err(|e| e.to_string())?];
     let mut bare_ms = Vec::with_capacity(s.exchanges);
     let mut bare_wait_ms = Vec::with_capacity(s.exchanges);
     for i in 0..s.warmup + s.exchanges {

@@ -24,7 +24,7 @@ use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
 use tiga_runtime::abi::RawArgs;
 use tiga_runtime::exec::{self, ParamPartials, RowRunner};
-use tiga_runtime::shard::{take_rows, take_rows_into, take_rows_padded, with_zero_rows, ShardError, Sharded};
+use tiga_runtime::shard::{take_rows, take_rows_into, take_rows_padded, ShardError, Sharded};
 use tiga_runtime::storage::FieldRole;
 use tiga_runtime::{Backend, Data, DataMut, Schedule, Tensor, TensorView};
 
@@ -116,10 +116,9 @@ impl Kernel {
                     let n = leading(&v, *role, name)?;
                     let t = if n == l.num_dst {
                         take_rows(v.data(), v.shape(), l.rows.iter().map(|&u| u as usize))?
-                    } else if n == l.owned_rows && !deep && sh.rows_in_owned_order() {
-                        v.to_tensor()
                     } else if n == l.owned_rows && !deep {
-                        take_rows(v.data(), v.shape(), sh.row_positions().iter().map(|&p| p as usize))?
+                        // Owned local rows are in owned order.
+                        v.to_tensor()
                     } else if n == l.owned_rows {
                         // A deep halo's ghost rows: exchanged as slots (a
                         // square graph's owned slots are its owned rows, in
@@ -136,7 +135,10 @@ impl Kernel {
                     let t = if n == l.num_edges {
                         take_rows(v.data(), v.shape(), l.edge_ids.iter().map(|&e| e as usize))?
                     } else if n == l.owned_edges && !deep {
-                        take_rows(v.data(), v.shape(), sh.edge_positions().iter().map(|&p| p as usize))?
+                        match sh.edge_positions() {
+                            Some(pos) => take_rows(v.data(), v.shape(), pos.iter().map(|&p| p as usize))?,
+                            None => v.to_tensor(),
+                        }
                     } else if n == l.owned_edges {
                         return Err(Error::Unsupported(format!(
                             "edge field `{name}`: a halo deeper than 1 computes ghost rows too, whose edges only the whole \
@@ -270,8 +272,8 @@ impl Kernel {
         let mut items = Vec::with_capacity(outs.items.len());
         for ((name, t), o) in outs.items.into_iter().zip(&self.captured().outputs) {
             let t = match o.role {
-                Role::Dst => owned_rows(t, l.owned_rows, sh.row_positions(), sh.rows_in_owned_order())?,
-                Role::Edge => owned_rows(t, l.owned_edges, sh.edge_positions(), sh.edges_in_owned_order())?,
+                Role::Dst => owned_rows(t, l.owned_rows, None)?,
+                Role::Edge => owned_rows(t, l.owned_edges, sh.edge_positions())?,
                 _ => all_reduce(sh, t)?,
             };
             items.push((name, t));
@@ -397,8 +399,8 @@ impl Kernel {
         for (role, name, t) in items {
             let t = match role {
                 Role::Src => t,
-                Role::Dst => owned_rows(t, l.owned_rows, sh.row_positions(), sh.rows_in_owned_order())?,
-                Role::Edge => owned_rows(t, l.owned_edges, sh.edge_positions(), sh.edges_in_owned_order())?,
+                Role::Dst => owned_rows(t, l.owned_rows, None)?,
+                Role::Edge => owned_rows(t, l.owned_edges, sh.edge_positions())?,
                 Role::Param => all_reduce(sh, t)?,
             };
             out.push((role, name, t));
@@ -426,7 +428,7 @@ impl Kernel {
                     };
                     let ids: Vec<u64> = l.rows.iter().map(|&u| u64::from(u)).collect();
                     let t = match o.role {
-                        Role::Dst => local_rows(v, l.num_dst, &ids, l.owned_rows, sh.row_positions(), &o.name)?,
+                        Role::Dst => local_rows(v, l.num_dst, &ids, l.owned_rows, None, &o.name)?,
                         Role::Edge => local_rows(v, l.num_edges, &l.edge_ids, l.owned_edges, sh.edge_positions(), &o.name)?,
                         _ => v.to_tensor(),
                     };
@@ -517,15 +519,15 @@ fn prefix_view(t: &Tensor, rows: usize) -> Result<TensorView<'_>> {
     v.map_err(Error::from)
 }
 
-/// Rows `0..n` of `t` (local order) placed at `pos[i]` (owned order): `t`
-/// itself when it has `n` rows already `in_order`.
-fn owned_rows(t: Tensor, n: usize, pos: &[u32], in_order: bool) -> Result<Tensor> {
-    if in_order {
+/// Rows `0..n` of `t` (local order) placed at `pos[i]` (owned order); with
+/// no `pos` (local order is owned order), `t` itself when it has `n` rows.
+fn owned_rows(t: Tensor, n: usize, pos: Option<&[u32]>) -> Result<Tensor> {
+    let Some(pos) = pos else {
         return match t.shape().first() {
             Some(&rows) if rows == n => Ok(t),
             _ => take_rows(t.data(), t.shape(), 0..n).map_err(Error::from),
         };
-    }
+    };
     let mut inv = vec![0usize; n];
     for (i, &p) in pos.iter().enumerate().take(n) {
         inv[p as usize] = i;
@@ -564,18 +566,21 @@ fn all_reduce(sh: &Sharded, mut t: Tensor) -> Result<Tensor> {
 }
 
 /// A cotangent over the local rows (or edges) `ids`: from the whole array
-/// (`global` rows) or from this rank's owned ones (at `pos`); the rest of
-/// the local rows (a deep halo's ghost rows) zero.
-fn local_rows(v: &TensorView<'_>, global: usize, ids: &[u64], owned: usize, pos: &[u32], name: &str) -> Result<Tensor> {
+/// (`global` rows) or from this rank's owned ones (at `pos`, or in order);
+/// the rest of the local rows (a deep halo's ghost rows) zero, in one copy.
+fn local_rows(v: &TensorView<'_>, global: usize, ids: &[u64], owned: usize, pos: Option<&[u32]>, name: &str) -> Result<Tensor> {
     let n = v.shape().first().copied().unwrap_or(0);
-    let t = if n == global {
-        take_rows(v.data(), v.shape(), ids[..owned].iter().map(|&u| u as usize))?
+    let rows: Vec<usize> = if n == global {
+        ids[..owned].iter().map(|&u| u as usize).collect()
     } else if n == owned {
-        take_rows(v.data(), v.shape(), pos.iter().map(|&p| p as usize))?
+        match pos {
+            Some(pos) => pos.iter().map(|&p| p as usize).collect(),
+            None => (0..owned).collect(),
+        }
     } else {
         return Err(Error::Cotangent(format!(
             "the cotangent of `{name}` has {n} rows: give the whole array ({global}) or this rank's own ({owned})"
         )));
     };
-    with_zero_rows(t, ids.len() - owned).map_err(Error::from)
+    take_rows_padded(v.data(), v.shape(), rows.into_iter(), ids.len() - owned).map_err(Error::from)
 }

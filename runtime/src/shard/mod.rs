@@ -163,17 +163,12 @@ pub struct Sharded {
     plan: ShardPlan,
     comm: Arc<dyn Communicator>,
     method: Method,
-    /// The owned rows' user ids, increasing, and each owned local row's
-    /// position among them.
-    owned_dst: Vec<u32>,
-    row_pos: Vec<u32>,
     /// The owned edges' user ids, increasing, and each owned local edge's
-    /// position among them.
+    /// position among them; `None` when the local edges are in that order
+    /// already (the graph's CSR order is its edge order). Owned rows need
+    /// no such map: the plan numbers them in increasing user id.
     owned_edges: Vec<u64>,
-    edge_pos: Vec<u32>,
-    /// Whether the owned local rows (edges) are already in owned order.
-    rows_in_order: bool,
-    edges_in_order: bool,
+    edge_pos: Option<Vec<u32>>,
     /// Values already found equal on every rank ([`Sharded::check_once`]).
     agreed: std::sync::Mutex<Vec<u64>>,
     /// Slot fields of finished calls, for the next call's
@@ -243,20 +238,14 @@ impl Sharded {
     /// communicator's).
     pub fn from_plan(plan: ShardPlan, comm: Arc<dyn Communicator>, method: Method) -> Sharded {
         let l = &plan.local;
-        let (owned_dst, row_pos) = sorted_positions(&l.rows[..l.owned_rows]);
         let (owned_edges, edge_pos) = sorted_positions(&l.edge_ids[..l.owned_edges]);
-        let identity = |pos: &[u32]| pos.iter().enumerate().all(|(i, &p)| i == p as usize);
-        let (rows_in_order, edges_in_order) = (identity(&row_pos), identity(&edge_pos));
+        let in_order = edge_pos.iter().enumerate().all(|(i, &p)| i == p as usize);
         Sharded {
             plan,
             comm,
             method,
-            owned_dst,
-            row_pos,
             owned_edges,
-            edge_pos,
-            rows_in_order,
-            edges_in_order,
+            edge_pos: (!in_order).then_some(edge_pos),
             agreed: Default::default(),
             spare: Default::default(),
             file: None,
@@ -285,7 +274,7 @@ impl Sharded {
     /// The destination rows this rank owns, as user ids, increasing: the
     /// order of its outputs and of per-rank destination inputs.
     pub fn owned_dst(&self) -> &[u32] {
-        &self.owned_dst
+        &self.plan.local.rows[..self.plan.local.owned_rows]
     }
     /// The sources this rank owns, as user ids, increasing: the order of
     /// its source gradients and of per-rank source inputs.
@@ -297,24 +286,10 @@ impl Sharded {
     pub fn owned_edges(&self) -> &[u64] {
         &self.owned_edges
     }
-    /// Whether the owned local rows are in [`Sharded::owned_dst`] order
-    /// (always, as the plan numbers them) and the owned local edges in
-    /// [`Sharded::owned_edges`] order (when the graph's CSR order is its
-    /// edge order): then a rank's outputs need no reordering.
-    pub fn rows_in_owned_order(&self) -> bool {
-        self.rows_in_order
-    }
-    pub fn edges_in_owned_order(&self) -> bool {
-        self.edges_in_order
-    }
-
-    /// For each owned local row, its position in [`Sharded::owned_dst`].
-    pub fn row_positions(&self) -> &[u32] {
-        &self.row_pos
-    }
-    /// For each owned local edge, its position in [`Sharded::owned_edges`].
-    pub fn edge_positions(&self) -> &[u32] {
-        &self.edge_pos
+    /// For each owned local edge, its position in [`Sharded::owned_edges`];
+    /// `None` when they are in that order already.
+    pub fn edge_positions(&self) -> Option<&[u32]> {
+        self.edge_pos.as_deref()
     }
 
     /// Start the halo exchange of source fields shaped [slots, ...] whose
@@ -712,21 +687,6 @@ pub fn take_rows_into(
         (DataMut::F64(o), Data::F64(d)) => copy(o, d, w, n, ids).map_err(bad),
         _ => Err(ShardError::Usage("rows of one dtype into a tensor of another".into())),
     }
-}
-
-/// `t` with `extra` zero rows appended (a source field's ghost slots).
-pub fn with_zero_rows(t: Tensor, extra: usize) -> Result<Tensor, ShardError> {
-    if extra == 0 {
-        return Ok(t);
-    }
-    let mut shape = t.shape().to_vec();
-    shape[0] += extra;
-    let n = t.len() + extra * shape.iter().skip(1).product::<usize>();
-    match t.data() {
-        Data::F32(d) => Tensor::from_f32(shape, d.iter().copied().chain(std::iter::repeat(0.0)).take(n).collect()),
-        Data::F64(d) => Tensor::from_f64(shape, d.iter().copied().chain(std::iter::repeat(0.0)).take(n).collect()),
-    }
-    .map_err(|e| ShardError::Usage(e.to_string()))
 }
 
 #[cfg(test)]
