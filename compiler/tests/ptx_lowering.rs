@@ -4,8 +4,6 @@
 //! sm_80 and sm_90 where one is found, and everything else is refused by
 //! name.
 
-use std::process::Command;
-
 use tiga_compiler::back::ptx::{lower, lower_reducer, PtxError};
 use tiga_compiler::front::parse_kernel_file;
 use tiga_compiler::ir::{DType, Kernel};
@@ -159,16 +157,9 @@ fn lowered_modules_assemble_with_ptxas() {
                 let m = lower_reducer(k.reducer.kind, &lk, dtype, sm).expect("lowers");
                 let file = dir.join(format!("{name}_{dtype}_sm{sm}.ptx"));
                 std::fs::write(&file, m.print()).expect("write ptx");
-                let out = Command::new(&ptxas)
-                    .arg(format!("-arch=sm_{sm}"))
-                    .arg(&file)
-                    .args(["-o", "/dev/null"])
-                    .output()
-                    .expect("run ptxas");
-                if out.status.success() {
-                    assembled += 1;
-                } else {
-                    failures.push(format!("{name} {dtype} sm_{sm}: {}", String::from_utf8_lossy(&out.stderr)));
+                match tiga_ptx::assemble(&ptxas, &file, sm) {
+                    Ok(()) => assembled += 1,
+                    Err(e) => failures.push(format!("{name} {dtype} sm_{sm}: {e}")),
                 }
             }
         }

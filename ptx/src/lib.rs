@@ -47,5 +47,5 @@ pub use instruction::{
 };
 pub use module::{Function, FunctionBuilder, Kind, Module, Param, SharedVar, Stmt};
 pub use operand::{Address, Base, Operand, Reg, RegClass, Space, Special, Type};
-pub use ptxas::find_ptxas;
+pub use ptxas::{assemble, find_ptxas};
 pub use valid::{validate, validate_function, ErrorKind, Location, ValidationError};

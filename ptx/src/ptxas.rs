@@ -32,3 +32,19 @@ pub fn find_ptxas() -> Option<PathBuf> {
     let site = Path::new(site.trim());
     ["cu13", "cu12", "cuda_nvcc"].iter().map(|d| site.join("nvidia").join(d).join("bin").join("ptxas")).find(|p| p.is_file())
 }
+
+/// Assemble the PTX file at `file` with `ptxas` for `sm_<sm>`, discarding
+/// the output: `Err` carries ptxas's diagnostics (or why it did not run).
+pub fn assemble(ptxas: &Path, file: &Path, sm: u32) -> Result<(), String> {
+    let out = Command::new(ptxas)
+        .arg(format!("-arch=sm_{sm}"))
+        .arg(file)
+        .args(["-o", "/dev/null"])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", ptxas.display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
