@@ -207,7 +207,7 @@ pub struct Kernel {
     loops: LoopKernel,
     /// A content hash of the lowered IR, so two kernels with one name never
     /// share a cached variant.
-    hash: String,
+    pub(crate) hash: String,
     /// Variants compiled ahead of time by the macro (empty for kernel files).
     aot: &'static [AotVariant],
     /// The same for each adjoint stage, in stage order.

@@ -156,16 +156,17 @@ impl Kernel {
         Ok(local)
     }
 
-    /// The lowered IR's checksum, which every rank must share.
-    fn ir_checksum(&self) -> Result<u64> {
-        let json = serde_json::to_string(self.lowered()).map_err(|e| Error::Internal(format!("serializing the IR: {e}")))?;
-        Ok(u64::from(crc32fast::hash(json.as_bytes())) | ((json.len() as u64) << 32))
+    /// Check (once per sharded graph) that every rank runs this kernel: the
+    /// content hash of its lowered IR, which the variant cache keys on too.
+    fn check_same_kernel(&self, sh: &Sharded) -> Result<()> {
+        let hash = u64::from_str_radix(&self.hash, 16).map_err(|e| Error::Internal(format!("a kernel hash: {e}")))?;
+        sh.check_once(&format!("kernel `{}`", self.name()), hash).map_err(Error::from)
     }
 
     /// Run one call over the local rows (see the module doc): `Outputs` per
     /// local row and edge, parameter outputs this rank's part.
     fn run_local(&self, sh: &Sharded, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
-        sh.check_once(&format!("kernel `{}`", self.name()), self.ir_checksum()?)?;
+        self.check_same_kernel(sh)?;
         let inputs = &self.with_stored(sh, inputs)?;
         let mut local = self.localize(sh, inputs)?;
         let l = sh.local();
@@ -327,7 +328,7 @@ impl Kernel {
             }
             let mut local = self.localize(sh, &ins)?;
             let mut slot_fields = local.take_slot_fields()?;
-            sh.check_once(&format!("kernel `{}`", self.name()), self.ir_checksum()?)?;
+            self.check_same_kernel(sh)?;
             sh.start_halo(&slot_fields.iter().collect::<Vec<_>>())?.finish(sh, &mut slot_fields)?;
             self.take_back(&mut local, slot_fields, sh)?;
             for _ in 0..burst {
@@ -376,7 +377,7 @@ impl Kernel {
         seed: Seed<'_, '_>,
         schedule: &Schedule,
     ) -> Result<Gradients> {
-        sh.check_once(&format!("kernel `{}`", self.name()), self.ir_checksum()?)?;
+        self.check_same_kernel(sh)?;
         let l = sh.local();
         let inputs = &self.with_stored(sh, inputs)?;
         let mut local = self.localize(sh, inputs)?;
