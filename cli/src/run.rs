@@ -265,6 +265,14 @@ pub(crate) fn ones_like(t: &Tensor) -> Result<Tensor, Failure> {
     .map_err(|e| Failure::new(format!("cannot build the default cotangent: {e}")))
 }
 
+/// `--timing`'s one JSON line on stdout (a closed pipe is not an error
+/// worth a message).
+pub(crate) fn print_json_line(line: &serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
 pub(crate) fn median_ms(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     match xs.len() {
@@ -509,9 +517,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         if backward.is_some() {
             line["vjp_ms_median"] = serde_json::json!(median_ms(vjp_times));
         }
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
+        print_json_line(&line);
     } else {
         let (dtype, widths) = call.map(|(d, w)| (d.name(), format!("{w:?}"))).unwrap_or(("?", "?".into()));
         let wrote: Vec<String> = plan.iter().map(|(n, p)| format!("{n} -> {}", p.display())).collect();

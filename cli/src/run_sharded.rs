@@ -27,8 +27,8 @@ use tiga::{Communicator, Inputs, Outputs, Tensor};
 use crate::inputs::{is_gfg, load_field, load_kernels, open_graph, GraphSource};
 use crate::report::Failure;
 use crate::run::{
-    check_cotangent, load_cotangent, median_ms, output_targets, plan_cotangents, plan_outputs, prepare_dir, Cotangents,
-    RunRequest,
+    check_cotangent, load_cotangent, median_ms, output_targets, plan_cotangents, plan_outputs, prepare_dir, print_json_line,
+    Cotangents, RunRequest,
 };
 
 /// The MPI world when this process runs under `mpirun` with more than one
@@ -200,9 +200,7 @@ pub fn run(req: &RunRequest, comm: Arc<dyn Communicator>) -> Result<(), Failure>
         if backward.is_some() {
             line["vjp_ms_median"] = serde_json::json!(median_ms(vjp_times));
         }
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
+        print_json_line(&line);
     } else {
         let wrote: Vec<String> = targets.outs.iter().map(|(n, p)| format!("{n} -> {}", p.display())).collect();
         let _ = writeln!(
