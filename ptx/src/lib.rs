@@ -45,7 +45,7 @@ mod valid;
 pub use instruction::{
     default_round, round_rule, AtomOp, BinOp, Cmp, Guard, Instruction, Label, Op, Round, RoundRule, ShflMode, UnOp,
 };
-pub use module::{Function, FunctionBuilder, Kind, Module, Param, SharedVar, Stmt};
+pub use module::{ArrayVar, Function, FunctionBuilder, Kind, Module, Param, Stmt};
 pub use operand::{Address, Base, Operand, Reg, RegClass, Space, Special, Type};
 pub use ptxas::{assemble, find_ptxas};
 pub use valid::{validate, validate_function, ErrorKind, Location, ValidationError};

@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::instruction::{default_round, BinOp, Instruction, Label, Op};
-use crate::operand::{Operand, Reg, RegClass, Type};
+use crate::operand::{Operand, Reg, RegClass, Space, Type};
 
 /// A `.param` of a kernel or helper.
 #[derive(Clone, Debug, PartialEq)]
@@ -13,9 +13,14 @@ pub struct Param {
     pub ty: Type,
 }
 
-/// A function-scope `.shared .align A .b8 name[bytes];` array.
+/// A function-scope `.shared .align A .b8 name[bytes];` or
+/// `.local .align A .b8 name[bytes];` array. Shared arrays are one per
+/// block; local arrays one per thread (ptxas keeps them in registers when
+/// every index is constant after unrolling).
 #[derive(Clone, Debug, PartialEq)]
-pub struct SharedVar {
+pub struct ArrayVar {
+    /// `Space::Shared` or `Space::Local`.
+    pub space: Space,
     pub name: String,
     pub align: u32,
     pub bytes: u32,
@@ -44,7 +49,8 @@ pub struct Function {
     pub kind: Kind,
     pub params: Vec<Param>,
     pub reg_counts: [u32; 5],
-    pub shared: Vec<SharedVar>,
+    /// Shared and local arrays, in declaration order.
+    pub arrays: Vec<ArrayVar>,
     pub body: Vec<Stmt>,
 }
 
@@ -98,7 +104,7 @@ impl FunctionBuilder {
 
     fn with_kind(name: impl Into<String>, kind: Kind) -> Self {
         let func =
-            Function { name: name.into(), kind, params: Vec::new(), reg_counts: [0; 5], shared: Vec::new(), body: Vec::new() };
+            Function { name: name.into(), kind, params: Vec::new(), reg_counts: [0; 5], arrays: Vec::new(), body: Vec::new() };
         FunctionBuilder { func, next_label: 0 }
     }
 
@@ -111,8 +117,16 @@ impl FunctionBuilder {
 
     /// Adds a `.shared` byte array; returns its name.
     pub fn shared(&mut self, name: impl Into<String>, align: u32, bytes: u32) -> String {
-        let name = name.into();
-        self.func.shared.push(SharedVar { name: name.clone(), align, bytes });
+        self.array(Space::Shared, name.into(), align, bytes)
+    }
+
+    /// Adds a per-thread `.local` byte array; returns its name.
+    pub fn local(&mut self, name: impl Into<String>, align: u32, bytes: u32) -> String {
+        self.array(Space::Local, name.into(), align, bytes)
+    }
+
+    fn array(&mut self, space: Space, name: String, align: u32, bytes: u32) -> String {
+        self.func.arrays.push(ArrayVar { space, name: name.clone(), align, bytes });
         name
     }
 
@@ -202,8 +216,8 @@ impl fmt::Display for Function {
                 writeln!(f, "    .reg {} {}<{n}>;", class.decl_type(), class.prefix())?;
             }
         }
-        for s in &self.shared {
-            writeln!(f, "    .shared .align {} .b8 {}[{}];", s.align, s.name, s.bytes)?;
+        for a in &self.arrays {
+            writeln!(f, "    {} .align {} .b8 {}[{}];", a.space, a.align, a.name, a.bytes)?;
         }
         f.write_str("\n")?;
         for stmt in &self.body {

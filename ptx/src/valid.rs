@@ -92,7 +92,7 @@ pub fn validate_function(func: &Function) -> Result<(), ValidationError> {
     if let Kind::Func { returns } = &func.kind {
         symbols.extend(returns.iter().map(|p| p.name.as_str()));
     }
-    symbols.extend(func.shared.iter().map(|s| s.name.as_str()));
+    symbols.extend(func.arrays.iter().map(|s| s.name.as_str()));
     let checker = Checker { func, symbols, placed };
     for (index, stmt) in func.body.iter().enumerate() {
         if let Stmt::Instr(instr) = stmt {
