@@ -68,6 +68,39 @@ fn unsupported<T>(what: impl Into<String>) -> Result<T, PtxError> {
     Err(PtxError::Unsupported(what.into()))
 }
 
+/// Threads per block of every launch of a lowered kernel.
+pub const BLOCK: u32 = 128;
+
+/// A loop kernel lowered for one dtype, set of widths and `sm_XX`: the
+/// module, its entry and how to launch it.
+///
+/// Launch: a 1-D grid of `block`-thread blocks, any number of blocks (the
+/// rows are walked with a grid stride); `threads_per_row` threads share a
+/// destination row. Output buffers, per [`crate::ir::Role`] of the output:
+/// destination outputs are `num_rows × len` (row-major); edge outputs
+/// `num_edges × len` in CSR order; parameter outputs are per-thread partials,
+/// `grid × block × len`, zero-filled by the caller, which adds them in
+/// thread order (so the sum does not depend on timing). Outputs the loop
+/// kernel does not overwrite ([`LoopKernel::overwrites_output`]) start from
+/// what the caller put there (zeros, or what an adjoint stage adds into).
+#[derive(Clone, Debug)]
+pub struct PtxKernel {
+    pub module: Module,
+    pub entry: String,
+    pub threads_per_row: u32,
+    pub block: u32,
+}
+
+/// Lowers loop kernel `k` with width symbol values `widths` (indexed by
+/// `WidthId`) to a PTX module for `sm_<sm>` in `dtype`.
+pub fn lower_kernel(k: &LoopKernel, dtype: DType, widths: &[usize], sm: u32) -> Result<PtxKernel, PtxError> {
+    if widths.len() != k.widths.len() {
+        return unsupported(format!("{} width values for kernel `{}`'s {} width symbols", widths.len(), k.name, k.widths.len()));
+    }
+    let module = lower(k, dtype, sm)?;
+    Ok(PtxKernel { module, entry: entry_name(&k.name), threads_per_row: 1, block: BLOCK })
+}
+
 /// [`lower`], after refusing reducers other than sum, max, min and mean.
 pub fn lower_reducer(reducer: ReducerKind, k: &LoopKernel, dtype: DType, sm: u32) -> Result<Module, PtxError> {
     match reducer {
