@@ -97,11 +97,12 @@ pub fn compile(file: &Path, kernel: Option<&str>, emit: &[Stage], out: Option<&P
     Ok(())
 }
 
-/// The PTX (f32, `sm_<sm>`) of each kernel and each of its adjoint
-/// stages, named `<Kernel>` and `<Kernel>.vjp.<stage>`, each checked by the
-/// PTX validator; an error naming every one the back end does not lower.
+/// The PTX (f32, every width [`EMIT_WIDTH`], `sm_<sm>`) of each kernel
+/// and each of its adjoint stages, named `<Kernel>` and
+/// `<Kernel>.vjp.<stage>`, each checked by the PTX validator; an error
+/// naming every one the back end does not lower.
 fn ptx_modules(kernels: &[Kernel], sm: u32) -> Result<Vec<(String, String)>, Failure> {
-    use tiga::compiler::back::ptx::lower_reducer;
+    use tiga::compiler::back::ptx::lower_kernel;
     let mut units: Vec<(String, &Kernel)> = Vec::new();
     let plans: Vec<_> = kernels
         .iter()
@@ -117,11 +118,22 @@ fn ptx_modules(kernels: &[Kernel], sm: u32) -> Result<Vec<(String, String)>, Fai
     let mut files = Vec::new();
     let mut refused = Vec::new();
     for (name, k) in units {
-        match lower_reducer(k.captured().reducer.kind, k.loop_kernel(), DType::F32, sm) {
-            Ok(m) => {
-                tiga_ptx::validate(&m)
+        let lk = k.loop_kernel();
+        let widths = vec![EMIT_WIDTH; lk.widths.len()];
+        match lower_kernel(lk, DType::F32, &widths, sm) {
+            Ok(p) => {
+                tiga_ptx::validate(&p.module)
                     .map_err(|e| Failure::new(format!("internal error: the PTX of `{name}` does not validate: {e}")))?;
-                let text = format!("// tiga: `{name}`, f32, one thread per destination row\n{}", m.print());
+                let widths: Vec<String> = lk.widths.iter().map(|w| format!("{} = {EMIT_WIDTH}", w.name)).collect();
+                let text = format!(
+                    "// tiga: `{name}`, f32, widths {}; {} thread(s) per destination row, {} feature(s) per load, \
+                     blocks of {}\n// (real runs lower one module per call's dtype and widths)\n{}",
+                    if widths.is_empty() { "none (scalar kernel)".to_string() } else { widths.join(", ") },
+                    p.threads_per_row,
+                    p.vector,
+                    p.block,
+                    p.module.print()
+                );
                 files.push((name, text));
             }
             Err(e) => refused.push(format!("`{name}`: {e}")),
@@ -129,8 +141,7 @@ fn ptx_modules(kernels: &[Kernel], sm: u32) -> Result<Vec<(String, String)>, Fai
     }
     if !refused.is_empty() {
         return Err(Failure::new(format!(
-            "--target ptx: nothing written; not lowered yet:\n  {}\n(the PTX back end lowers scalar kernels with sum, mean, \
-             max or min; pick some with --kernel)",
+            "--target ptx: nothing written; the PTX back end does not lower:\n  {}\n(pick others with --kernel)",
             refused.join("\n  ")
         )));
     }

@@ -47,5 +47,5 @@ pub use instruction::{
 };
 pub use module::{ArrayVar, Function, FunctionBuilder, Kind, Module, Param, Stmt};
 pub use operand::{Address, Base, Operand, Reg, RegClass, Space, Special, Type};
-pub use ptxas::{assemble, find_ptxas};
+pub use ptxas::{assemble, find_ptxas, parse_resources, resources, version as ptxas_version, Resources};
 pub use valid::{validate, validate_function, ErrorKind, Location, ValidationError};

@@ -48,3 +48,70 @@ pub fn assemble(ptxas: &Path, file: &Path, sm: u32) -> Result<(), String> {
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
 }
+
+/// What `ptxas -v` reports for one entry or function: registers per
+/// thread and local-memory traffic (a kernel that spills pays for it in
+/// every row it runs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resources {
+    pub function: String,
+    pub registers: u32,
+    pub stack_frame_bytes: u32,
+    pub spill_store_bytes: u32,
+    pub spill_load_bytes: u32,
+}
+
+/// Assemble `file` for `sm_<sm>` with `-v` and return each function's
+/// [`Resources`], in the order ptxas reports them.
+pub fn resources(ptxas: &Path, file: &Path, sm: u32) -> Result<Vec<Resources>, String> {
+    let out = Command::new(ptxas)
+        .arg("-v")
+        .arg(format!("-arch=sm_{sm}"))
+        .arg(file)
+        .args(["-o", "/dev/null"])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", ptxas.display()))?;
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        return Err(text);
+    }
+    parse_resources(&text)
+}
+
+/// The first number before `word` in `line` (`"0 bytes spill stores"`).
+fn number_before(line: &str, word: &str) -> Option<u32> {
+    let at = line.find(word)?;
+    line[..at].split(|c: char| !c.is_ascii_digit()).rev().find(|s| !s.is_empty())?.parse().ok()
+}
+
+/// Parses `ptxas -v` diagnostics (see [`resources`]).
+pub fn parse_resources(text: &str) -> Result<Vec<Resources>, String> {
+    let mut out: Vec<Resources> = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.split("Function properties for ").nth(1) {
+            out.push(Resources {
+                function: rest.trim().to_string(),
+                registers: 0,
+                stack_frame_bytes: 0,
+                spill_store_bytes: 0,
+                spill_load_bytes: 0,
+            });
+        } else if line.contains("bytes stack frame") {
+            let r = out.last_mut().ok_or_else(|| format!("ptxas -v: `{line}` before any function"))?;
+            r.stack_frame_bytes = number_before(line, "bytes stack frame").unwrap_or(0);
+            r.spill_store_bytes = number_before(line, "bytes spill stores").unwrap_or(0);
+            r.spill_load_bytes = number_before(line, "bytes spill loads").unwrap_or(0);
+        } else if line.contains("Used ") && line.contains(" registers") {
+            let r = out.last_mut().ok_or_else(|| format!("ptxas -v: `{line}` before any function"))?;
+            r.registers = number_before(line, " registers").ok_or_else(|| format!("ptxas -v: no register count in `{line}`"))?;
+        }
+    }
+    Ok(out)
+}
+
+/// `ptxas --version`'s last line (`Build cuda_13.5...`), or why not.
+pub fn version(ptxas: &Path) -> Result<String, String> {
+    let out = Command::new(ptxas).arg("--version").output().map_err(|e| format!("cannot run {}: {e}", ptxas.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines().last().map(|l| l.trim().to_string()).ok_or_else(|| "ptxas --version printed nothing".into())
+}

@@ -233,6 +233,9 @@ impl Checker<'_> {
                 let (dst_t, src_t) = (*dst_ty, *src_ty);
                 match (round_rule(dst_t, src_t), round) {
                     (RoundRule::None, None) => {}
+                    // Rounding a float to an integral value of the same type
+                    // (`cvt.rni.f32.f32`).
+                    (RoundRule::None, Some(r)) if r.is_integer() && dst_t == src_t && dst_t.is_float() => {}
                     (RoundRule::Float, Some(r)) if !r.is_integer() => {}
                     (RoundRule::Integer, Some(r)) if r.is_integer() => {}
                     (RoundRule::Float, _) => {
