@@ -1087,3 +1087,36 @@ fn simulated_kernels_assemble() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "ptxas refused:\n{}", failures.join("\n"));
 }
+
+#[test]
+fn cvt_to_an_integral_float_of_the_same_type() {
+    use tiga_ptx::{Address, FunctionBuilder, Module, Op, Round, Space, Type};
+    for (round, expected) in [(Round::Rni, [2.0f32, -2.0, 3.0]), (Round::Rzi, [2.0, -2.0, 2.0]), (Round::Rmi, [2.0, -3.0, 2.0])] {
+        let mut b = FunctionBuilder::entry("k");
+        let out = b.param("out", Type::U64);
+        let base = b.reg(Type::U64);
+        b.push(Op::Ld { space: Space::Param, nc: false, ty: Type::U64, dst: vec![base], addr: Address::symbol(out, 0) });
+        for (i, x) in [2.5f32, -2.5, 2.75].into_iter().enumerate() {
+            let r = b.reg(Type::F32);
+            b.push(Op::Cvt { round: Some(round), dst_ty: Type::F32, src_ty: Type::F32, dst: r, src: x.into() });
+            b.push(Op::St { space: Space::Global, ty: Type::F32, addr: Address::reg(base, 4 * i as i64), src: vec![r.into()] });
+        }
+        b.push(Op::Ret);
+        let mut m = Module::new(80);
+        m.functions.push(b.finish());
+        let mut mem = tiga_ptx::sim::Memory::new();
+        let at = mem.alloc(12);
+        tiga_ptx::sim::launch(
+            &m,
+            "k",
+            tiga_ptx::sim::LaunchConfig { grid: 1, block: 1 },
+            &[tiga_ptx::sim::Arg::U64(at)],
+            &mut mem,
+        )
+        .expect("runs");
+        let mut bytes = [0u8; 12];
+        mem.read(at, &mut bytes).expect("read");
+        let got: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        assert_eq!(got, expected, "{round:?}");
+    }
+}

@@ -338,8 +338,27 @@ pub(super) fn cvt(round: Option<Round>, dst: Type, src: Type, v: u64) -> Result<
                 let rx = f64::from(r);
                 Ok(bits32(round_f32(r, step(round, x > 0.0, rx > x, rx < x))))
             }
+            // Same type: with an integer rounding, round to an integral
+            // value (`cvt.rni.f32.f32`); NaN and infinities pass through.
+            (Type::F32, Type::F32) => Ok(match round {
+                Some(r) if r.is_integer() => bits32(round_integral(f64::from(f32_of(v)), r) as f32),
+                _ => v,
+            }),
+            (Type::F64, Type::F64) => Ok(match round {
+                Some(r) if r.is_integer() => round_integral(f64_of(v), r).to_bits(),
+                _ => v,
+            }),
             _ => Ok(v),
         },
+    }
+}
+
+fn round_integral(x: f64, round: Round) -> f64 {
+    match round {
+        Round::Rni => x.round_ties_even(),
+        Round::Rzi => x.trunc(),
+        Round::Rmi => x.floor(),
+        _ => x.ceil(),
     }
 }
 
