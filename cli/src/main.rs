@@ -16,6 +16,7 @@
 mod compile;
 mod convert;
 mod explain;
+mod gpu_report;
 mod info;
 mod inputs;
 mod output_paths;
@@ -170,6 +171,14 @@ struct ExplainArgs {
     ranks: Option<u32>,
     #[command(flatten)]
     sharding: ShardArgs,
+    /// Also show the GPU schedule: `ptx` prints, per kernel and adjoint stage, threads per row, features per
+    /// load, block size, and the registers and spills `ptxas -v` reports (where ptxas is found), for
+    /// --width F (default 16) and --dtype.
+    #[arg(long, value_name = "TARGET", default_value = "cpu", value_parser = ["cpu", "ptx"])]
+    target: String,
+    /// The GPU architecture of `--target ptx` (sm_80: A100; sm_90: H100/H200).
+    #[arg(long, value_name = "SM", default_value_t = 80, value_parser = clap::value_parser!(u32).range(50..=120))]
+    sm: u32,
 }
 
 #[derive(Args, Debug)]
@@ -277,15 +286,16 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
                 width: a.width.map(|w| w as usize),
                 dtype,
             });
-            explain::explain(
-                &a.file,
-                a.kernel.as_deref(),
-                a.graph.as_deref(),
-                &a.text.options(),
-                &a.paging.page_args(),
+            explain::explain(&explain::ExplainRequest {
+                file: &a.file,
+                kernel: a.kernel.as_deref(),
+                graph: a.graph.as_deref(),
+                edges: a.text.options(),
+                paging: a.paging.page_args(),
                 variant,
-                sharding.as_ref(),
-            )
+                sharding,
+                gpu: (a.target == "ptx").then_some(a.sm),
+            })
         }
         Command::Convert(a) => convert::convert(&convert::ConvertRequest {
             input: a.input,
