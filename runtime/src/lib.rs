@@ -36,7 +36,7 @@ pub use exec::{balanced_row_chunks, for_each_row_chunk};
 pub use graph::{Graph, GraphError, StencilPlan, MAX_NODES};
 pub use graph_ops::{add_self_loops, from_edge_index, gcn_norm, in_degree, out_degree, Batch, BatchError};
 pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_edge_list_with, read_matrix_market, EdgeListOptions};
-pub use npy::{encode_npy, parse_npy, read_npy, write_npy, NpyError};
+pub use npy::{encode_npy, encode_npy_ids, parse_npy, parse_npy_ids, read_npy, read_npy_ids, write_npy, write_npy_ids, NpyError};
 pub use petgraph;
 pub use realization::{GraphRows, PagedRows, Realization, Rows};
 pub use schedule::{Backend, Progress, Schedule, ScheduleError};

@@ -1,7 +1,9 @@
 //! `.npy` files: how fields move between tiga and numpy/PyTorch peers.
 //!
 //! Only what fields need is accepted: little-endian `<f4`/`<f8`, C order,
-//! 1-D (`[n]`) or 2-D (`[n, F]`). Anything else is refused with the dtype or
+//! 1-D (`[n]`) or 2-D (`[n, F]`); node and edge ids (seeds, samples) are
+//! 1-D `<i8` (or `<i4`, widened) through [`read_npy_ids`] and
+//! [`write_npy_ids`]. Anything else is refused with the dtype or
 //! shape found and what is accepted, rather than converted silently, because a
 //! big-endian or Fortran-ordered field read as if it were ours gives wrong
 //! numbers without any error.
@@ -67,6 +69,10 @@ pub enum NpyError {
     TrailingBytes { path: String, expected: usize, extra: usize },
     #[error("{path}: cannot write a {rank}-D tensor (shape {shape:?}); only 1-D and 2-D are written")]
     WriteRank { path: String, shape: Vec<usize>, rank: usize },
+    #[error("{path}: ids must be a 1-D array; shape is {shape:?}")]
+    IdsShape { path: String, shape: Vec<usize> },
+    #[error("{path}: ids must be integers ('<i8' int64 or '<i4' int32); dtype is '{found}'")]
+    IdsDtype { path: String, found: String },
 }
 
 /// The most bytes a header may have. numpy writes headers of a few dozen
@@ -83,6 +89,25 @@ const MAX_HEADER: usize = 1 << 20;
 /// fallibly, so a shape too large for this machine is an error, not an
 /// abort.
 pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor, NpyError> {
+    read_npy_with(path, Want::Field, tensor_of)
+}
+
+/// Reads a 1-D `<i8` (or `<i4`) array of ids, as [`read_npy`] reads fields.
+pub fn read_npy_ids(path: impl AsRef<Path>) -> Result<Vec<i64>, NpyError> {
+    read_npy_with(path, Want::Ids, ids_of)
+}
+
+/// Parses a 1-D `<i8` (or `<i4`) array held in memory.
+pub fn parse_npy_ids(bytes: &[u8]) -> Result<Vec<i64>, NpyError> {
+    let (info, data_at) = parse_head(bytes, MEMORY, Want::Ids)?;
+    ids_of(info, &bytes[data_at..], MEMORY)
+}
+
+fn read_npy_with<T>(
+    path: impl AsRef<Path>,
+    want: Want,
+    finish: impl FnOnce(DataInfo, &[u8], &str) -> Result<T, NpyError>,
+) -> Result<T, NpyError> {
     use std::io::Read as _;
     let path = path.as_ref();
     let name = path.display().to_string();
@@ -108,7 +133,7 @@ pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor, NpyError> {
         });
     }
     (&mut r).take(header_len as u64).read_to_end(&mut head).map_err(io)?;
-    let (info, data_at) = parse_head(&head, &name)?;
+    let (info, data_at) = parse_head(&head, &name, want)?;
     debug_assert_eq!(data_at, head.len());
     if let Some(len) = file_len {
         let have = len.saturating_sub(data_at as u64);
@@ -128,7 +153,7 @@ pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor, NpyError> {
         };
         return Err(NpyError::TrailingBytes { path: name, expected: info.bytes, extra });
     }
-    tensor_of(info, &data, &name)
+    finish(info, &data, &name)
 }
 
 /// Parses `.npy` bytes held in memory; errors name the input `<memory>`.
@@ -137,7 +162,7 @@ pub fn parse_npy(bytes: &[u8]) -> Result<Tensor, NpyError> {
 }
 
 fn parse_npy_named(bytes: &[u8], name: &str) -> Result<Tensor, NpyError> {
-    let (info, data_at) = parse_head(bytes, name)?;
+    let (info, data_at) = parse_head(bytes, name, Want::Field)?;
     tensor_of(info, &bytes[data_at..], name)
 }
 
@@ -166,9 +191,43 @@ fn header_length(prefix: &[u8], name: &str) -> Result<Option<usize>, NpyError> {
     })
 }
 
+/// The element types a header may declare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Elem {
+    Float(DType),
+    I32,
+    I64,
+}
+
+impl Elem {
+    fn size(self) -> usize {
+        match self {
+            Elem::Float(d) => d.size(),
+            Elem::I32 => 4,
+            Elem::I64 => 8,
+        }
+    }
+
+    fn descr(self) -> &'static str {
+        match self {
+            Elem::Float(DType::F32) => "<f4",
+            Elem::Float(DType::F64) => "<f8",
+            Elem::I32 => "<i4",
+            Elem::I64 => "<i8",
+        }
+    }
+}
+
+/// What the caller reads: a float field or integer ids.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    Field,
+    Ids,
+}
+
 /// What a header says the data is.
 struct DataInfo {
-    dtype: DType,
+    elem: Elem,
     shape: Vec<usize>,
     /// Bytes of data the shape needs.
     bytes: usize,
@@ -176,7 +235,7 @@ struct DataInfo {
 
 /// Magic, version and header of `bytes` (which must hold at least the
 /// whole header): what the data is and where it starts.
-fn parse_head(bytes: &[u8], name: &str) -> Result<(DataInfo, usize), NpyError> {
+fn parse_head(bytes: &[u8], name: &str, want: Want) -> Result<(DataInfo, usize), NpyError> {
     let bad = |message: String| NpyError::BadHeader { path: name.to_string(), message };
     let header_len = header_length(bytes, name)?.ok_or_else(|| bad("file ends inside the header length".into()))?;
     let header_start = if bytes[MAGIC.len()] == 1 { MAGIC.len() + 4 } else { MAGIC.len() + 6 };
@@ -190,11 +249,23 @@ fn parse_head(bytes: &[u8], name: &str) -> Result<(DataInfo, usize), NpyError> {
     let header = std::str::from_utf8(header).map_err(|_| bad("header is not valid text".into()))?;
     let dict = parse_header(header).map_err(bad)?;
 
-    let dtype = match dict.descr.as_str() {
-        "<f4" => DType::F32,
-        "<f8" => DType::F64,
-        other => return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: other.to_string() }),
+    let elem = match dict.descr.as_str() {
+        "<f4" => Elem::Float(DType::F32),
+        "<f8" => Elem::Float(DType::F64),
+        "<i4" => Elem::I32,
+        "<i8" => Elem::I64,
+        other if want == Want::Field => {
+            return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: other.to_string() })
+        }
+        other => return Err(NpyError::IdsDtype { path: name.to_string(), found: other.to_string() }),
     };
+    match (want, elem) {
+        (Want::Field, Elem::I32 | Elem::I64) => {
+            return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: dict.descr.clone() })
+        }
+        (Want::Ids, Elem::Float(_)) => return Err(NpyError::IdsDtype { path: name.to_string(), found: dict.descr.clone() }),
+        _ => {}
+    }
     if dict.fortran_order {
         return Err(NpyError::FortranOrder { path: name.to_string() });
     }
@@ -204,11 +275,14 @@ fn parse_head(bytes: &[u8], name: &str) -> Result<(DataInfo, usize), NpyError> {
     if rank > 2 {
         return Err(NpyError::UnsupportedRank { path: name.to_string(), shape: dict.shape, rank });
     }
+    if want == Want::Ids && rank != 1 {
+        return Err(NpyError::IdsShape { path: name.to_string(), shape: dict.shape });
+    }
     let bytes_needed = element_count(&dict.shape)
         .ok()
-        .and_then(|n| n.checked_mul(dtype.size()))
+        .and_then(|n| n.checked_mul(elem.size()))
         .ok_or_else(|| NpyError::TooLarge { path: name.to_string(), shape: dict.shape.clone() })?;
-    Ok((DataInfo { dtype, shape: dict.shape, bytes: bytes_needed }, header_start + header_len))
+    Ok((DataInfo { elem, shape: dict.shape, bytes: bytes_needed }, header_start + header_len))
 }
 
 /// The tensor of `data`, which must be exactly the bytes `info` needs.
@@ -221,14 +295,18 @@ fn tensor_of(info: DataInfo, data: &[u8], name: &str) -> Result<Tensor, NpyError
         return Err(NpyError::TrailingBytes { path: name.to_string(), expected, extra: data.len() - expected });
     }
     let too_large = || NpyError::TooLarge { path: name.to_string(), shape: info.shape.clone() };
-    let tensor = match info.dtype {
-        DType::F32 => {
+    let tensor = match info.elem {
+        // `parse_head` refused integers for fields.
+        Elem::I32 | Elem::I64 => {
+            return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: info.elem.descr().to_string() })
+        }
+        Elem::Float(DType::F32) => {
             let mut v = Vec::new();
             v.try_reserve_exact(expected / 4).map_err(|_| too_large())?;
             v.extend(data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
             Tensor::from_f32(info.shape, v)
         }
-        DType::F64 => {
+        Elem::Float(DType::F64) => {
             let mut v = Vec::new();
             v.try_reserve_exact(expected / 8).map_err(|_| too_large())?;
             v.extend(data.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])));
@@ -238,6 +316,28 @@ fn tensor_of(info: DataInfo, data: &[u8], name: &str) -> Result<Tensor, NpyError
     // The length was checked against the shape above, so this cannot fail;
     // map it anyway rather than unwrap.
     tensor.map_err(|e| NpyError::BadHeader { path: name.to_string(), message: e.to_string() })
+}
+
+/// The ids of `data` (a 1-D `<i8` or `<i4` array, `info`'s bytes exactly).
+fn ids_of(info: DataInfo, data: &[u8], name: &str) -> Result<Vec<i64>, NpyError> {
+    let expected = info.bytes;
+    if data.len() < expected {
+        return Err(NpyError::Truncated { path: name.to_string(), expected, actual: data.len() });
+    }
+    if data.len() > expected {
+        return Err(NpyError::TrailingBytes { path: name.to_string(), expected, extra: data.len() - expected });
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(info.shape[0]).map_err(|_| NpyError::TooLarge { path: name.to_string(), shape: info.shape.clone() })?;
+    match info.elem {
+        Elem::I64 => v.extend(data.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))),
+        Elem::I32 => v.extend(data.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))),
+        // `parse_head` refused floats for ids.
+        Elem::Float(_) => {
+            return Err(NpyError::IdsDtype { path: name.to_string(), found: info.elem.descr().to_string() });
+        }
+    }
+    Ok(v)
 }
 
 /// The three keys of a `.npy` header.
@@ -425,6 +525,24 @@ fn encode_npy_named(tensor: &TensorView<'_>, name: &str) -> Result<Vec<u8>, NpyE
         Data::F32(_) => "<f4",
         Data::F64(_) => "<f8",
     };
+    let mut out = npy_header(descr, shape, tensor.len() * tensor.dtype().size(), name)?;
+    match tensor.data() {
+        Data::F32(d) => d.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::F64(d) => d.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+    }
+    Ok(out)
+}
+
+/// The `.npy` bytes of a 1-D `<i8` array of ids.
+pub fn encode_npy_ids(ids: &[i64]) -> Result<Vec<u8>, NpyError> {
+    let mut out = npy_header("<i8", &[ids.len()], ids.len() * 8, MEMORY)?;
+    ids.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+    Ok(out)
+}
+
+/// Magic, version, length and the padded header for `descr` and `shape`,
+/// with room for `data_bytes` more.
+fn npy_header(descr: &str, shape: &[usize], data_bytes: usize, name: &str) -> Result<Vec<u8>, NpyError> {
     let dims = match shape {
         [n] => format!("({n},)"),
         _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
@@ -441,7 +559,7 @@ fn encode_npy_named(tensor: &TensorView<'_>, name: &str) -> Result<Vec<u8>, NpyE
         header.push('\n');
         header
     };
-    let mut out = Vec::with_capacity(128 + tensor.len() * tensor.dtype().size());
+    let mut out = Vec::with_capacity(128 + data_bytes);
     out.extend_from_slice(MAGIC);
     let header = encode(2);
     if let Ok(len) = u16::try_from(header.len()) {
@@ -456,10 +574,6 @@ fn encode_npy_named(tensor: &TensorView<'_>, name: &str) -> Result<Vec<u8>, NpyE
         out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(header.as_bytes());
     }
-    match tensor.data() {
-        Data::F32(d) => d.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::F64(d) => d.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-    }
     Ok(out)
 }
 
@@ -468,15 +582,24 @@ fn encode_npy_named(tensor: &TensorView<'_>, name: &str) -> Result<Vec<u8>, NpyE
 /// full disk leaves either the old file or the new one, never a torn one.
 pub fn write_npy(path: impl AsRef<Path>, tensor: &TensorView<'_>) -> Result<(), NpyError> {
     let path = path.as_ref();
+    let bytes = encode_npy_named(tensor, &path.display().to_string())?;
+    write_atomically(path, &bytes)
+}
+
+/// Writes ids as a 1-D `<i8` `.npy`, atomically as [`write_npy`].
+pub fn write_npy_ids(path: impl AsRef<Path>, ids: &[i64]) -> Result<(), NpyError> {
+    write_atomically(path.as_ref(), &encode_npy_ids(ids)?)
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), NpyError> {
     let name = path.display().to_string();
     let io = |source| NpyError::Io { path: name.clone(), source };
-    let bytes = encode_npy_named(tensor, &name)?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
-    tmp.write_all(&bytes).map_err(io)?;
+    tmp.write_all(bytes).map_err(io)?;
     // Temp files start owner-only; a saved array is an ordinary file.
     #[cfg(unix)]
     {
@@ -668,5 +791,26 @@ mod tests {
             proptest::prop_assert_eq!((bytes.len() - rows * cols * 8) % 64, 0);
             proptest::prop_assert_eq!(parse_npy(&bytes).expect("valid"), t);
         }
+    }
+
+    #[test]
+    fn ids_round_trip_and_int32_widens() {
+        let ids = [0i64, -5, 1 << 40, 7];
+        assert_eq!(parse_npy_ids(&encode_npy_ids(&ids).expect("encode")).expect("parse"), ids);
+        let i4: Vec<u8> = [3i32, -1].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let bytes = file(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", &i4);
+        assert_eq!(parse_npy_ids(&bytes).expect("parse"), vec![3, -1]);
+    }
+
+    #[test]
+    fn ids_and_fields_refuse_each_other() {
+        let f4 = file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", &f32_bytes(&[1.0]));
+        assert!(matches!(parse_npy_ids(&f4), Err(NpyError::IdsDtype { .. })), "{:?}", parse_npy_ids(&f4));
+        let i8s = encode_npy_ids(&[1, 2]).expect("encode");
+        assert!(matches!(parse_npy(&i8s), Err(NpyError::UnsupportedDtype { .. })));
+        let two_d = file(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 1), }", &1i64.to_le_bytes());
+        assert!(matches!(parse_npy_ids(&two_d), Err(NpyError::IdsShape { .. })));
+        let short = file(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", &1i64.to_le_bytes());
+        assert!(matches!(parse_npy_ids(&short), Err(NpyError::Truncated { .. })));
     }
 }
