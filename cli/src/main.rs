@@ -25,6 +25,7 @@ mod progress;
 mod report;
 mod run;
 mod run_sharded;
+mod sample;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -54,6 +55,32 @@ enum Command {
     Convert(ConvertArgs),
     /// Print a .gfg file's manifest and fields, and verify every section's checksum.
     Info(InfoArgs),
+    /// Sample neighbourhoods of seed nodes, hop by hop (fanout per hop), and write nodes and per-hop edges as .npy.
+    Sample(SampleArgs),
+}
+
+#[derive(Args, Debug)]
+struct SampleArgs {
+    /// Graph: an edge list, a .mtx or a .gfg (read a row at a time), as for `run`.
+    #[arg(long, value_name = "GRAPH")]
+    graph: PathBuf,
+    #[command(flatten)]
+    text: GraphTextArgs,
+    /// The centre nodes of hop 0: a 1-D int64 (or int32) .npy of node ids.
+    #[arg(long, value_name = "SEEDS.npy")]
+    seeds: PathBuf,
+    /// Edges sampled per centre at each hop, comma-separated; -1 takes every edge (PyG's num_neighbors).
+    #[arg(long, value_name = "K0,K1,...", value_parser = sample::parse_fanout, allow_hyphen_values = true)]
+    fanout: std::vec::Vec<i64>,
+    /// Sample each centre's edges weighted by this edge field (one non-negative weight per edge, graph edge order).
+    #[arg(long, value_name = "EDGEFIELD.npy")]
+    weight: Option<PathBuf>,
+    /// The random seed: a centre's sample depends only on (seed, centre, hop).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    seed: u64,
+    /// The folder to write nodes.npy and hop{k}.{src,dst,edge_ids}.npy into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -306,6 +333,15 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
             max_output: a.max_output,
         }),
         Command::Info(a) => info::info(&a.file),
+        Command::Sample(a) => sample::sample(&sample::SampleRequest {
+            graph: a.graph,
+            edges: a.text.options(),
+            seeds: a.seeds,
+            fanout: a.fanout,
+            weight: a.weight,
+            seed: a.seed,
+            out: a.out,
+        }),
         Command::Run(a) => {
             if let Device::Cuda(n) = a.device {
                 // No CUDA runtime is built into tigac yet: say so before

@@ -27,6 +27,7 @@ pub mod io;
 pub mod npy;
 pub mod partition;
 pub mod realization;
+pub mod sampling;
 pub mod schedule;
 pub mod shard;
 pub mod storage;
@@ -34,7 +35,9 @@ pub mod tensor;
 
 pub use exec::{balanced_row_chunks, for_each_row_chunk};
 pub use graph::{Graph, GraphError, StencilPlan, MAX_NODES};
-pub use graph_ops::{add_self_loops, from_edge_index, gcn_norm, in_degree, out_degree, Batch, BatchError};
+pub use graph_ops::{
+    add_self_loops, add_self_loops_first, from_edge_index, gcn_norm, in_degree, out_degree, Batch, BatchError, ExistingLoops,
+};
 pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_edge_list_with, read_matrix_market, EdgeListOptions};
 pub use npy::{encode_npy, encode_npy_ids, parse_npy, parse_npy_ids, read_npy, read_npy_ids, write_npy, write_npy_ids, NpyError};
 pub use petgraph;
