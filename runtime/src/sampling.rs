@@ -166,14 +166,47 @@ struct Row {
     ids: Vec<u64>,
 }
 
-/// Reads rows of a realization for sampling.
-struct RowReader<'r> {
-    rows: Rows<'r>,
+/// Reads rows of a realization for sampling: any row of a graph in memory
+/// or paged, or the owned rows of this rank's shard (global ids in, global
+/// ids out).
+enum RowReader<'r> {
+    Rows(Rows<'r>),
+    Shard { local: &'r crate::shard::LocalShard, row_of: HashMap<u32, usize> },
 }
 
-impl RowReader<'_> {
+impl<'r> RowReader<'r> {
+    fn new(r: &'r dyn Realization) -> Result<RowReader<'r>, SampleError> {
+        Ok(match r.shard() {
+            Some(sh) => {
+                let local = sh.local();
+                let row_of = local.rows[..local.owned_rows].iter().enumerate().map(|(k, &g)| (g, k)).collect();
+                RowReader::Shard { local, row_of }
+            }
+            None => RowReader::Rows(r.rows(Side::Forward, true)?),
+        })
+    }
+
+    /// Whether this reader can give row `i` (a shard: the rows it owns).
+    fn holds(&self, i: u32) -> bool {
+        match self {
+            RowReader::Rows(_) => true,
+            RowReader::Shard { row_of, .. } => row_of.contains_key(&i),
+        }
+    }
+
     fn row(&self, i: usize) -> Result<Row, SampleError> {
-        match &self.rows {
+        let rows = match self {
+            RowReader::Rows(rows) => rows,
+            RowReader::Shard { local, row_of } => {
+                let k = *row_of.get(&(i as u32)).ok_or_else(|| SampleError::Corrupt(format!("row {i} is not on this rank")))?;
+                let range = local.graph.row(k);
+                return Ok(Row {
+                    cols: local.graph.cols()[range.clone()].iter().map(|&slot| local.slots[slot as usize]).collect(),
+                    ids: local.edge_ids[range].to_vec(),
+                });
+            }
+        };
+        match rows {
             Rows::Memory(g) => {
                 let r = g.row(i);
                 Ok(Row { cols: g.cols()[r.clone()].to_vec(), ids: r.map(|p| g.edge_id(p)).collect() })
@@ -222,10 +255,16 @@ fn check_request(r: &dyn Realization, req: &HopRequest<'_>) -> Result<(), Sample
 
 /// One hop: up to `fanout` incoming edges of every centre (see the module
 /// doc), centres in any order, repeats allowed.
+///
+/// On a sharded graph ([`Realization::shard`]) every centre must be one
+/// this rank owns; [`sample_multi_hop`] samples any centres on one.
 pub fn sample_neighbors(r: &dyn Realization, centres: &[u32], req: &HopRequest<'_>) -> Result<Sampled, SampleError> {
     check_request(r, req)?;
-    let reader = RowReader { rows: r.rows(Side::Forward, true)? };
-    let num_rows = r.num_dst();
+    let reader = RowReader::new(r)?;
+    sample_rows(&reader, r.num_dst(), centres, req)
+}
+
+fn sample_rows(reader: &RowReader<'_>, num_rows: usize, centres: &[u32], req: &HopRequest<'_>) -> Result<Sampled, SampleError> {
     if let Some(&c) = centres.iter().find(|&&c| c as usize >= num_rows) {
         return Err(SampleError::CentreOutOfRange { centre: i64::from(c), num_rows });
     }
@@ -271,23 +310,30 @@ pub fn append_unique<T: Copy + Eq + std::hash::Hash>(targets: &[T], neighbors: &
     (list, at)
 }
 
-/// [`sample_neighbors`] for the centres this rank owns (contiguous blocks
-/// of rows, [`crate::partition::owned_range`]), the results of all ranks
-/// gathered into centre order on every rank.
+/// The centres this rank samples: those its shard owns, or (a graph every
+/// rank reads whole) contiguous blocks of rows
+/// ([`crate::partition::owned_range`]); the results of all ranks gathered
+/// into centre order on every rank.
 fn sample_hop_sharded(
-    r: &dyn Realization,
+    reader: &RowReader<'_>,
+    num_rows: usize,
     centres: &[u32],
     req: &HopRequest<'_>,
     comm: &dyn Communicator,
 ) -> Result<Sampled, SampleError> {
-    let owned: Range<usize> = crate::partition::owned_range(r.num_dst(), comm.size(), comm.rank());
-    let mine: Vec<usize> = (0..centres.len()).filter(|&i| owned.contains(&(centres[i] as usize))).collect();
-    let mine_centres: Vec<u32> = mine.iter().map(|&i| centres[i]).collect();
     // Refuse out-of-range centres on every rank alike.
-    if let Some(&c) = centres.iter().find(|&&c| c as usize >= r.num_dst()) {
-        return Err(SampleError::CentreOutOfRange { centre: i64::from(c), num_rows: r.num_dst() });
+    if let Some(&c) = centres.iter().find(|&&c| c as usize >= num_rows) {
+        return Err(SampleError::CentreOutOfRange { centre: i64::from(c), num_rows });
     }
-    let local = sample_neighbors(r, &mine_centres, req)?;
+    let owned: Range<usize> = crate::partition::owned_range(num_rows, comm.size(), comm.rank());
+    let mine: Vec<usize> = (0..centres.len())
+        .filter(|&i| match reader {
+            RowReader::Shard { .. } => reader.holds(centres[i]),
+            RowReader::Rows(_) => owned.contains(&(centres[i] as usize)),
+        })
+        .collect();
+    let mine_centres: Vec<u32> = mine.iter().map(|&i| centres[i]).collect();
+    let local = sample_rows(reader, num_rows, &mine_centres, req)?;
     // Per owned centre: its index in `centres`, its count, then (source, edge id) pairs.
     let mut bytes = Vec::new();
     for (k, &i) in mine.iter().enumerate() {
@@ -332,7 +378,8 @@ fn sample_hop_sharded(
 /// Samples `fanouts.len()` hops from `seeds` (PyG's `num_neighbors`): hop
 /// 0's centres are the seeds, hop k's the nodes first reached at hop k − 1.
 /// With a communicator, each rank samples the centres it owns and every
-/// rank ends with the same result, the one a single process computes.
+/// rank ends with the same result, the one a single process computes; on
+/// a sharded graph its own communicator is used and `comm` is ignored.
 pub fn sample_multi_hop(
     r: &dyn Realization,
     seeds: &[u32],
@@ -349,14 +396,19 @@ pub fn sample_multi_hop(
     for (i, &s) in seeds.iter().enumerate() {
         index.entry(s).or_insert(i);
     }
+    let reader = RowReader::new(r)?;
+    let comm = match r.shard() {
+        Some(sh) => Some(sh.comm().as_ref()),
+        None => comm,
+    };
     let mut frontier: Vec<usize> = (0..seeds.len()).collect();
     for (hop, &fanout) in fanouts.iter().enumerate() {
         let centres: Vec<u32> = frontier.iter().map(|&i| out.nodes[i]).collect();
         let req = HopRequest { fanout, seed, hop: hop as u32, weights };
         check_request(r, &req)?;
         let s = match comm {
-            Some(c) if c.size() > 1 => sample_hop_sharded(r, &centres, &req, c)?,
-            _ => sample_neighbors(r, &centres, &req)?,
+            Some(c) if c.size() > 1 => sample_hop_sharded(&reader, r.num_dst(), &centres, &req, c)?,
+            _ => sample_rows(&reader, r.num_dst(), &centres, &req)?,
         };
         let mut h = Hop::default();
         let mut next = Vec::new();

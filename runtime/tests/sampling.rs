@@ -3,12 +3,15 @@
 //! centre gets more than its fanout or an edge twice, a row of degree ≤
 //! fanout gives all of it, uniform draws pass a chi-square test on a star
 //! graph, weighted draws follow the weights, and results are the same for
-//! any thread count, any number of ranks, and paged or in memory.
+//! any thread count, any number of ranks (a whole graph on every rank, or
+//! a halo-sharded one), and paged or in memory.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use tiga_runtime::comm::{Communicator, InProcess};
 use tiga_runtime::sampling::{append_unique, sample_multi_hop, sample_neighbors, HopRequest, SampleError};
+use tiga_runtime::shard::{PartitionChoice, ShardOptions, Sharded};
 use tiga_runtime::{add_self_loops_first, save_gfg, ExistingLoops, GfgFile, Graph};
 
 /// xorshift64, for graphs.
@@ -189,6 +192,19 @@ fn multi_hop_is_the_same_for_threads_ranks_and_pages() {
             });
             for r in results {
                 assert_eq!(r.expect("rank"), one, "{ranks} ranks");
+            }
+        }
+        // A halo-sharded graph: each rank samples the centres it owns from
+        // its own rows.
+        for (ranks, partition) in [(2, PartitionChoice::Contiguous), (3, PartitionChoice::Balanced)] {
+            let results = InProcess::run(ranks, |c| {
+                let comm: Arc<dyn Communicator> = Arc::new(c);
+                let options = ShardOptions { partition: partition.clone(), depth: 1 };
+                let sh = Sharded::from_graph(&g, comm, &options).expect("shard");
+                sample_multi_hop(&sh, &seeds, &[4, 3, -1], 99, w, None).expect("samples")
+            });
+            for r in results {
+                assert_eq!(r.expect("rank"), one, "sharded over {ranks} ranks");
             }
         }
         let dir = tempfile::tempdir().expect("tempdir");
