@@ -183,3 +183,74 @@ impl GpuDevice for SimDevice {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tiga_ptx::{Address, BinOp, FunctionBuilder, Module, Op, Space, Special, Type};
+
+    #[test]
+    fn copies_round_trip_and_stay_in_bounds() {
+        let d = SimDevice::new();
+        {
+            let b = d.alloc(16).expect("alloc");
+            let mut zeros = [1u8; 16];
+            d.download(Stream::Compute, &b, 0, &mut zeros).expect("download");
+            assert_eq!(zeros, [0u8; 16], "fresh memory is zeroed");
+            d.upload(Stream::Copy, &b, 4, &[1, 2, 3, 4]).expect("upload");
+            let mut host = d.alloc_host(3).expect("host");
+            host.as_mut_slice().expect("bytes").copy_from_slice(&[7, 8, 9]);
+            d.upload_staged(Stream::Copy, &b, 12, &mut host, 3).expect("staged");
+            let mut out = [0u8; 16];
+            d.download(Stream::Compute, &b, 0, &mut out).expect("download");
+            assert_eq!(out, [0, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0, 7, 8, 9, 0]);
+            let err = d.upload(Stream::Copy, &b, 14, &[0; 4]).expect_err("past the end");
+            assert!(matches!(err, GpuError::OutOfBounds { offset: 14, len: 4, bytes: 16, .. }), "{err}");
+            let c = d.alloc(8).expect("alloc");
+            d.copy(Stream::Compute, &c, 0, &b, 4, 8).expect("device copy");
+            d.zero(Stream::Compute, &c, 2, 2).expect("zero");
+            let mut out = [0u8; 8];
+            d.download(Stream::Compute, &c, 0, &mut out).expect("download");
+            assert_eq!(out, [1, 2, 0, 0, 0, 0, 0, 0]);
+            assert!(d.bytes_allocated() >= 24);
+        }
+        assert_eq!(d.bytes_allocated(), 0, "buffers free their memory when dropped");
+    }
+
+    /// out[tid] = tid as f32 over one block of 8 threads.
+    #[test]
+    fn launches_a_module() {
+        let mut b = FunctionBuilder::entry("iota");
+        let out = b.param("out", Type::U64);
+        let base = b.reg(Type::U64);
+        b.push(Op::Ld { space: Space::Param, nc: false, ty: Type::U64, dst: vec![base], addr: Address::symbol(out, 0) });
+        let tid = b.mov(Type::U32, Special::TidX);
+        let off = b.reg(Type::U64);
+        b.push(Op::MulWide { ty: Type::U32, dst: off, a: tid.into(), b: 4.into() });
+        let p = b.binary(BinOp::Add, Type::U64, base, off);
+        let x = b.cvt(Type::F32, Type::U32, tid);
+        b.push(Op::St { space: Space::Global, ty: Type::F32, addr: Address::reg(p, 0), src: vec![x.into()] });
+        b.push(Op::Ret);
+        let mut m = Module::new(80);
+        m.functions.push(b.finish());
+        let d = SimDevice::new();
+        let loaded = d.load(&m).expect("load");
+        assert_eq!(loaded.entries(), ["iota"]);
+        let buf = d.alloc(32).expect("alloc");
+        let t0 = d.record(Stream::Compute).expect("event");
+        // SAFETY: `out` is a live 32-byte buffer; 8 threads write 4 bytes each.
+        unsafe { d.launch(Stream::Compute, &loaded, "iota", LaunchShape { grid: 1, block: 8 }, &[LaunchArg::U64(buf.addr())]) }
+            .expect("launch");
+        let end = d.record(Stream::Compute).expect("event");
+        assert!(d.elapsed_ms(&t0, &end).expect("elapsed") >= 0.0);
+        let mut bytes = [0u8; 32];
+        d.download(Stream::Compute, &buf, 0, &mut bytes).expect("download");
+        let got: Vec<f32> = bytes.chunks(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
+        assert_eq!(got, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+        assert_eq!(d.stats().1, 8, "threads run");
+        // SAFETY: as above; the entry does not exist, so nothing runs.
+        let err =
+            unsafe { d.launch(Stream::Compute, &loaded, "nope", LaunchShape { grid: 1, block: 1 }, &[]) }.expect_err("no entry");
+        assert!(matches!(err, GpuError::NoEntry(_)), "{err}");
+    }
+}
