@@ -469,10 +469,14 @@ impl<'c> DeviceCall<'c> {
         Ok(())
     }
 
-    /// Bring a finished sub-page's outputs home.
+    /// Bring a finished sub-page's outputs home. They come over the copy
+    /// stream once the sub-page's kernel is done, so the kernel of the
+    /// other slot (queued after it on the compute stream) keeps running
+    /// meanwhile.
     fn collect(&mut self, si: usize, p: Pending, outs: &mut [Tensor]) -> Result<()> {
         let size = self.dtype.size();
         let dbuf = self.slots[si].dev.as_ref().ok_or(Error::Internal("a pending sub-page without its slot".into()))?;
+        self.dev.wait(Stream::Copy, &p.end)?;
         let mut copied = 0u64;
         for (o, (spec, &(at, bytes))) in self.outs.iter().zip(&p.layout.outputs).enumerate() {
             let row = spec.len * size;
@@ -482,11 +486,11 @@ impl<'c> DeviceCall<'c> {
                     let dst = host
                         .get_mut(p.rows.start * row..p.rows.end * row)
                         .ok_or(Error::Internal("an output row out of range".into()))?;
-                    self.dev.download(Stream::Compute, dbuf, at, dst)?;
+                    self.dev.download(Stream::Copy, dbuf, at, dst)?;
                 }
                 Role::Edge => {
                     let mut tmp = vec![0u8; bytes];
-                    self.dev.download(Stream::Compute, dbuf, at, &mut tmp)?;
+                    self.dev.download(Stream::Copy, dbuf, at, &mut tmp)?;
                     let host = outs[o].data_mut().into_bytes();
                     for q in 0..p.edges {
                         let u = p.edge_ids.as_ref().map_or(p.first_edge + q, |ids| ids[q] as usize);
@@ -495,7 +499,7 @@ impl<'c> DeviceCall<'c> {
                 }
                 Role::Param => {
                     let mut tmp = vec![0u8; bytes];
-                    self.dev.download(Stream::Compute, dbuf, at, &mut tmp)?;
+                    self.dev.download(Stream::Copy, dbuf, at, &mut tmp)?;
                     let acc = self.param_sums[o].as_mut().ok_or(Error::Internal("a parameter output without sums".into()))?;
                     add_partials(acc, &tmp, p.threads, spec.len, self.dtype);
                 }
