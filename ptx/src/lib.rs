@@ -16,6 +16,9 @@
 //! it has no parser, no `call`, no textures, and it does not know which
 //! instructions a given `sm_XX` lacks.
 //!
+//! [`sim`] runs an `.entry` on the CPU, exactly per PTX semantics for every
+//! [`Op`], so that what a module computes can be checked without a GPU.
+//!
 //! ```
 //! use tiga_ptx::{validate, Address, FunctionBuilder, Module, Op, Space, Special, Type};
 //!
@@ -40,6 +43,7 @@ mod instruction;
 mod module;
 mod operand;
 mod ptxas;
+pub mod sim;
 mod valid;
 
 pub use instruction::{
