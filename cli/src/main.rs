@@ -33,6 +33,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use tiga::compiler::ir::Role;
+use tiga::Device;
 
 use crate::inputs::{parse_binding, parse_out, Binding, OutSpec, PageArgs};
 
@@ -270,27 +271,11 @@ struct RunArgs {
     /// block of rows, and rank 0 writes the files a single process would.
     #[command(flatten)]
     sharding: ShardArgs,
-    /// Where the kernel runs: `cpu` (the default), or `cuda` / `cuda:N` (an NVIDIA GPU).
-    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = parse_device)]
+    /// Where the kernel runs: `cpu` (the default); `cuda` / `cuda:N` (an NVIDIA GPU; a tigac built with
+    /// --features cuda); or `sim`, the PTX simulator: the GPU path (PTX, uploads, launches, paging) run on the
+    /// CPU, slowly, for checking it on a machine without a GPU.
+    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = Device::parse)]
     device: Device,
-}
-
-/// `--device`'s values.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Device {
-    Cpu,
-    Cuda(u32),
-}
-
-fn parse_device(s: &str) -> Result<Device, String> {
-    match s {
-        "cpu" => Ok(Device::Cpu),
-        "cuda" => Ok(Device::Cuda(0)),
-        _ => match s.strip_prefix("cuda:").map(str::parse::<u32>) {
-            Some(Ok(n)) => Ok(Device::Cuda(n)),
-            _ => Err(format!("`{s}`: expected cpu, cuda or cuda:N (a GPU's index)")),
-        },
-    }
 }
 
 fn dispatch(command: Command) -> Result<(), report::Failure> {
@@ -343,13 +328,19 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
             out: a.out,
         }),
         Command::Run(a) => {
+            // A GPU that this build or this machine cannot open is refused
+            // before anything is read.
             if let Device::Cuda(n) = a.device {
-                // No CUDA runtime is built into tigac yet: say so before
-                // anything is read.
-                return Err(report::Failure::new(format!(
-                    "--device cuda:{n}: this tigac has no CUDA runtime (the GPU back end is not part of this build); \
-                     run on the CPU (--device cpu, the default)"
-                )));
+                if !tiga::runtime::gpu::CUDA_BUILT {
+                    return Err(report::Failure::new(format!(
+                        "--device cuda:{n}: this tigac was built without the `cuda` feature; rebuild with \
+                         `cargo build --release -p tigac --features cuda` (or run on the CPU: --device cpu, the default)"
+                    )));
+                }
+            }
+            if a.device != Device::Cpu {
+                tiga::runtime::gpu::open(a.device)
+                    .map_err(|e| report::Failure::new(format!("--device {}: {e}", a.device.name())))?;
             }
             let fields = [(Role::Src, a.src), (Role::Dst, a.dst), (Role::Edge, a.edge), (Role::Param, a.param)]
                 .into_iter()
@@ -369,9 +360,14 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
                 paging: a.paging.page_args(),
                 partition: a.sharding.partition,
                 halo_depth: a.sharding.halo_depth as usize,
+                device: a.device,
             };
             // Under mpirun with more than one rank, the run is sharded.
             match run_sharded::world()? {
+                Some(_) if req.device != Device::Cpu => Err(report::Failure::new(format!(
+                    "--device {}: sharded runs (under mpirun) run on the CPU; drop --device or run one process",
+                    req.device.name()
+                ))),
                 Some(comm) => run_sharded::run(&req, comm),
                 None => run::run(&req),
             }

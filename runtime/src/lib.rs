@@ -8,7 +8,10 @@
 //! fields on disk in the versioned `.gfg` format (`docs/gfg.md`), memory-mapped
 //! and read in pages.
 //!
-//! It knows nothing of Cranelift, PTX or the kernel IR: back ends produce
+//! `gpu` holds the device layer: buffers, modules, launches and events on a
+//! CUDA GPU (feature `cuda`) or on the PTX simulator.
+//!
+//! It knows nothing of Cranelift, PTX lowering or the kernel IR: back ends produce
 //! code, and the facade (`tiga`) hands that code the arrays defined here. This
 //! keeps the runtime testable on its own and lets every back end share one
 //! notion of a graph and a field.
@@ -21,6 +24,7 @@
 pub use tiga_abi as abi;
 pub mod comm;
 pub mod exec;
+pub mod gpu;
 pub mod graph;
 pub mod graph_ops;
 pub mod io;
@@ -42,7 +46,7 @@ pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_edge_lis
 pub use npy::{encode_npy, encode_npy_ids, parse_npy, parse_npy_ids, read_npy, read_npy_ids, write_npy, write_npy_ids, NpyError};
 pub use petgraph;
 pub use realization::{GraphRows, PagedRows, Realization, Rows};
-pub use schedule::{Backend, Progress, Schedule, ScheduleError};
+pub use schedule::{Backend, Device, DeviceTimer, DeviceTimes, Progress, Schedule, ScheduleError};
 pub use storage::tensor_store::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
 pub use storage::{save_gfg, FieldHandle, FieldInfo, FieldRole, GfgError, GfgFile, GfgWriter, Page, PendingGfg};
 pub use tensor::{Buffer, DType, Data, DataMut, Tensor, TensorError, TensorView};
