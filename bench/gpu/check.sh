@@ -19,6 +19,12 @@
 #
 # Writes gpu-check.log, the benchmark's JSON and table into $OUT when set,
 # else bench/results/.
+#
+# On a GPU machine without cargo (the lent H200s have no Rust toolchain and
+# no registry), run bench/gpu/prebuild.sh here first and carry
+# bench/gpu/prebuilt/: its binaries replace steps 1's build and 2's cargo
+# test (device tool: carry ["bench/gpu/prebuilt"], command
+# "bash bench/gpu/check.sh").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-bench/results}"
@@ -32,18 +38,27 @@ say "machine"
 (nvidia-smi -L || echo "nvidia-smi: not found") 2>&1 | tee -a "$log"
 cargo --version 2>&1 | tee -a "$log"
 
-say "build (--features cuda)"
-timeout 300 cargo build --release -p tigac -p tiga-bench --features cuda 2>&1 | tail -n 3 | tee -a "$log"
+prebuilt=bench/gpu/prebuilt
+target="${CARGO_TARGET_DIR:-target}"
+if [ -x "$prebuilt/tigac" ] && { [ -n "${TIGA_USE_PREBUILT:-}" ] || ! command -v cargo >/dev/null; }; then
+    say "prebuilt binaries (commit $(cat "$prebuilt/COMMIT" 2>/dev/null || echo unknown))"
+    bin="$prebuilt"
+    conformance=("$prebuilt/gpu_cuda" --nocapture --test-threads 1)
+else
+    say "build (--features cuda)"
+    timeout 300 cargo build --release -p tigac -p tiga-bench --features cuda 2>&1 | tail -n 3 | tee -a "$log"
+    bin="$target/release"
+    conformance=(cargo test --release -p tiga --features cuda --test gpu_cuda -- --nocapture --test-threads 1)
+fi
 
 say "GPU conformance (tiga/tests/gpu_cuda.rs)"
-timeout 180 cargo test --release -p tiga --features cuda --test gpu_cuda -- --nocapture --test-threads 1 2>&1 | tee -a "$log"
+timeout 180 "${conformance[@]}" 2>&1 | tee -a "$log" || { echo "gpu check: conformance failed" | tee -a "$log" >&2; exit 1; }
 if grep -q "skipped: no CUDA GPU" "$log"; then
     echo "gpu check: the conformance tests skipped: no CUDA GPU was opened" | tee -a "$log" >&2
     exit 1
 fi
 
 say "tigac run --device cuda:0 against --device cpu"
-target="${CARGO_TARGET_DIR:-target}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 python3 - "$work" <<'PY'
@@ -63,7 +78,7 @@ with open(f"{d}/x.npy", "wb") as f:
     f.write(struct.pack(f"<{n}f", *[random.uniform(-1, 1) for _ in range(n)]))
 PY
 for dev in cpu cuda:0; do
-    "$target/release/tigac" run examples/kernels/gnn.rs --kernel Smoothing --graph "$work/g.txt" --num-nodes 5000 \
+    "$bin/tigac" run examples/kernels/gnn.rs --kernel Smoothing --graph "$work/g.txt" --num-nodes 5000 \
         --src "x=$work/x.npy" --out "$work/out-$dev.npy" --grads "$work/grads-$dev" --device "$dev" --timing --repeat 3 \
         2>&1 | tee -a "$log"
 done
@@ -71,6 +86,6 @@ cmp "$work/out-cpu.npy" "$work/out-cuda:0.npy" && echo "forward: cuda:0 gives th
 cmp "$work/grads-cpu/src.x.npy" "$work/grads-cuda:0/src.x.npy" && echo "gradient: cuda:0 gives the CPU's bytes" | tee -a "$log"
 
 say "tiga-bench gpu (CUDA events; copy bandwidth; PyTorch when it imports)"
-timeout 240 "$target/release/tiga-bench" gpu --device cuda:0 --peers \
+timeout 240 "$bin/tiga-bench" gpu --device cuda:0 --peers \
     --json "$out/$stamp-gpu.json" --table "$out/$stamp-gpu.txt" 2>&1 | tee -a "$log"
 say "done: $log, $out/$stamp-gpu.json, $out/$stamp-gpu.txt"

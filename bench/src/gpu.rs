@@ -258,7 +258,17 @@ fn run(args: &Args) -> Result<bool, String> {
         rows.push(row);
     }
     let peers = if args.peers { torch_peer(args, &g)? } else { Vec::new() };
-    let table = table(args, &g, copy, &rows, &peers);
+    let goals = targets(args, &rows, copy, &peers);
+    let mut table = table(args, &g, copy, &rows, &peers);
+    for (name, t) in goals.as_object().into_iter().flatten().filter(|(_, t)| t.is_object()) {
+        let value = t["value"].as_f64().map_or("not measured".to_string(), |v| format!("{v:.3}"));
+        let met = match t["met"].as_bool() {
+            Some(true) => "met",
+            Some(false) => "MISSED",
+            None => "-",
+        };
+        table += &format!("target {name}: {value} ({}) {met}\n", t["target"].as_str().unwrap_or(""));
+    }
     print!("{table}");
     let doc = json!({
         "benchmark": "gpu",
@@ -271,12 +281,33 @@ fn run(args: &Args) -> Result<bool, String> {
         "copy_bytes": copy_bytes,
         "rows": rows.iter().map(|r| row_json(r, copy)).collect::<Vec<_>>(),
         "peers": peers,
+        "targets": goals,
     });
     let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
     crate::report::write_atomic(&args.json, &text)?;
     crate::report::write_atomic(&args.table, &table)?;
     eprintln!("wrote {} and {}", args.json.display(), args.table.display());
     Ok(all_ok)
+}
+
+/// The targets, each with its measured value (null where the run
+/// could not measure it: no peer, a refused kernel) and whether it is met.
+fn targets(args: &Args, rows: &[Row], copy: f64, peers: &[Value]) -> Value {
+    let row = |case: &str| rows.iter().find(|r| r.case == case);
+    let ratio = |case: &str| row(case).and_then(|r| Some(r.bwd_kernel_ms? / r.fwd_kernel_ms?));
+    let sum_share = row("powerlaw-sum").and_then(|r| gbs(r.bytes, r.fwd_kernel_ms)).filter(|_| copy > 0.0).map(|e| e / copy);
+    let gat_ours = row("powerlaw-gat").and_then(|r| Some(r.fwd_kernel_ms? + r.bwd_kernel_ms?));
+    let gat_peer = peers.iter().find(|p| p["case"] == "powerlaw-gat").and_then(|p| p["fwd_bwd_ms"].as_f64());
+    let speedup = gat_ours.zip(gat_peer).map(|(ours, peer)| peer / ours);
+    let target =
+        |value: Option<f64>, rule: &str, met: fn(f64) -> bool| json!({"value": value, "target": rule, "met": value.map(met)});
+    json!({
+        "width": args.width,
+        "sum_copy_share": target(sum_share, "power-law sum F = 64 at >= 0.70 of the copy bandwidth", |v| v >= 0.70),
+        "sum_bwd_over_fwd": target(ratio("powerlaw-sum"), "<= 2.5", |v| v <= 2.5),
+        "mean_bwd_over_fwd": target(ratio("powerlaw-mean"), "<= 2.5", |v| v <= 2.5),
+        "gat_fwd_bwd_speedup_vs_pyg": target(speedup, ">= 2 (PyG-style peer's fwd+bwd time over ours)", |v| v >= 2.0),
+    })
 }
 
 fn gbs(bytes: u64, ms: Option<f64>) -> Option<f64> {
@@ -342,7 +373,14 @@ fn torch_peer(args: &Args, g: &Graph) -> Result<Vec<Value>, String> {
     if !matches!(args.device, Device::Cuda(_)) {
         return Ok(vec![json!({"peer": "torch", "status": "skipped: the peers run on a CUDA device only"})]);
     }
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("gpu").join("torch_peer.py");
+    // From the repository root (a prebuilt binary on a GPU machine), else
+    // next to this crate's sources.
+    let here = std::path::Path::new("bench/gpu/torch_peer.py");
+    let script = if here.is_file() {
+        here.to_path_buf()
+    } else {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("gpu").join("torch_peer.py")
+    };
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let write = |name: &str, bytes: &[u8]| std::fs::write(dir.path().join(name), bytes).map_err(|e| e.to_string());
     let as_bytes = |v: &[u64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
