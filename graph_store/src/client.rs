@@ -426,8 +426,26 @@ impl RemoteDataset {
             ),
             None => None,
         };
-        let connected =
-            rt.block_on(async { try_join_all(addrs.iter().map(|a| connect_one(a.as_ref(), opts, Auth(auth.clone())))).await })?;
+        let results =
+            rt.block_on(futures_util::future::join_all(addrs.iter().map(|a| connect_one(a.as_ref(), opts, Auth(auth.clone())))));
+        // One server refused or unreachable: close the sessions the others
+        // opened before reporting it.
+        if let Some(k) = results.iter().position(Result::is_err) {
+            let opened: Vec<Server> = results.iter().filter_map(|r| r.as_ref().ok().map(|(s, _)| s.clone())).collect();
+            if !opened.is_empty() {
+                let ctx = Ctx {
+                    servers: opened,
+                    num_nodes: 0,
+                    num_edges: 0,
+                    features: Vec::new(),
+                    deadline: opts.call_deadline,
+                    closed: AtomicBool::new(true),
+                };
+                let _ = rt.block_on(close_sessions(&ctx));
+            }
+            return Err(results.into_iter().nth(k).and_then(Result::err).unwrap_or(StoreError::NoServers));
+        }
+        let connected: Vec<(Server, InfoReply)> = results.into_iter().filter_map(Result::ok).collect();
         let mut servers = Vec::new();
         let mut infos = Vec::new();
         for (server, info) in connected {

@@ -336,6 +336,12 @@ impl Store {
         })
     }
 
+    /// Sessions open now, and opened and closed so far.
+    pub fn session_counts(&self) -> (usize, u64, u64) {
+        let s = lock(&self.sessions);
+        (s.open.len(), s.opened, s.closed)
+    }
+
     /// This server's rows.
     pub fn owned(&self) -> Range<usize> {
         self.owned.clone()

@@ -427,9 +427,15 @@ fn token_version_and_malformed_requests_are_refused_by_name() {
 fn shutdown_in_any_order_and_session_countdown() {
     let f = fixture();
     let mut o = ServeOptions::new(&f.gfg, 0, 1);
-    o.sessions = Some(2);
+    o.sessions = Some(3);
     let h = ServerHandle::start(&o).expect("start");
     let a = vec![h.addr().to_string()];
+    // A cluster with one server unreachable: the session the other opened is closed again.
+    let unreachable = vec![h.addr().to_string(), "127.0.0.1:1".to_string()];
+    let err = RemoteDataset::connect(&unreachable, &ConnectOptions { connect_retries: 0, ..ConnectOptions::default() })
+        .expect_err("unreachable");
+    assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+    assert_eq!(h.store().session_counts(), (0, 1, 1), "opened and closed");
     // Session 1: the dataset dropped before its loader; the session closes when the loader goes.
     let ds = RemoteDataset::connect(&a, &ConnectOptions::default()).expect("connect");
     let loader = NeighborLoader::new(&ds, (0..50).collect(), LoaderOptions { batch_size: 10, ..LoaderOptions::default() })
@@ -444,7 +450,7 @@ fn shutdown_in_any_order_and_session_countdown() {
     let first = loader.epoch(0).next().expect("an item");
     assert!(matches!(first, Err(StoreError::Closed)), "{first:?}");
     drop(loader);
-    // Two sessions opened and closed: the server exits by itself.
+    // Three sessions opened and closed: the server exits by itself.
     let t = Instant::now();
     h.wait().expect("exits cleanly");
     assert!(t.elapsed() < Duration::from_secs(5));
