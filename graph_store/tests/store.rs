@@ -455,3 +455,18 @@ fn shutdown_in_any_order_and_session_countdown() {
     h.wait().expect("exits cleanly");
     assert!(t.elapsed() < Duration::from_secs(5));
 }
+
+#[test]
+fn a_server_deadline_ends_calls_that_run_past_it() {
+    let f = fixture();
+    let mut o = ServeOptions::new(&f.gfg, 0, 1);
+    o.deadline = Duration::from_nanos(1);
+    let h = ServerHandle::start(&o).expect("start");
+    // Unary answers come at once; a streamed one is cut off by the server's deadline.
+    let ds = RemoteDataset::connect(&[h.addr().to_string()], &ConnectOptions::default()).expect("connect");
+    let t = Instant::now();
+    let err = ds.fetch_node_ids(0, 1, None).expect_err("past the deadline");
+    let msg = err.to_string();
+    assert!(msg.contains("DeadlineExceeded") && msg.contains("FetchNodeIds"), "{msg}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
