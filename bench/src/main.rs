@@ -52,6 +52,7 @@
 
 mod compile_time;
 mod gpu;
+mod graph_store;
 mod graphs;
 mod hand;
 mod paged;
@@ -114,6 +115,10 @@ enum Command {
     /// `--device sim --nodes 1000` runs it on the PTX simulator (table and JSON)
     #[command(args_override_self = true)]
     Gpu(gpu::Args),
+    /// Mini-batches sampled through the graph store over loopback (1 and 2 storage servers) against
+    /// colocated sampling from the .gfg: batches/s and fetched feature GB/s (table and JSON)
+    #[command(args_override_self = true)]
+    GraphStore(graph_store::Args),
 }
 
 /// The main benchmark's flags.
@@ -1117,6 +1122,7 @@ fn main() -> ExitCode {
         Some(Command::CompileTime(args)) => return compile_time::main(&args),
         Some(Command::Sharded(args)) => return sharded::main(&args),
         Some(Command::Gpu(args)) => return gpu::main(&args),
+        Some(Command::GraphStore(args)) => return graph_store::main(&args),
         None => {}
     }
     match real_main(cli.bench.into()) {

@@ -26,6 +26,7 @@ mod report;
 mod run;
 mod run_sharded;
 mod sample;
+mod serve;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -58,6 +59,37 @@ enum Command {
     Info(InfoArgs),
     /// Sample neighbourhoods of seed nodes, hop by hop (fanout per hop), and write nodes and per-hop edges as .npy.
     Sample(SampleArgs),
+    /// Serve a partition of a .gfg graph (and its features and splits) as one storage server of a graph store, over gRPC.
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// The .gfg graph (only this server's rows are read).
+    #[arg(long, value_name = "G.gfg")]
+    graph: PathBuf,
+    /// This server's rank R of W servers: it owns the R-th of W contiguous blocks of destination rows.
+    #[arg(long, value_name = "R/W", value_parser = serve::parse_partition)]
+    partition: (usize, usize),
+    /// A node or edge feature from a .npy of [N] or [N, F] rows (kind by row count; prefix node: or edge: to say).
+    #[arg(long = "features", value_name = "[node:|edge:]NAME=FILE.npy", value_parser = serve::parse_feature)]
+    features: Vec<tiga_graph_store::FeatureFile>,
+    /// A split made here with a seed: node:TRAIN,VAL,TEST[:SEED] (node ids) or link:TRAIN,VAL,TEST[:SEED]
+    /// (node-anchor link prediction: anchors with their in-neighbours as positive labels).
+    #[arg(long = "split", value_name = "KIND:TRAIN,VAL,TEST[:SEED]", value_parser = serve::parse_split)]
+    split: Vec<tiga_graph_store::SplitSpec>,
+    /// The address to listen on (port 0: any free port, printed on the `listening on` line).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:50051")]
+    listen: std::net::SocketAddr,
+    /// A file holding a token: every call must then carry `authorization: Bearer TOKEN` metadata.
+    #[arg(long, value_name = "F")]
+    token_file: Option<PathBuf>,
+    /// Exit (status 0) after N compute sessions have opened and closed.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    sessions: Option<u64>,
+    /// Every method's server-side deadline, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    deadline: f64,
 }
 
 #[derive(Args, Debug)]
@@ -326,6 +358,16 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
             weight: a.weight,
             seed: a.seed,
             out: a.out,
+        }),
+        Command::Serve(a) => serve::serve(serve::ServeRequest {
+            graph: a.graph,
+            partition: a.partition,
+            features: a.features,
+            splits: a.split,
+            listen: a.listen,
+            token_file: a.token_file,
+            sessions: a.sessions,
+            deadline_s: a.deadline,
         }),
         Command::Run(a) => {
             // A GPU that this build or this machine cannot open is refused

@@ -43,7 +43,10 @@ pub use graph_ops::{
     add_self_loops, add_self_loops_first, from_edge_index, gcn_norm, in_degree, out_degree, Batch, BatchError, ExistingLoops,
 };
 pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_edge_list_with, read_matrix_market, EdgeListOptions};
-pub use npy::{encode_npy, encode_npy_ids, parse_npy, parse_npy_ids, read_npy, read_npy_ids, write_npy, write_npy_ids, NpyError};
+pub use npy::{
+    encode_npy, encode_npy_ids, npy_layout, parse_npy, parse_npy_ids, read_npy, read_npy_ids, write_npy, write_npy_ids, NpyError,
+    NpyLayout,
+};
 pub use petgraph;
 pub use realization::{GraphRows, PagedRows, Realization, Rows};
 pub use schedule::{Backend, Device, DeviceTimer, DeviceTimes, Progress, Schedule, ScheduleError};

@@ -156,6 +156,38 @@ fn read_npy_with<T>(
     finish(info, &data, &name)
 }
 
+/// Where a float field's data lies in `.npy` bytes (a memory-mapped file):
+/// a server that serves rows of a large field reads only the rows it is
+/// asked for, so it needs the layout without parsing the data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NpyLayout {
+    pub dtype: DType,
+    /// `[N]` or `[N, F]` (a 0-D array is refused by [`npy_layout`]'s callers
+    /// that need rows; it is reported as `[]`).
+    pub shape: Vec<usize>,
+    /// The byte offset of the first element.
+    pub data_at: usize,
+}
+
+/// The layout of a float field held in `bytes` (header and data), checking
+/// that the data is all there and nothing follows; `name` names it in
+/// errors.
+pub fn npy_layout(bytes: &[u8], name: &str) -> Result<NpyLayout, NpyError> {
+    let (info, data_at) = parse_head(bytes, name, Want::Field)?;
+    let have = bytes.len() - data_at;
+    if have < info.bytes {
+        return Err(NpyError::Truncated { path: name.to_string(), expected: info.bytes, actual: have });
+    }
+    if have > info.bytes {
+        return Err(NpyError::TrailingBytes { path: name.to_string(), expected: info.bytes, extra: have - info.bytes });
+    }
+    let dtype = match info.elem {
+        Elem::Float(d) => d,
+        other => return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: other.descr().to_string() }),
+    };
+    Ok(NpyLayout { dtype, shape: info.shape, data_at })
+}
+
 /// Parses `.npy` bytes held in memory; errors name the input `<memory>`.
 pub fn parse_npy(bytes: &[u8]) -> Result<Tensor, NpyError> {
     parse_npy_named(bytes, MEMORY)
