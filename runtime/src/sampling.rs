@@ -160,7 +160,11 @@ fn choose(d: usize, fanout: i64, weights: Option<&[f64]>, stream: &mut Stream) -
     chosen
 }
 
+/// Rows of a paged graph read per block in [`RowReader::prefetch`].
+const PREFETCH_BLOCK: usize = 4096;
+
 /// A row's source ids and user edge ids.
+#[derive(Clone)]
 struct Row {
     cols: Vec<u32>,
     ids: Vec<u64>,
@@ -184,6 +188,37 @@ impl<'r> RowReader<'r> {
             }
             None => RowReader::Rows(r.rows(Side::Forward, true)?),
         })
+    }
+
+    /// For a paged graph, the rows of `centres`, read a block of
+    /// [`PREFETCH_BLOCK`] aligned rows at a time (each block once); `None`
+    /// where rows are read directly.
+    fn prefetch(&self, centres: &[u32], num_rows: usize) -> Result<Option<HashMap<u32, Row>>, SampleError> {
+        let RowReader::Rows(Rows::Pages(p)) = self else { return Ok(None) };
+        let mut wanted: Vec<u32> = centres.to_vec();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut out = HashMap::with_capacity(wanted.len());
+        let mut at = 0;
+        while at < wanted.len() {
+            let block = wanted[at] as usize / PREFETCH_BLOCK;
+            let rows = block * PREFETCH_BLOCK..((block + 1) * PREFETCH_BLOCK).min(num_rows);
+            let page = p.page(rows.clone())?;
+            let v = page.view();
+            let base = v.offsets.first().copied().unwrap_or(0);
+            while at < wanted.len() && (wanted[at] as usize) < rows.end {
+                let i = wanted[at] as usize - rows.start;
+                let (s, e) = (v.offsets[i], v.offsets[i + 1]);
+                let local = (s - base) as usize..(e - base) as usize;
+                let ids = match v.edge_ids {
+                    Some(ids) => ids[local.clone()].to_vec(),
+                    None => (s..e).collect(),
+                };
+                out.insert(wanted[at], Row { cols: v.cols[local].to_vec(), ids });
+                at += 1;
+            }
+        }
+        Ok(Some(out))
     }
 
     /// Whether this reader can give row `i` (a shard: the rows it owns).
@@ -268,10 +303,16 @@ fn sample_rows(reader: &RowReader<'_>, num_rows: usize, centres: &[u32], req: &H
     if let Some(&c) = centres.iter().find(|&&c| c as usize >= num_rows) {
         return Err(SampleError::CentreOutOfRange { centre: i64::from(c), num_rows });
     }
+    // A paged graph: read each aligned block of rows holding a centre once,
+    // not one page per centre.
+    let prefetched = reader.prefetch(centres, num_rows)?;
     let per: Vec<(Vec<u32>, Vec<u64>)> = centres
         .par_iter()
         .map(|&c| {
-            let row = reader.row(c as usize)?;
+            let row = match &prefetched {
+                Some(rows) => rows.get(&c).cloned().ok_or_else(|| SampleError::Corrupt(format!("row {c} was not read")))?,
+                None => reader.row(c as usize)?,
+            };
             let w: Option<Vec<f64>> = req.weights.map(|w| row.ids.iter().map(|&e| w[e as usize]).collect());
             let mut stream = Stream::new(req.seed, c, req.hop);
             let keep = choose(row.cols.len(), req.fanout, w.as_deref(), &mut stream);
