@@ -20,23 +20,28 @@
 
 pub use tiga_abi as abi;
 pub mod comm;
+pub mod element;
 pub mod exec;
 pub mod graph;
 pub mod graph_ops;
 pub mod io;
 pub mod npy;
 pub mod partition;
+pub mod partitioned;
 pub mod realization;
 pub mod schedule;
 pub mod shard;
 pub mod storage;
 pub mod tensor;
 
+pub use element::{Element, ElementType};
 pub use exec::{balanced_row_chunks, for_each_row_chunk};
 pub use graph::{Graph, GraphError, StencilPlan, MAX_NODES};
 pub use graph_ops::{add_self_loops, from_edge_index, gcn_norm, in_degree, out_degree, Batch, BatchError};
 pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_edge_list_with, read_matrix_market, EdgeListOptions};
-pub use npy::{encode_npy, parse_npy, read_npy, write_npy, NpyError};
+pub use npy::{
+    encode_npy, parse_npy, read_npy, read_npy_array, write_npy, write_npy_array, NpyArray, NpyError, NpyFile, NpyWriter,
+};
 pub use petgraph;
 pub use realization::{GraphRows, PagedRows, Realization, Rows};
 pub use schedule::{Backend, Progress, Schedule, ScheduleError};
