@@ -106,6 +106,31 @@ unsafe impl Element for i64 {
     const TYPE: ElementType = ElementType::I64;
 }
 
+/// The floating-point [`Element`]s, which optimizers update (in f64).
+pub trait Float: Element {
+    fn to_f64(self) -> f64;
+    /// The nearest value (round to nearest even).
+    fn from_f64(x: f64) -> Self;
+}
+
+impl Float for f32 {
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(x: f64) -> f32 {
+        x as f32
+    }
+}
+
+impl Float for f64 {
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn from_f64(x: f64) -> f64 {
+        x
+    }
+}
+
 /// The bytes of `values`, in this machine's byte order.
 pub fn bytes_of<T: Element>(values: &[T]) -> &[u8] {
     // SAFETY: `Element` types have no padding; u8 has alignment 1; the

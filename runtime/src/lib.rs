@@ -21,6 +21,7 @@
 pub use tiga_abi as abi;
 pub mod comm;
 pub mod element;
+pub mod embedding;
 pub mod exec;
 pub mod graph;
 pub mod graph_ops;

@@ -4,8 +4,11 @@
 //! rows, empty and bad index lists, duplicates, sub-tensors, files and the
 //! node cache.
 
+mod common;
+
 use std::sync::Mutex;
 
+use common::Rng;
 use tiga_runtime::comm::{Communicator, InProcess};
 use tiga_runtime::element::{bytes_of, Element};
 use tiga_runtime::npy::{read_npy_array, write_npy_array, NpyArray};
@@ -13,21 +16,6 @@ use tiga_runtime::partitioned::{
     part_path, CacheMode, CachePolicy, Capability, Location, MemoryType, Options, PartitionedError, PartitionedTensor, RowSplit,
 };
 use tiga_runtime::ElementType;
-
-/// splitmix64: a reproducible stream of numbers for the tests.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// The hosts of `ranks` ranks for `memory`: one host, except hierarchy,
 /// which runs on two simulated nodes when the ranks split evenly (else one

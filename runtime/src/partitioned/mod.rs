@@ -69,7 +69,8 @@ use crate::comm::{read_u64s, write_u64s, CommError, Communicator, NodeGroups, Sh
 use crate::element::{bytes_of, bytes_of_mut, Element, ElementType};
 use crate::npy::NpyError;
 use cache::{Cache, Directory};
-use topology::{exchange_records, route_to_owners, WriteKey};
+pub(crate) use topology::WriteKey;
+use topology::{exchange_records, route_to_owners};
 
 /// The most dimensions a partitioned tensor has.
 pub const MAX_DIMS: usize = 8;
@@ -451,7 +452,7 @@ impl PartitionedTensor {
 
     /// Root row `r`'s bytes, when its owner is in this rank's storage
     /// group.
-    fn stored_row(&self, r: usize) -> Option<*mut u8> {
+    pub(crate) fn stored_row(&self, r: usize) -> Option<*mut u8> {
         let root = &self.root;
         let owner = root.layout.owner(r);
         if root.topo.group_of(owner) != root.topo.my_group() {
@@ -466,7 +467,7 @@ impl PartitionedTensor {
 
     /// `indices` (this view's rows) as root rows, or the first one out of
     /// range.
-    fn root_rows(&self, indices: &[i64]) -> Result<Vec<usize>, PartitionedError> {
+    pub(crate) fn root_rows(&self, indices: &[i64]) -> Result<Vec<usize>, PartitionedError> {
         let n = self.rows.len();
         indices
             .iter()
@@ -683,7 +684,7 @@ impl PartitionedTensor {
     }
 
     /// Route writes of this view's columns to their owners (collective).
-    fn route_writes(&self, items: Vec<(WriteKey, &[u8])>) -> Result<Vec<(WriteKey, Vec<u8>)>, PartitionedError> {
+    pub(crate) fn route_writes(&self, items: Vec<(WriteKey, &[u8])>) -> Result<Vec<(WriteKey, Vec<u8>)>, PartitionedError> {
         let layout = &self.root.layout;
         route_to_owners(&self.root.topo, items, self.cols.len(), self.view_header(), |r| layout.owner(r))
     }
@@ -706,7 +707,7 @@ impl PartitionedTensor {
     /// After this rank wrote the root rows `written` it owns (in a
     /// collective write): let the group see them, and keep the caches
     /// true (module doc of `cache.rs`). Collective.
-    fn after_write(&self, written: &[usize]) -> Result<(), PartitionedError> {
+    pub(crate) fn after_write(&self, written: &[usize]) -> Result<(), PartitionedError> {
         let root = &self.root;
         let topo = &root.topo;
         root.store.fence(topo.store.as_ref())?;
