@@ -4,7 +4,9 @@
 //! (`paged.rs`); as `tiga-bench compile-time`, compile time against
 //! kernel size (`compile_time.rs`); and, as `tiga-bench sharded`,
 //! halo-sharded execution on two ranks (in-process and under mpirun)
-//! against one process (`sharded.rs`).
+//! against one process (`sharded.rs`); and, as `tiga-bench partitioned`,
+//! partitioned-tensor gathers and embedding optimizer steps by memory type
+//! and rank count against a local memcpy (`partitioned.rs`).
 //!
 //! A number about a compiler means little alone: it needs the same
 //! computation written by hand, the tools a user would otherwise pick, and
@@ -45,12 +47,15 @@
 //! cargo run --release -p tiga-bench -- paged --quick    # the paged benchmark
 //! cargo run --release -p tiga-bench -- compile-time     # compile time against kernel size
 //! cargo run --release -p tiga-bench --features mpi,metis -- sharded   # sharded against one process
+//! cargo run --release -p tiga-bench --features mpi -- partitioned     # partitioned tensors and embeddings
 //! ```
 
 mod compile_time;
 mod graphs;
 mod hand;
+mod mpirun;
 mod paged;
+mod partitioned;
 mod peers;
 mod report;
 mod sharded;
@@ -83,7 +88,7 @@ const CASES: [&str; 6] = ["stencil-csr", "stencil-generated", "powerlaw-sum", "p
     args_conflicts_with_subcommands = true,
     args_override_self = true,
     disable_help_subcommand = true,
-    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)"
+    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)\nPartitioned tensors and embeddings: tiga-bench partitioned [--quick] [--json PATH] [--table PATH] (see tiga-bench partitioned --help)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -106,6 +111,10 @@ enum Command {
     /// one process with 2 threads, on a stencil and a power-law graph (table and JSON)
     #[command(args_override_self = true)]
     Sharded(sharded::Args),
+    /// Partitioned tensors: gather throughput by memory type and rank count against a local memcpy
+    /// (with and without the node cache), and embedding optimizer steps (table and JSON)
+    #[command(args_override_self = true)]
+    Partitioned(partitioned::Args),
 }
 
 /// The main benchmark's flags.
@@ -1108,6 +1117,7 @@ fn main() -> ExitCode {
         Some(Command::Paged(args)) => return paged::main(&args),
         Some(Command::CompileTime(args)) => return compile_time::main(&args),
         Some(Command::Sharded(args)) => return sharded::main(&args),
+        Some(Command::Partitioned(args)) => return partitioned::main(&args),
         None => {}
     }
     match real_main(cli.bench.into()) {

@@ -436,7 +436,9 @@ fn stale_caches_are_refused_until_refreshed() {
             ..Options::memory(MemoryType::Distributed)
         };
         let t = PartitionedTensor::new(c, ElementType::I64, &[4], &o).expect("tensor");
-        t.scatter(&[0, 1, 2, 3], &[1i64, 2, 3, 4]).expect("scatter");
+        // Filled through local views before any gather: nothing is stale.
+        let start = t.local_rows().start;
+        t.with_local_mut::<i64, _>(|mut v| (0..v.rows()).for_each(|i| v.row_mut(i)[0] = (start + i) as i64 + 1)).expect("fill");
         let first = t.gather::<i64>(&[0, 1, 2, 3]).expect("gather");
         t.with_local_mut::<i64, _>(|mut v| {
             for i in 0..v.rows() {

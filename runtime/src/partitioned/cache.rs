@@ -24,9 +24,11 @@
 //!   new bytes when the slot still holds that row. The caches are written
 //!   back at each step and never hold an old row either.
 //!
-//! Writes behind the cache's back (`with_local_mut`) leave it stale: the
-//! tensor refuses cached gathers until `writeback_all_cache` (which reads
-//! every cached row again from its owner) or `drop_all_cache`.
+//! Writes behind the cache's back (`with_local_mut`) leave it stale when
+//! any node's cache holds a row: the tensor then refuses cached gathers,
+//! on every rank alike, until `writeback_all_cache` (which reads every
+//! cached row again from its owner) or `drop_all_cache`. Filling a fresh
+//! tensor through `with_local_mut` before any gather leaves nothing stale.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -95,6 +97,10 @@ pub(crate) struct Cache {
     /// Read-write: which nodes fetched each row, `words` u64s per root
     /// row, over the storage group (each rank's segment its own rows).
     directory: Option<Directory>,
+    /// Whether any slot of the node's cache may hold a row (set by a fill
+    /// that inserted one, cleared by `clear`; the same on every rank of
+    /// the node, as both are collective over it).
+    holds: AtomicBool,
     stale: AtomicBool,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -140,6 +146,7 @@ impl Cache {
             mem,
             row_bytes,
             directory,
+            holds: AtomicBool::new(false),
             stale: AtomicBool::new(false),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -164,6 +171,11 @@ impl Cache {
 
     pub(crate) fn mark_stale(&self) {
         self.stale.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the node's cache may hold a row.
+    pub(crate) fn holds_rows(&self) -> bool {
+        self.holds.load(Ordering::Relaxed)
     }
 
     pub(crate) fn clear_stale(&self) {
@@ -222,6 +234,9 @@ impl Cache {
         let all = self.node.all_gather_bytes(&write_u64s(&mine))?;
         let slots = self.blocks.total();
         let mut winner: HashMap<usize, (usize, usize)> = HashMap::new();
+        if all.iter().any(|b| !b.is_empty()) {
+            self.holds.store(true, Ordering::Relaxed);
+        }
         for (q, bytes) in all.iter().enumerate() {
             let rows = read_u64s(bytes).ok_or_else(|| CommError::WrongSize {
                 peer: q,
@@ -278,6 +293,7 @@ impl Cache {
             d.mem.fence(store)?;
         }
         self.stale.store(false, Ordering::Relaxed);
+        self.holds.store(false, Ordering::Relaxed);
         self.mem.fence(self.node.as_ref()).map_err(Into::into)
     }
 }

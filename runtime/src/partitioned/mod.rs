@@ -787,8 +787,8 @@ impl PartitionedTensor {
 
     /// Run `f` on this rank's rows of this view, writable: collective, with
     /// a fence before (no rank still reads) and after (every rank sees
-    /// the writes). Caches are not told: a cached tensor's caches go stale
-    /// until `writeback_all_cache` or `drop_all_cache`.
+    /// the writes). Caches are not told: when any holds a row, the caches
+    /// go stale until `writeback_all_cache` or `drop_all_cache`.
     pub fn with_local_mut<T: Element, R>(&self, f: impl FnOnce(LocalViewMut<'_, T>) -> R) -> Result<R, PartitionedError> {
         self.check_type::<T>()?;
         let root = &self.root;
@@ -805,7 +805,12 @@ impl PartitionedTensor {
         let out = f(LocalViewMut { data, rows: rows.len(), stride, cols: self.cols.start / es..self.cols.end / es });
         root.store.fence(root.topo.store.as_ref())?;
         if let Some(c) = &root.cache {
-            c.mark_stale();
+            // Stale everywhere if any node's cache may hold a row, so that
+            // every rank refuses (or serves) the next cached gather alike.
+            let any = root.topo.world.all_gather_bytes(&[u8::from(c.holds_rows())])?;
+            if any.iter().any(|b| b.as_slice() != [0]) {
+                c.mark_stale();
+            }
         }
         Ok(out)
     }
