@@ -6,7 +6,10 @@
 //! their `.npy` files, and the parallel row executor that splits destination
 //! rows across rayon workers by edge count. `storage` holds graphs and
 //! fields on disk in the versioned `.gfg` format (`docs/gfg.md`), memory-mapped
-//! and read in pages.
+//! and read in pages. `partitioned` holds tensors whose rows are split over
+//! the ranks of a communicator (WholeGraph's WholeMemory on the CPU), and
+//! `embedding` trains two-dimensional ones with sparse optimizers
+//! (`docs/partitioned.md`).
 //!
 //! It knows nothing of Cranelift, PTX or the kernel IR: back ends produce
 //! code, and the facade (`tiga`) hands that code the arrays defined here. This

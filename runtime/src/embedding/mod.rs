@@ -32,7 +32,7 @@ pub use optimizer::{Optimizer, StateSpec};
 
 use crate::comm::Communicator;
 use crate::element::{bytes_of, bytes_of_mut, Float};
-use crate::partitioned::{Options, PartitionedError, PartitionedTensor, WriteKey};
+use crate::partitioned::{Options, PartitionedError, PartitionedTensor};
 
 /// An embedding table of `T` (f32 or f64) rows and its optimizer's states
 /// (module doc).
@@ -119,33 +119,34 @@ impl<T: Float> Embedding<T> {
     }
 
     /// Apply the accumulated gradients with learning rate `lr`, and clear
-    /// them (collective; module doc).
+    /// them, whether the step succeeded or not (collective; module doc).
     pub fn step(&mut self, lr: f64) -> Result<StepStats, PartitionedError> {
+        let result = self.apply(lr);
+        // Cleared, not dropped: fresh pages for the next step's gradients
+        // cost more than the step's arithmetic.
+        self.rows.clear();
+        self.grads.clear();
+        result
+    }
+
+    fn apply(&self, lr: f64) -> Result<StepStats, PartitionedError> {
         let d = self.dim();
-        let me = self.table.rank() as u64;
-        let rows = std::mem::take(&mut self.rows);
-        let grads = std::mem::take(&mut self.grads);
-        let sent = rows.len();
-        let items: Vec<(WriteKey, &[u8])> = rows
-            .iter()
-            .enumerate()
-            .map(|(p, &r)| (WriteKey { row: r as u64, rank: me, position: p as u64 }, bytes_of(&grads[p * d..(p + 1) * d])))
-            .collect();
-        let mine = self.table.route_writes(items)?;
+        let sent = self.rows.len();
+        let mine = self.table.route_writes(&self.rows, bytes_of(&self.grads))?;
         let mut updated: Vec<usize> = Vec::new();
         let mut g = vec![0.0f64; d];
         let mut w = vec![0.0f64; d];
         let mut one = vec![T::default(); d];
         let mut states: Vec<Vec<f64>> = self.states.iter().map(|(_, t)| vec![0.0; t.row_len()]).collect();
         let mut at = 0;
-        while at < mine.len() {
-            let row = mine[at].0.row as usize;
+        while at < mine.keys.len() {
+            let row = mine.keys[at].row as usize;
             // The row's gradients, summed in (rank, position) order.
             let mut first = true;
-            while at < mine.len() && mine[at].0.row as usize == row {
-                // The payload is `d` elements (route_writes checked the
-                // record size); copy it out to read it aligned.
-                bytes_of_mut(&mut one).copy_from_slice(&mine[at].1);
+            while at < mine.keys.len() && mine.keys[at].row as usize == row {
+                // The payload is `d` elements (route_writes cut records of
+                // that size); copy it out to read it aligned.
+                bytes_of_mut(&mut one).copy_from_slice(mine.payload(at));
                 for (gj, x) in g.iter_mut().zip(&one) {
                     *gj = if first { x.to_f64() } else { *gj + x.to_f64() };
                 }

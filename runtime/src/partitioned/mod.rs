@@ -69,7 +69,7 @@ use crate::comm::{read_u64s, write_u64s, CommError, Communicator, NodeGroups, Sh
 use crate::element::{bytes_of, bytes_of_mut, Element, ElementType};
 use crate::npy::NpyError;
 use cache::{Cache, Directory};
-pub(crate) use topology::WriteKey;
+pub(crate) use topology::Writes;
 use topology::{exchange_records, route_to_owners};
 
 /// The most dimensions a partitioned tensor has.
@@ -503,10 +503,26 @@ impl PartitionedTensor {
             self.root_rows(indices)
         };
         if !self.root.topo.has_remote() {
-            // Continuous and chunked: every row is mapped here.
+            // Continuous and chunked: every row is mapped here; where the
+            // segments lie end to end in rank order, which is row order,
+            // row r is at base + r · row bytes.
             let rows = checked?;
-            for (o, &r) in out.chunks_exact_mut(vb.max(1)).zip(&rows) {
-                self.copy_stored(r, o);
+            let rb = self.root.row_bytes;
+            match self.root.store.contiguous() {
+                Some(base) if self.root.store.ranks() == self.ranks() => {
+                    for (o, &r) in out.chunks_exact_mut(vb.max(1)).zip(&rows) {
+                        // SAFETY: row r of the one address range that holds
+                        // rows 0..rows() (`contiguous` checked the segments
+                        // touch, in rank order: row order); read-only while
+                        // no collective write runs.
+                        unsafe { std::ptr::copy_nonoverlapping(base.add(r * rb + self.cols.start), o.as_mut_ptr(), vb) };
+                    }
+                }
+                _ => {
+                    for (o, &r) in out.chunks_exact_mut(vb.max(1)).zip(&rows) {
+                        self.copy_stored(r, o);
+                    }
+                }
             }
             return Ok(());
         }
@@ -661,17 +677,11 @@ impl PartitionedTensor {
             Ok(r) => (r, None),
             Err(e) => (Vec::new(), Some(e)),
         };
-        let me = self.rank() as u64;
-        let items: Vec<(WriteKey, &[u8])> = rows
-            .iter()
-            .enumerate()
-            .map(|(p, &r)| (WriteKey { row: r as u64, rank: me, position: p as u64 }, &values[p * vb..(p + 1) * vb]))
-            .collect();
-        let mine = self.route_writes(items)?;
+        let mine = self.route_writes(&rows, values)?;
         // The last write of each row wins: apply them in key order.
         let mut written: Vec<usize> = Vec::new();
-        for (k, bytes) in &mine {
-            self.write_own(k.row as usize, bytes)?;
+        for (i, k) in mine.keys.iter().enumerate() {
+            self.write_own(k.row as usize, mine.payload(i))?;
             if written.last() != Some(&(k.row as usize)) {
                 written.push(k.row as usize);
             }
@@ -683,10 +693,13 @@ impl PartitionedTensor {
         }
     }
 
-    /// Route writes of this view's columns to their owners (collective).
-    pub(crate) fn route_writes(&self, items: Vec<(WriteKey, &[u8])>) -> Result<Vec<(WriteKey, Vec<u8>)>, PartitionedError> {
+    /// Route this rank's writes of this view's columns of root rows `rows`
+    /// (the i-th from `payload[i * width..]`) to their owners; returns the
+    /// writes this rank owns, in key order (collective).
+    pub(crate) fn route_writes<'a>(&self, rows: &[usize], payload: &'a [u8]) -> Result<Writes<'a>, PartitionedError> {
         let layout = &self.root.layout;
-        route_to_owners(&self.root.topo, items, self.cols.len(), self.view_header(), |r| layout.owner(r))
+        let writes = Writes::mine(self.rank(), rows, payload, self.cols.len());
+        route_to_owners(&self.root.topo, writes, self.view_header(), |r| layout.owner(r))
     }
 
     /// Write this view's columns of root row `r`, owned by this rank.

@@ -146,9 +146,9 @@ pub(crate) fn exchange_records(
     }
 }
 
-/// A write on its way to its owner: the root row, the key that orders
+/// A write on its way to its owner: the root row, and the key that orders
 /// writes to one row (the writing world rank, then its position in that
-/// rank's list), and the payload bytes.
+/// rank's list).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct WriteKey {
     pub row: u64,
@@ -158,47 +158,79 @@ pub(crate) struct WriteKey {
 
 const KEY_BYTES: usize = 24;
 
-/// Route writes to their owners: `items` are (key, payload of
-/// `payload` bytes) on this rank, whose rows belong to the owners
-/// `owner(row)`; returns the writes this rank owns, sorted by key (row,
-/// then writing rank, then position), so that duplicates meet in one
-/// order on every run. Two stages: to the owner's storage group over
-/// `route`, then to the owner over `store` (either is skipped when its
-/// communicator has one rank). Collective over the world.
-pub(crate) fn route_to_owners(
+/// Writes in flight: keys, and each key's payload of `width` bytes, at
+/// slot `at[i]` of one flat buffer — borrowed from the caller until a hop
+/// moves them — so that routing a step's tens of thousands of rows
+/// allocates no buffer per write, and sorting moves no payload.
+#[derive(Debug, Default)]
+pub(crate) struct Writes<'a> {
+    pub(crate) keys: Vec<WriteKey>,
+    at: Vec<usize>,
+    bytes: std::borrow::Cow<'a, [u8]>,
+    width: usize,
+}
+
+impl<'a> Writes<'a> {
+    /// This rank's writes of `rows` (root rows), the i-th from
+    /// `payload[i * width..]`.
+    pub(crate) fn mine(rank: usize, rows: &[usize], payload: &'a [u8], width: usize) -> Writes<'a> {
+        let keys =
+            rows.iter().enumerate().map(|(p, &r)| WriteKey { row: r as u64, rank: rank as u64, position: p as u64 }).collect();
+        Writes { keys, at: (0..rows.len()).collect(), bytes: std::borrow::Cow::Borrowed(payload), width }
+    }
+
+    pub(crate) fn payload(&self, i: usize) -> &[u8] {
+        let at = self.at[i] * self.width;
+        &self.bytes[at..at + self.width]
+    }
+
+    /// The same writes in key order (the payloads stay where they are).
+    fn sorted(self) -> Writes<'a> {
+        let mut pairs: Vec<(WriteKey, usize)> = self.keys.into_iter().zip(self.at).collect();
+        // Keys are unique (a rank and a position), so no order is unstable.
+        pairs.sort_unstable_by_key(|p| p.0);
+        let (keys, at) = pairs.into_iter().unzip();
+        Writes { keys, at, bytes: self.bytes, width: self.width }
+    }
+}
+
+/// Route writes to their owners (`owner(row)`); returns the writes this
+/// rank owns, sorted by key (row, then writing rank, then position), so
+/// that duplicates meet in one order on every run. Two hops: to the
+/// owner's storage group over `route`, then to the owner over `store`
+/// (either is skipped when its communicator has one rank). Collective
+/// over the world.
+pub(crate) fn route_to_owners<'a>(
     topo: &Topology,
-    items: Vec<(WriteKey, &[u8])>,
-    payload: usize,
+    writes: Writes<'a>,
     header: [u64; 2],
     owner: impl Fn(usize) -> usize,
-) -> Result<Vec<(WriteKey, Vec<u8>)>, PartitionedError> {
-    let record = KEY_BYTES + payload;
-    // One hop: each write to rank `dest(row)` of `comm` (none when it has
-    // one rank).
-    let hop = |comm: &dyn Communicator, items: Vec<(WriteKey, Vec<u8>)>, dest: &dyn Fn(usize) -> usize| {
+) -> Result<Writes<'a>, PartitionedError> {
+    let width = writes.width;
+    let record = KEY_BYTES + width;
+    // One hop: each write to rank `dest(row)` of `comm`.
+    let hop = |comm: &dyn Communicator, w: Writes<'a>, dest: &dyn Fn(usize) -> usize| {
         if comm.size() == 1 {
-            return Ok(items);
+            return Ok(w);
         }
         let mut sends: Vec<Vec<u8>> = vec![Vec::new(); comm.size()];
-        for (k, p) in &items {
+        for (i, k) in w.keys.iter().enumerate() {
             let s = &mut sends[dest(k.row as usize)];
             s.extend_from_slice(&write_u64s(&[k.row, k.rank, k.position]));
-            s.extend_from_slice(p);
+            s.extend_from_slice(w.payload(i));
         }
-        let mut got = Vec::new();
-        for bytes in exchange_records(comm, sends, record, header)? {
-            for rec in bytes.chunks_exact(record) {
+        let (mut keys, mut bytes) = (Vec::new(), Vec::new());
+        for got in exchange_records(comm, sends, record, header)? {
+            for rec in got.chunks_exact(record) {
                 if let Some(&[row, rank, position]) = read_u64s(&rec[..KEY_BYTES]).as_deref() {
-                    got.push((WriteKey { row, rank, position }, rec[KEY_BYTES..].to_vec()));
+                    keys.push(WriteKey { row, rank, position });
+                    bytes.extend_from_slice(&rec[KEY_BYTES..]);
                 }
             }
         }
-        Ok::<_, PartitionedError>(got)
+        let at = (0..keys.len()).collect();
+        Ok::<_, PartitionedError>(Writes { keys, at, bytes: std::borrow::Cow::Owned(bytes), width })
     };
-    let items: Vec<(WriteKey, Vec<u8>)> = items.into_iter().map(|(k, p)| (k, p.to_vec())).collect();
-    // To the owner's storage group, then within it to the owner.
-    let stage = hop(topo.route.as_ref(), items, &|row| topo.group_of(owner(row)))?;
-    let mut mine = hop(topo.store.as_ref(), stage, &|row| topo.store_rank_of(owner(row)))?;
-    mine.sort_by_key(|(k, _)| *k);
-    Ok(mine)
+    let stage = hop(topo.route.as_ref(), writes, &|row| topo.group_of(owner(row)))?;
+    Ok(hop(topo.store.as_ref(), stage, &|row| topo.store_rank_of(owner(row)))?.sorted())
 }
