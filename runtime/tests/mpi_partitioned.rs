@@ -150,6 +150,40 @@ fn tensors(world: &Mpi, nodes: &NodeGroups, dir: &Option<PathBuf>, t: &mut Check
     }
 }
 
+/// An empty tensor on every memory type, and a bad index on one rank that
+/// every rank hears of.
+fn edges(world: &Mpi, nodes: &NodeGroups, t: &mut Checks) {
+    let (r, n) = (world.rank(), world.size());
+    for memory in MemoryType::ALL {
+        if Capability::check(memory, Location::Host, nodes).is_err() {
+            continue;
+        }
+        let name = memory.name();
+        let empty = PartitionedTensor::new(world, ElementType::I32, &[0, 4], &Options::memory(memory));
+        let used = empty.as_ref().map_err(|e| e.to_string()).and_then(|e| {
+            e.scatter::<i32>(&[], &[]).map_err(|x| x.to_string())?;
+            e.gather::<i32>(&[]).map_err(|x| x.to_string())
+        });
+        t.check(&format!("{name}: an empty tensor"), used.as_ref().is_ok_and(Vec::is_empty), || format!("{used:?}"));
+        let Ok(x) = PartitionedTensor::new(world, ElementType::I64, &[6], &Options::memory(memory)) else {
+            t.check(&format!("{name}: made"), false, || "refused".into());
+            continue;
+        };
+        let idx: Vec<i64> = if r == n - 1 { vec![0, 6] } else { vec![1] };
+        let s = x.scatter(&idx, &vec![9i64; idx.len()]);
+        let agreed = match &s {
+            Err(e) if r == n - 1 => e.to_string().contains("index 6 (position 1)"),
+            Err(e) => e.to_string().starts_with(&format!("rank {} failed: index 6", n - 1)),
+            Ok(()) => false,
+        };
+        t.check(&format!("{name}: a bad index is every rank's error"), agreed, || format!("{s:?}"));
+        let after = x.gather::<i64>(&[0, 1]);
+        t.check(&format!("{name}: nothing was written, the ranks are in step"), matches!(after.as_deref(), Ok([0, 0])), || {
+            format!("{after:?}")
+        });
+    }
+}
+
 const ROWS: usize = 29;
 const DIM: usize = 8;
 const BATCH: usize = 24;
@@ -221,6 +255,7 @@ fn main() -> ExitCode {
     let dir = shared_dir(&world);
     t.check("a shared directory", dir.is_some(), || "none".into());
     tensors(&world, &nodes, &dir, &mut t);
+    edges(&world, &nodes, &mut t);
     embeddings(&world, &nodes, &mut t);
     let total = t.total_failures(&world);
     if world.rank() == 0 {

@@ -146,7 +146,7 @@ fn every_rank_can_ask_every_partition() {
 }
 
 #[test]
-fn out_of_range_indices_are_refused_by_name_and_others_proceed() {
+fn out_of_range_indices_are_refused_by_name_on_every_rank() {
     for memory in MemoryType::ALL {
         let res = on_ranks(&hosts(memory, 4), |c| {
             let t = PartitionedTensor::new(c, ElementType::I64, &[8, 2], &Options::memory(memory)).expect("tensor");
@@ -160,19 +160,34 @@ fn out_of_range_indices_are_refused_by_name_and_others_proceed() {
             let g = t.gather::<i64>(&idx).map_err(|e| e.to_string());
             let s = t.scatter::<i64>(&idx, &vec![5; idx.len() * 2]).map_err(|e| e.to_string());
             let wrong_type = t.gather::<f32>(&[0]).map_err(|e| e.to_string());
-            (g, s, wrong_type)
+            // The ranks are still in step: a good gather works everywhere,
+            // and the refused scatter wrote nothing.
+            let after = t.gather::<i64>(&[7]).expect("gather after the errors");
+            (g, s, wrong_type, after)
         });
-        for (r, (g, s, wt)) in res.into_iter().enumerate() {
+        // Gathers that send nothing fail on their rank alone.
+        let local = matches!(memory, MemoryType::Continuous | MemoryType::Chunked);
+        for (r, (g, s, wt, after)) in res.into_iter().enumerate() {
+            let s = s.expect_err("a scatter is refused everywhere");
             match r {
                 1 => {
                     let e = g.expect_err("8 is out of range");
                     assert!(e.contains("index 8 (position 1)") && e.contains("8 rows"), "{e}");
-                    assert!(s.expect_err("refused").contains("index 8"));
+                    assert!(s.contains("index 8"), "{s}");
                 }
-                2 => assert!(g.expect_err("-1 is out of range").contains("index -1 (position 0)")),
-                _ => assert_eq!(g.expect("rows"), vec![14, 15, 0, 1], "{memory:?} rank {r}"),
+                2 => {
+                    assert!(g.expect_err("-1 is out of range").contains("index -1 (position 0)"));
+                    assert!(s.contains("index -1"), "{s}");
+                }
+                _ if local => assert_eq!(g.expect("rows"), vec![14, 15, 0, 1], "{memory:?} rank {r}"),
+                _ => {
+                    let e = g.expect_err("another rank's bad index");
+                    assert!(e.starts_with("rank 1 failed: index 8 (position 1)"), "{memory:?} rank {r}: {e}");
+                    assert!(s.starts_with("rank 1 failed"), "{s}");
+                }
             }
             assert!(wt.expect_err("wrong type").contains("holds i64, but f32"));
+            assert_eq!(after, vec![14, 15]);
         }
     }
 }

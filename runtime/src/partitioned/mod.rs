@@ -28,10 +28,9 @@
 //! Operations, all collective (every rank calls them in the same order,
 //! each with its own arguments, possibly empty), except where said:
 //! - [`PartitionedTensor::gather`]: rows by global index, in any order,
-//!   duplicates allowed; an index out of range is an error naming it (on
-//!   that rank; the others still get their rows). On continuous and
-//!   chunked memory a gather reads by pointer and sends nothing, so it
-//!   need not be collective there.
+//!   duplicates allowed; an index out of range is an error naming it. On
+//!   continuous and chunked memory a gather reads by pointer and sends
+//!   nothing, so it need not be collective there.
 //! - [`PartitionedTensor::scatter`]: rows by global index. Writes meet at
 //!   the row's owner and are applied in (writing rank, position) order, so
 //!   among duplicates the last in index order wins — the last of the
@@ -42,13 +41,15 @@
 //!   (`files.rs`: one `.npy` or per-rank files, written crash-safe).
 //! - a node-local cache of remote rows (`cache.rs`).
 //!
-//! Errors of one rank's input (an index out of range, a slice of the
-//! wrong length) are that rank's errors; the rank still takes part in
-//! the collective with nothing to send, so no rank hangs. File errors are
-//! agreed: every rank returns an error when any rank's file failed.
-//!
-//! Memory is dropped collectively on MPI (freeing a window waits for the
-//! node): drop tensors in the same order on every rank.
+//! Errors are agreed: when one rank's input is bad (an index out of
+//! range, a slice of the wrong length) or its file fails, every rank
+//! returns an error — that rank its own, the others
+//! [`PartitionedError::PeerFailed`] naming it — before anything moved,
+//! so that a program that returns on an error leaves every rank in step.
+//! (Gathers on continuous and chunked memory, which send nothing, fail on
+//! the rank alone.) This matters on MPI, where memory is dropped
+//! collectively (freeing a window waits for the node): ranks drop their
+//! tensors in the same order, as they call every collective.
 
 mod cache;
 mod files;
@@ -61,6 +62,7 @@ use std::sync::Arc;
 use thiserror::Error;
 
 pub use cache::{CacheMode, CachePolicy, CacheStats};
+use files::agree;
 pub use files::part_path;
 pub use layout::{Blocks, RowLayout, RowSplit};
 pub use topology::Topology;
@@ -531,16 +533,9 @@ impl PartitionedTensor {
             // rank returns here.
             return Err(PartitionedError::StaleCache);
         }
-        // A rank with bad input takes part with nothing to ask.
-        let (rows, failed) = match checked {
-            Ok(r) => (r, None),
-            Err(e) => (Vec::new(), Some(e)),
-        };
-        self.gather_remote(&rows, out, true)?;
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        // Agreed, so that every rank leaves together on anyone's bad input.
+        let rows = agree(self.root.topo.world.as_ref(), checked)?;
+        self.gather_remote(&rows, out, true)
     }
 
     /// Copy root row `r`'s view bytes (stored in this rank's group) into `out`.
@@ -673,10 +668,8 @@ impl PartitionedTensor {
         } else {
             self.root_rows(indices)
         };
-        let (rows, failed) = match checked {
-            Ok(r) => (r, None),
-            Err(e) => (Vec::new(), Some(e)),
-        };
+        // Agreed, so that every rank leaves together on anyone's bad input.
+        let rows = agree(self.root.topo.world.as_ref(), checked)?;
         let mine = self.route_writes(&rows, values)?;
         // The last write of each row wins: apply them in key order.
         let mut written: Vec<usize> = Vec::new();
@@ -686,11 +679,7 @@ impl PartitionedTensor {
                 written.push(k.row as usize);
             }
         }
-        self.after_write(&written)?;
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        self.after_write(&written)
     }
 
     /// Route this rank's writes of this view's columns of root rows `rows`
