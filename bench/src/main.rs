@@ -4,9 +4,11 @@
 //! (`paged.rs`); as `tiga-bench compile-time`, compile time against
 //! kernel size (`compile_time.rs`); and, as `tiga-bench sharded`,
 //! halo-sharded execution on two ranks (in-process and under mpirun)
-//! against one process (`sharded.rs`); and, as `tiga-bench partitioned`,
-//! partitioned-tensor gathers and embedding optimizer steps by memory type
-//! and rank count against a local memcpy (`partitioned.rs`).
+//! against one process (`sharded.rs`); as `tiga-bench gpu`, the GPU
+//! path timed with device events against a device-to-device copy
+//! (`gpu.rs`); and, as `tiga-bench partitioned`, partitioned-tensor
+//! gathers and embedding optimizer steps by memory type and rank count
+//! against a local memcpy (`partitioned.rs`).
 //!
 //! A number about a compiler means little alone: it needs the same
 //! computation written by hand, the tools a user would otherwise pick, and
@@ -47,10 +49,13 @@
 //! cargo run --release -p tiga-bench -- paged --quick    # the paged benchmark
 //! cargo run --release -p tiga-bench -- compile-time     # compile time against kernel size
 //! cargo run --release -p tiga-bench --features mpi,metis -- sharded   # sharded against one process
+//! cargo run --release -p tiga-bench --features cuda -- gpu             # the GPU path (bench/gpu/check.sh)
 //! cargo run --release -p tiga-bench --features mpi -- partitioned     # partitioned tensors and embeddings
 //! ```
 
 mod compile_time;
+mod gpu;
+mod graph_store;
 mod graphs;
 mod hand;
 mod mpirun;
@@ -88,7 +93,7 @@ const CASES: [&str; 6] = ["stencil-csr", "stencil-generated", "powerlaw-sum", "p
     args_conflicts_with_subcommands = true,
     args_override_self = true,
     disable_help_subcommand = true,
-    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)\nPartitioned tensors and embeddings: tiga-bench partitioned [--quick] [--json PATH] [--table PATH] (see tiga-bench partitioned --help)"
+    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)\nThe GPU path: tiga-bench gpu [--device cuda:0|sim] [--nodes N] [--peers] (see tiga-bench gpu --help)\nPartitioned tensors and embeddings: tiga-bench partitioned [--quick] [--json PATH] [--table PATH] (see tiga-bench partitioned --help)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -111,6 +116,14 @@ enum Command {
     /// one process with 2 threads, on a stencil and a power-law graph (table and JSON)
     #[command(args_override_self = true)]
     Sharded(sharded::Args),
+    /// The GPU path (CUDA events) on a power-law graph against a device-to-device copy in the same run;
+    /// `--device sim --nodes 1000` runs it on the PTX simulator (table and JSON)
+    #[command(args_override_self = true)]
+    Gpu(gpu::Args),
+    /// Mini-batches sampled through the graph store over loopback (1 and 2 storage servers) against
+    /// colocated sampling from the .gfg: batches/s and fetched feature GB/s (table and JSON)
+    #[command(args_override_self = true)]
+    GraphStore(graph_store::Args),
     /// Partitioned tensors: gather throughput by memory type and rank count against a local memcpy
     /// (with and without the node cache), and embedding optimizer steps (table and JSON)
     #[command(args_override_self = true)]
@@ -1117,6 +1130,8 @@ fn main() -> ExitCode {
         Some(Command::Paged(args)) => return paged::main(&args),
         Some(Command::CompileTime(args)) => return compile_time::main(&args),
         Some(Command::Sharded(args)) => return sharded::main(&args),
+        Some(Command::Gpu(args)) => return gpu::main(&args),
+        Some(Command::GraphStore(args)) => return graph_store::main(&args),
         Some(Command::Partitioned(args)) => return partitioned::main(&args),
         None => {}
     }

@@ -97,24 +97,35 @@ pub fn compile(file: &Path, kernel: Option<&str>, emit: &[Stage], out: Option<&P
     Ok(())
 }
 
+/// The adjoint plan of every kernel.
+pub fn adjoint_plans(kernels: &[Kernel]) -> Result<Vec<std::sync::Arc<tiga::AdjointPlan>>, Failure> {
+    kernels
+        .iter()
+        .map(|k| k.adjoint_plan().map_err(|e| Failure::new(format!("kernel `{}`: its adjoint: {e}", k.name()))))
+        .collect()
+}
+
+/// Each kernel, then each of its adjoint stages (named
+/// `<Kernel>.vjp.<stage>`): what the PTX back end lowers one module for.
+pub fn ptx_units<'a>(kernels: &'a [Kernel], plans: &'a [std::sync::Arc<tiga::AdjointPlan>]) -> Vec<(String, &'a Kernel)> {
+    let mut units = Vec::new();
+    for (k, plan) in kernels.iter().zip(plans) {
+        units.push((k.name().to_string(), k));
+        for stage in &plan.stages {
+            units.push((stage.name().to_string(), stage));
+        }
+    }
+    units
+}
+
 /// The PTX (f32, every width [`EMIT_WIDTH`], `sm_<sm>`) of each kernel
 /// and each of its adjoint stages, named `<Kernel>` and
 /// `<Kernel>.vjp.<stage>`, each checked by the PTX validator; an error
 /// naming every one the back end does not lower.
 fn ptx_modules(kernels: &[Kernel], sm: u32) -> Result<Vec<(String, String)>, Failure> {
     use tiga::compiler::back::ptx::lower_kernel;
-    let mut units: Vec<(String, &Kernel)> = Vec::new();
-    let plans: Vec<_> = kernels
-        .iter()
-        .map(|k| k.adjoint_plan().map_err(|e| Failure::new(format!("kernel `{}`: its adjoint: {e}", k.name()))))
-        .collect::<Result<_, _>>()?;
-    for (k, plan) in kernels.iter().zip(&plans) {
-        units.push((k.name().to_string(), k));
-        for stage in &plan.stages {
-            // Stage kernels are named `<Kernel>.vjp.<stage>`.
-            units.push((stage.name().to_string(), stage));
-        }
-    }
+    let plans = adjoint_plans(kernels)?;
+    let units = ptx_units(kernels, &plans);
     let mut files = Vec::new();
     let mut refused = Vec::new();
     for (name, k) in units {

@@ -8,7 +8,9 @@
 //! what any text graph gives) or, with `--graph FILE.gfg`, `paged_csr`: the
 //! backing file and the page plan (pages, rows per page, prefetch depth).
 //! With `--width F`, the JIT variant for that width is compiled first, so
-//! the report shows what code generation chose for it.
+//! the report shows what code generation chose for it. With `--target
+//! ptx`, the GPU schedule of every kernel and adjoint stage
+//! (`gpu_report`).
 
 use std::io::Write as _;
 use std::path::Path;
@@ -26,15 +28,23 @@ pub struct Sharding {
     pub dtype: tiga::DType,
 }
 
-pub fn explain(
-    file: &Path,
-    kernel: Option<&str>,
-    graph: Option<&Path>,
-    edges: &tiga::EdgeListOptions,
-    paging: &PageArgs,
-    variant: Option<(usize, tiga::DType)>,
-    sharding: Option<&Sharding>,
-) -> Result<(), Failure> {
+/// What `tigac explain` was asked.
+pub struct ExplainRequest<'a> {
+    pub file: &'a Path,
+    pub kernel: Option<&'a str>,
+    pub graph: Option<&'a Path>,
+    pub edges: tiga::EdgeListOptions,
+    pub paging: PageArgs,
+    /// `--width F --dtype T`: the variant to compile and show.
+    pub variant: Option<(usize, tiga::DType)>,
+    pub sharding: Option<Sharding>,
+    /// `--target ptx --sm N`.
+    pub gpu: Option<u32>,
+}
+
+pub fn explain(r: &ExplainRequest<'_>) -> Result<(), Failure> {
+    let (file, kernel, graph, edges, paging, variant, gpu) = (r.file, r.kernel, r.graph, &r.edges, &r.paging, r.variant, r.gpu);
+    let sharding = r.sharding.as_ref();
     if let Some(flag) = paging.given() {
         match graph {
             Some(g) if is_gfg(g) => {}
@@ -94,6 +104,13 @@ pub fn explain(
         }
         _ => None,
     };
+    let gpu = match gpu {
+        Some(sm) => {
+            let (width, dtype) = variant.unwrap_or((crate::compile::EMIT_WIDTH, tiga::DType::F32));
+            Some(crate::gpu_report::report(&kernels, sm, width, dtype)?)
+        }
+        None => None,
+    };
     let text: Vec<String> = kernels.iter().map(|k| k.explain()).collect();
     let mut out = std::io::stdout().lock();
     // A closed pipe (`tigac explain .. | head`) is not an error worth a message.
@@ -103,6 +120,9 @@ pub fn explain(
     let _ = writeln!(out, "schedule: {schedule}");
     if let Some(s) = sharded {
         let _ = out.write_all(s.as_bytes());
+    }
+    if let Some(g) = gpu {
+        let _ = out.write_all(g.as_bytes());
     }
     let _ = out.flush();
     Ok(())

@@ -16,6 +16,7 @@
 mod compile;
 mod convert;
 mod explain;
+mod gpu_report;
 mod info;
 mod inputs;
 mod output_paths;
@@ -24,6 +25,8 @@ mod progress;
 mod report;
 mod run;
 mod run_sharded;
+mod sample;
+mod serve;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -31,6 +34,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use tiga::compiler::ir::Role;
+use tiga::Device;
 
 use crate::inputs::{parse_binding, parse_out, Binding, OutSpec, PageArgs};
 
@@ -53,6 +57,63 @@ enum Command {
     Convert(ConvertArgs),
     /// Print a .gfg file's manifest and fields, and verify every section's checksum.
     Info(InfoArgs),
+    /// Sample neighbourhoods of seed nodes, hop by hop (fanout per hop), and write nodes and per-hop edges as .npy.
+    Sample(SampleArgs),
+    /// Serve a partition of a .gfg graph (and its features and splits) as one storage server of a graph store, over gRPC.
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// The .gfg graph (only this server's rows are read).
+    #[arg(long, value_name = "G.gfg")]
+    graph: PathBuf,
+    /// This server's rank R of W servers: it owns the R-th of W contiguous blocks of destination rows.
+    #[arg(long, value_name = "R/W", value_parser = serve::parse_partition)]
+    partition: (usize, usize),
+    /// A node or edge feature from a .npy of [N] or [N, F] rows (kind by row count; prefix node: or edge: to say).
+    #[arg(long = "features", value_name = "[node:|edge:]NAME=FILE.npy", value_parser = serve::parse_feature)]
+    features: Vec<tiga_graph_store::FeatureFile>,
+    /// A split made here with a seed: node:TRAIN,VAL,TEST[:SEED] (node ids) or link:TRAIN,VAL,TEST[:SEED]
+    /// (node-anchor link prediction: anchors with their in-neighbours as positive labels).
+    #[arg(long = "split", value_name = "KIND:TRAIN,VAL,TEST[:SEED]", value_parser = serve::parse_split)]
+    split: Vec<tiga_graph_store::SplitSpec>,
+    /// The address to listen on (port 0: any free port, printed on the `listening on` line).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:50051")]
+    listen: std::net::SocketAddr,
+    /// A file holding a token: every call must then carry `authorization: Bearer TOKEN` metadata.
+    #[arg(long, value_name = "F")]
+    token_file: Option<PathBuf>,
+    /// Exit (status 0) after N compute sessions have opened and closed.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    sessions: Option<u64>,
+    /// Every method's server-side deadline, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    deadline: f64,
+}
+
+#[derive(Args, Debug)]
+struct SampleArgs {
+    /// Graph: an edge list, a .mtx or a .gfg (read a row at a time), as for `run`.
+    #[arg(long, value_name = "GRAPH")]
+    graph: PathBuf,
+    #[command(flatten)]
+    text: GraphTextArgs,
+    /// The centre nodes of hop 0: a 1-D int64 (or int32) .npy of node ids.
+    #[arg(long, value_name = "SEEDS.npy")]
+    seeds: PathBuf,
+    /// Edges sampled per centre at each hop, comma-separated; -1 takes every edge (PyG's num_neighbors).
+    #[arg(long, value_name = "K0,K1,...", value_parser = sample::parse_fanout, allow_hyphen_values = true)]
+    fanout: std::vec::Vec<i64>,
+    /// Sample each centre's edges weighted by this edge field (one non-negative weight per edge, graph edge order).
+    #[arg(long, value_name = "EDGEFIELD.npy")]
+    weight: Option<PathBuf>,
+    /// The random seed: a centre's sample depends only on (seed, centre, hop).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    seed: u64,
+    /// The folder to write nodes.npy and hop{k}.{src,dst,edge_ids}.npy into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -170,6 +231,14 @@ struct ExplainArgs {
     ranks: Option<u32>,
     #[command(flatten)]
     sharding: ShardArgs,
+    /// Also show the GPU schedule: `ptx` prints, per kernel and adjoint stage, threads per row, features per
+    /// load, block size, and the registers and spills `ptxas -v` reports (where ptxas is found), for
+    /// --width F (default 16) and --dtype.
+    #[arg(long, value_name = "TARGET", default_value = "cpu", value_parser = ["cpu", "ptx"])]
+    target: String,
+    /// The GPU architecture of `--target ptx` (sm_80: A100; sm_90: H100/H200).
+    #[arg(long, value_name = "SM", default_value_t = 80, value_parser = clap::value_parser!(u32).range(50..=120))]
+    sm: u32,
 }
 
 #[derive(Args, Debug)]
@@ -234,27 +303,11 @@ struct RunArgs {
     /// block of rows, and rank 0 writes the files a single process would.
     #[command(flatten)]
     sharding: ShardArgs,
-    /// Where the kernel runs: `cpu` (the default), or `cuda` / `cuda:N` (an NVIDIA GPU).
-    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = parse_device)]
+    /// Where the kernel runs: `cpu` (the default); `cuda` / `cuda:N` (an NVIDIA GPU; a tigac built with
+    /// --features cuda); or `sim`, the PTX simulator: the GPU path (PTX, uploads, launches, paging) run on the
+    /// CPU, slowly, for checking it on a machine without a GPU.
+    #[arg(long, value_name = "DEVICE", default_value = "cpu", value_parser = Device::parse)]
     device: Device,
-}
-
-/// `--device`'s values.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Device {
-    Cpu,
-    Cuda(u32),
-}
-
-fn parse_device(s: &str) -> Result<Device, String> {
-    match s {
-        "cpu" => Ok(Device::Cpu),
-        "cuda" => Ok(Device::Cuda(0)),
-        _ => match s.strip_prefix("cuda:").map(str::parse::<u32>) {
-            Some(Ok(n)) => Ok(Device::Cuda(n)),
-            _ => Err(format!("`{s}`: expected cpu, cuda or cuda:N (a GPU's index)")),
-        },
-    }
 }
 
 fn dispatch(command: Command) -> Result<(), report::Failure> {
@@ -277,15 +330,16 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
                 width: a.width.map(|w| w as usize),
                 dtype,
             });
-            explain::explain(
-                &a.file,
-                a.kernel.as_deref(),
-                a.graph.as_deref(),
-                &a.text.options(),
-                &a.paging.page_args(),
+            explain::explain(&explain::ExplainRequest {
+                file: &a.file,
+                kernel: a.kernel.as_deref(),
+                graph: a.graph.as_deref(),
+                edges: a.text.options(),
+                paging: a.paging.page_args(),
                 variant,
-                sharding.as_ref(),
-            )
+                sharding,
+                gpu: (a.target == "ptx").then_some(a.sm),
+            })
         }
         Command::Convert(a) => convert::convert(&convert::ConvertRequest {
             input: a.input,
@@ -296,14 +350,39 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
             max_output: a.max_output,
         }),
         Command::Info(a) => info::info(&a.file),
+        Command::Sample(a) => sample::sample(&sample::SampleRequest {
+            graph: a.graph,
+            edges: a.text.options(),
+            seeds: a.seeds,
+            fanout: a.fanout,
+            weight: a.weight,
+            seed: a.seed,
+            out: a.out,
+        }),
+        Command::Serve(a) => serve::serve(serve::ServeRequest {
+            graph: a.graph,
+            partition: a.partition,
+            features: a.features,
+            splits: a.split,
+            listen: a.listen,
+            token_file: a.token_file,
+            sessions: a.sessions,
+            deadline_s: a.deadline,
+        }),
         Command::Run(a) => {
+            // A GPU that this build or this machine cannot open is refused
+            // before anything is read.
             if let Device::Cuda(n) = a.device {
-                // No CUDA runtime is built into tigac yet: say so before
-                // anything is read.
-                return Err(report::Failure::new(format!(
-                    "--device cuda:{n}: this tigac has no CUDA runtime (the GPU back end is not part of this build); \
-                     run on the CPU (--device cpu, the default)"
-                )));
+                if !tiga::runtime::gpu::CUDA_BUILT {
+                    return Err(report::Failure::new(format!(
+                        "--device cuda:{n}: this tigac was built without the `cuda` feature; rebuild with \
+                         `cargo build --release -p tigac --features cuda` (or run on the CPU: --device cpu, the default)"
+                    )));
+                }
+            }
+            if a.device != Device::Cpu {
+                tiga::runtime::gpu::open(a.device)
+                    .map_err(|e| report::Failure::new(format!("--device {}: {e}", a.device.name())))?;
             }
             let fields = [(Role::Src, a.src), (Role::Dst, a.dst), (Role::Edge, a.edge), (Role::Param, a.param)]
                 .into_iter()
@@ -323,9 +402,14 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
                 paging: a.paging.page_args(),
                 partition: a.sharding.partition,
                 halo_depth: a.sharding.halo_depth as usize,
+                device: a.device,
             };
             // Under mpirun with more than one rank, the run is sharded.
             match run_sharded::world()? {
+                Some(_) if req.device != Device::Cpu => Err(report::Failure::new(format!(
+                    "--device {}: sharded runs (under mpirun) run on the CPU; drop --device or run one process",
+                    req.device.name()
+                ))),
                 Some(comm) => run_sharded::run(&req, comm),
                 None => run::run(&req),
             }

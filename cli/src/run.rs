@@ -60,6 +60,8 @@ pub struct RunRequest {
     /// halo depth.
     pub partition: String,
     pub halo_depth: usize,
+    /// Where the kernel runs (`--device`).
+    pub device: tiga::Device,
 }
 
 /// Where the output cotangents of `--grads` come from.
@@ -411,9 +413,17 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         let shapes: Vec<&[usize]> = ds.iter().map(|(s, _)| s.as_slice()).collect();
         let dtype = ds.first().map_or(Some(tiga::DType::F32), |(_, d)| ds.iter().all(|(_, e)| e == d).then_some(*d));
         if let (Some(dtype), Ok(widths)) = (dtype, bind_shapes(k_ir, &extents, &shapes)) {
-            // The JIT's own time for this variant (measured when it was built).
-            let (variant, _hit) = kernel.variant(dtype, &widths, graph.has_edge_ids()).map_err(explain_call)?;
-            compile_ms = Some(variant.compile_ms);
+            if req.device == tiga::Device::Cpu {
+                // The JIT's own time for this variant (measured when it was built).
+                let (variant, _hit) = kernel.variant(dtype, &widths, graph.has_edge_ids()).map_err(explain_call)?;
+                compile_ms = Some(variant.compile_ms);
+            } else {
+                // On a GPU: lowering to PTX and loading the module (a kernel
+                // the PTX back end does not lower is refused here).
+                let start = Instant::now();
+                kernel.prepare_device(req.device, dtype, &widths).map_err(explain_call)?;
+                compile_ms = Some(start.elapsed().as_secs_f64() * 1e3);
+            }
             call = Some((dtype, widths));
         }
     }
@@ -435,6 +445,12 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     }
 
     let mut schedule = req.paging.schedule()?;
+    schedule.device = req.device;
+    // On a GPU, each call's launches are timed with events.
+    let timer = tiga::DeviceTimer::new();
+    if req.device != tiga::Device::Cpu {
+        schedule.device_timer = Some(timer.clone());
+    }
     // A paged run counts the rows its pages finish; on a terminal a bar
     // shows them (forward, then the backward's stages).
     let progress = tiga::Progress::new();
@@ -443,11 +459,14 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     }
     let watch = if paged { crate::progress::Watch::start(&progress, "running (paged)") } else { None };
     let mut times = Vec::with_capacity(req.repeat);
+    let mut kernel_times = Vec::with_capacity(req.repeat);
     let mut outputs = None;
     for _ in 0..req.repeat.max(1) {
+        timer.reset();
         let start = Instant::now();
         let o = kernel.run_with(graph.realization(), &inputs, &schedule).map_err(explain_call)?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
+        kernel_times.push(timer.times().kernel_ms);
         outputs = Some(o);
     }
     let outputs = outputs.ok_or_else(|| Failure::new("the kernel did not run"))?;
@@ -460,6 +479,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
 
     // The backward: the VJP against the cotangents, timed alone.
     let mut vjp_times = Vec::new();
+    let mut vjp_kernel_times = Vec::new();
     let mut written_grads: Vec<String> = Vec::new();
     if let Some((dir, source)) = &backward {
         let cots: Vec<(String, Tensor)> = match source {
@@ -482,6 +502,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         let views: Vec<(&str, tiga::TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
         let mut grads = None;
         for _ in 0..req.repeat.max(1) {
+            timer.reset();
             let start = Instant::now();
             // Over a .gfg every adjoint stage runs paged; the source stage
             // reads the file's stored transpose (`tigac convert
@@ -491,6 +512,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
                 .vjp_with(graph.realization(), &inputs, &views, &schedule)
                 .map_err(|e| Failure::new(format!("gradients of kernel `{}`: {e}", kernel.name())))?;
             vjp_times.push(start.elapsed().as_secs_f64() * 1e3);
+            vjp_kernel_times.push(timer.times().kernel_ms);
             grads = Some(g);
         }
         let grads = grads.ok_or_else(|| Failure::new("the vjp did not run"))?;
@@ -517,6 +539,15 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         if backward.is_some() {
             line["vjp_ms_median"] = serde_json::json!(median_ms(vjp_times));
         }
+        if req.device != tiga::Device::Cpu {
+            // Device time alone (CUDA events around each launch; the
+            // simulator's wall clock), median over the runs.
+            line["device"] = serde_json::json!(req.device.name());
+            line["kernel_ms"] = serde_json::json!(median_ms(kernel_times));
+            if backward.is_some() {
+                line["vjp_kernel_ms"] = serde_json::json!(median_ms(vjp_kernel_times));
+            }
+        }
         print_json_line(&line);
     } else {
         let (dtype, widths) = call.map(|(d, w)| (d.name(), format!("{w:?}"))).unwrap_or(("?", "?".into()));
@@ -529,8 +560,9 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         };
         let _ = writeln!(
             std::io::stderr(),
-            "ran {} ({dtype}, widths {widths}) on {} nodes / {} edges{how}: {runs} run(s), median {median:.3} ms; wrote {}",
+            "ran {} ({dtype}, widths {widths}){} on {} nodes / {} edges{how}: {runs} run(s), median {median:.3} ms; wrote {}",
             kernel.name(),
+            if req.device == tiga::Device::Cpu { String::new() } else { format!(" on {}", req.device.name()) },
             graph.num_dst(),
             graph.num_edges(),
             wrote.join(", ")

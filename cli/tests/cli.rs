@@ -541,7 +541,7 @@ fn emit_writes_each_stage() {
 #[test]
 fn every_subcommand_has_help() {
     let d = std::env::temp_dir();
-    for (cmd, word) in [("compile", "artifact"), ("explain", "compiler did"), ("run", "graph")] {
+    for (cmd, word) in [("compile", "artifact"), ("explain", "compiler did"), ("run", "graph"), ("serve", "storage server")] {
         let o = tigac(&d, &[cmd, "--help"]);
         ok(&o);
         assert!(stdout(&o).contains(word), "{cmd} --help:\n{}", stdout(&o));

@@ -72,3 +72,25 @@ fn emit_ptx_needs_target_ptx() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--emit ptx needs --target ptx"));
 }
+
+#[test]
+fn explain_shows_the_gpu_schedule() {
+    let o = tigac(&["explain", &kernels(), "--kernel", "GcnNorm", "--target", "ptx", "--sm", "90", "--width", "64"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("gpu schedule (sm_90, f32, every width 64"), "{text}");
+    // The forward and each adjoint stage: 16 threads of a row, 4 features per 16-byte load.
+    for unit in ["GcnNorm:", "GcnNorm.vjp.stats:", "GcnNorm.vjp.src:"] {
+        let line = text.lines().find(|l| l.trim_start().starts_with(unit)).unwrap_or_else(|| panic!("{unit} in {text}"));
+        assert!(line.contains("16 threads per row") && line.contains("4 feature(s) per 16-byte load"), "{line}");
+        if tiga_ptx::find_ptxas().is_some() {
+            assert!(line.contains(" registers, ") && line.contains(" B spill stores"), "{line}");
+        } else {
+            eprintln!("skipped: no ptxas ($TIGA_PTXAS, PATH, or pip's nvidia-cuda-nvcc wheel)");
+        }
+    }
+    // A scalar kernel: one thread per row.
+    let o = tigac(&["explain", &kernels(), "--kernel", "NeighborSum", "--target", "ptx"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.lines().any(|l| l.contains("NeighborSum: entry NeighborSum, one thread per row")), "{text}");
+}

@@ -185,3 +185,56 @@ fn ranks_that_opened_different_graphs_or_kernels_are_refused() {
     assert!(err.contains("different kernel") || err.contains("GatAttention"), "{err}");
     assert!(t.elapsed() < Duration::from_secs(120));
 }
+
+/// `mpirun -n R tigac sample`: every rank samples the centres it owns, and
+/// rank 0 writes the bytes one process writes, from an edge list and from
+/// its `.gfg`, weighted and not.
+#[test]
+fn sharded_tigac_sample_writes_the_single_process_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (graph, _) = inputs(dir.path(), 400, 5000);
+    let gfg = dir.path().join("g.gfg");
+    let o = Command::new(tigac()).args(["convert", "--num-nodes", "400"]).arg(&graph).arg(&gfg).output().expect("convert");
+    ok(&o, "convert");
+    let seeds = dir.path().join("seeds.npy");
+    tiga::runtime::write_npy_ids(&seeds, &[0, 17, 399, 250, 17]).expect("seeds");
+    let weights = dir.path().join("w.npy");
+    let w: Vec<f32> = (0..5001).map(|e| (e % 4) as f32).collect();
+    tiga::write_npy(&weights, &tiga::Tensor::from_f32(vec![5001], w).expect("w").view()).expect("npy");
+    let files =
+        ["nodes.npy", "hop0.src.npy", "hop0.dst.npy", "hop0.edge_ids.npy", "hop1.src.npy", "hop1.dst.npy", "hop1.edge_ids.npy"];
+    for g in [&graph, &gfg] {
+        for weighted in [false, true] {
+            let mut args: Vec<String> = vec!["sample".into(), "--graph".into(), g.display().to_string()];
+            if g == &graph {
+                args.extend(["--num-nodes".into(), "400".into()]);
+            }
+            args.extend([
+                "--seeds".into(),
+                seeds.display().to_string(),
+                "--fanout".into(),
+                "5,3".into(),
+                "--seed".into(),
+                "3".into(),
+            ]);
+            if weighted {
+                args.extend(["--weight".into(), weights.display().to_string()]);
+            }
+            let one = dir.path().join("one");
+            let o = Command::new(tigac()).args(&args).arg("--out").arg(&one).output().expect("tigac");
+            ok(&o, "one process");
+            for ranks in [2, 3] {
+                let many = dir.path().join(format!("many{ranks}"));
+                let o = mpirun(ranks).arg(tigac()).args(&args).arg("--out").arg(&many).output().expect("mpirun");
+                ok(&o, &format!("{ranks} ranks"));
+                for f in files {
+                    assert_eq!(
+                        std::fs::read(one.join(f)).expect("one"),
+                        std::fs::read(many.join(f)).expect("many"),
+                        "{f}, {ranks} ranks"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -163,8 +163,9 @@ fn launch_shapes_follow_from_the_kernels() {
     assert_eq!(shape("VecSum", DType::F32, 6), LaneShape { threads: 8, vector: 1 });
     assert_eq!(shape("GatAttention", DType::F32, 64), LaneShape { threads: 16, vector: 4 });
     assert_eq!(shape("MaxPool", DType::F32, 16), LaneShape { threads: 4, vector: 4 });
-    // A dot product carries a sum across features: one thread per row.
-    assert_eq!(shape("EdgeGate", DType::F32, 64), LaneShape::ONE);
+    // A dot product is reduced across the group with shuffles.
+    assert_eq!(shape("EdgeGate", DType::F32, 64), LaneShape { threads: 16, vector: 4 });
+    assert_eq!(shape("GcnNorm.vjp.src", DType::F32, 64), LaneShape { threads: 16, vector: 4 });
 }
 
 #[test]

@@ -61,6 +61,47 @@ pub fn add_self_loops(g: &Graph) -> Result<Graph, GraphError> {
     Graph::from_edges(g.num_src(), g.num_dst(), &src, &dst)
 }
 
+/// What [`add_self_loops_first`] does with a row that already holds a loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExistingLoops {
+    /// Insert one anyway (WholeGraph's `add_csr_self_loop`, which does not look).
+    Insert,
+    /// Leave that row as it is.
+    Skip,
+}
+
+/// Each row's own id inserted first in its CSR row (WholeGraph's
+/// `add_csr_self_loop`), so a sampler or kernel meets the loop before the
+/// row's other edges. The graph's edges keep their user edge ids; the new
+/// loops get the ids after them, in row order. Square graphs only.
+pub fn add_self_loops_first(g: &Graph, existing: ExistingLoops) -> Result<Graph, GraphError> {
+    if g.num_src() != g.num_dst() {
+        return Err(GraphError::NotSquare { num_src: g.num_src(), num_dst: g.num_dst() });
+    }
+    let n = g.num_dst();
+    let mut offsets = Vec::with_capacity(n + 1);
+    let mut cols = Vec::with_capacity(g.num_edges() + n);
+    let mut ids = Vec::with_capacity(g.num_edges() + n);
+    let mut next_id = g.num_edges() as u64;
+    offsets.push(0u64);
+    for i in 0..n {
+        let row = g.row(i);
+        let has_loop = g.cols()[row.clone()].iter().any(|&c| c as usize == i);
+        if existing == ExistingLoops::Insert || !has_loop {
+            // `n` fits u32: `Graph` refuses more nodes.
+            cols.push(i as u32);
+            ids.push(next_id);
+            next_id += 1;
+        }
+        for p in row {
+            cols.push(g.cols()[p]);
+            ids.push(g.edge_id(p));
+        }
+        offsets.push(cols.len() as u64);
+    }
+    Graph::from_csr_with_edge_ids(n, n, offsets, cols, Some(ids))
+}
+
 /// The symmetric GCN normalization of PyG's `gcn_norm` (flow source to
 /// target): with `add_self_loops`, a self loop is added to every node that
 /// has none (PyG's `add_remaining_self_loops`, after the edges, in node

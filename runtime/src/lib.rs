@@ -11,7 +11,10 @@
 //! `embedding` trains two-dimensional ones with sparse optimizers
 //! (`docs/partitioned.md`).
 //!
-//! It knows nothing of Cranelift, PTX or the kernel IR: back ends produce
+//! `gpu` holds the device layer: buffers, modules, launches and events on a
+//! CUDA GPU (feature `cuda`) or on the PTX simulator.
+//!
+//! It knows nothing of Cranelift, PTX lowering or the kernel IR: back ends produce
 //! code, and the facade (`tiga`) hands that code the arrays defined here. This
 //! keeps the runtime testable on its own and lets every back end share one
 //! notion of a graph and a field.
@@ -26,6 +29,7 @@ pub mod comm;
 pub mod element;
 pub mod embedding;
 pub mod exec;
+pub mod gpu;
 pub mod graph;
 pub mod graph_ops;
 pub mod io;
@@ -33,6 +37,7 @@ pub mod npy;
 pub mod partition;
 pub mod partitioned;
 pub mod realization;
+pub mod sampling;
 pub mod schedule;
 pub mod shard;
 pub mod storage;
@@ -41,14 +46,17 @@ pub mod tensor;
 pub use element::{Element, ElementType};
 pub use exec::{balanced_row_chunks, for_each_row_chunk};
 pub use graph::{Graph, GraphError, StencilPlan, MAX_NODES};
-pub use graph_ops::{add_self_loops, from_edge_index, gcn_norm, in_degree, out_degree, Batch, BatchError};
+pub use graph_ops::{
+    add_self_loops, add_self_loops_first, from_edge_index, gcn_norm, in_degree, out_degree, Batch, BatchError, ExistingLoops,
+};
 pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_edge_list_with, read_matrix_market, EdgeListOptions};
 pub use npy::{
-    encode_npy, parse_npy, read_npy, read_npy_array, write_npy, write_npy_array, NpyArray, NpyError, NpyFile, NpyWriter,
+    encode_npy, encode_npy_ids, npy_layout, parse_npy, parse_npy_ids, read_npy, read_npy_array, read_npy_ids, write_npy,
+    write_npy_array, write_npy_ids, NpyArray, NpyError, NpyFile, NpyLayout, NpyWriter,
 };
 pub use petgraph;
 pub use realization::{GraphRows, PagedRows, Realization, Rows};
-pub use schedule::{Backend, Progress, Schedule, ScheduleError};
+pub use schedule::{Backend, Device, DeviceTimer, DeviceTimes, Progress, Schedule, ScheduleError};
 pub use storage::tensor_store::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
 pub use storage::{save_gfg, FieldHandle, FieldInfo, FieldRole, GfgError, GfgFile, GfgWriter, Page, PendingGfg};
 pub use tensor::{Buffer, DType, Data, DataMut, Tensor, TensorError, TensorView};

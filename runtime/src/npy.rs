@@ -2,7 +2,8 @@
 //!
 //! Kernel fields ([`read_npy`], [`write_npy`]) accept only what fields
 //! need: little-endian `<f4`/`<f8`, C order, 1-D (`[n]`) or 2-D (`[n, F]`).
-//! General arrays ([`read_npy_array`], [`NpyFile`], [`NpyWriter`]: ids,
+//! Node and edge ids (seeds, samples) are 1-D `<i8` (or `<i4`, widened)
+//! through [`read_npy_ids`] and [`write_npy_ids`]. General arrays ([`read_npy_array`], [`NpyFile`], [`NpyWriter`]: ids,
 //! batches of gradients, partitioned tensors) accept `<f4`, `<f8`, `<i4`
 //! and `<i8` in C order with up to [`MAX_ARRAY_DIMS`] dimensions. Anything
 //! else is refused with the dtype or shape found and what is accepted,
@@ -33,7 +34,7 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::element::{swap_to_little_endian, ElementType};
-use crate::tensor::{element_count, Data, Tensor, TensorView};
+use crate::tensor::{element_count, DType, Data, Tensor, TensorView};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
@@ -71,6 +72,10 @@ pub enum NpyError {
     TrailingBytes { path: String, expected: usize, extra: usize },
     #[error("{path}: cannot write a {rank}-D tensor (shape {shape:?}); only 1-D and 2-D are written")]
     WriteRank { path: String, shape: Vec<usize>, rank: usize },
+    #[error("{path}: ids must be a 1-D array; shape is {shape:?}")]
+    IdsShape { path: String, shape: Vec<usize> },
+    #[error("{path}: ids must be integers ('<i8' int64 or '<i4' int32); dtype is '{found}'")]
+    IdsDtype { path: String, found: String },
     #[error("{path}: dtype '{found}' is not supported; accepted: '<f4', '<f8', '<i4', '<i8' (little-endian float32, float64, int32, int64)")]
     UnsupportedArrayDtype { path: String, found: String },
     #[error("{path}: shape {shape:?} has {rank} dimensions; at most {MAX_ARRAY_DIMS} are accepted")]
@@ -84,10 +89,12 @@ pub enum NpyError {
 /// The most dimensions a general array may have (as WholeGraph's tensors).
 pub const MAX_ARRAY_DIMS: usize = 8;
 
-/// What a reader accepts: kernel fields, or general arrays (module doc).
+/// What a reader accepts: kernel fields, ids, or general arrays (module
+/// doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Accept {
     Fields,
+    Ids,
     Arrays,
 }
 
@@ -146,6 +153,53 @@ pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor, NpyError> {
     let name = path.display().to_string();
     let (info, data) = read_whole(path, Accept::Fields)?;
     tensor_of(info, &data, &name)
+}
+
+/// Reads a 1-D `<i8` (or `<i4`) array of ids, as [`read_npy`] reads fields.
+pub fn read_npy_ids(path: impl AsRef<Path>) -> Result<Vec<i64>, NpyError> {
+    let path = path.as_ref();
+    let (info, data) = read_whole(path, Accept::Ids)?;
+    ids_of(info, &data, &path.display().to_string())
+}
+
+/// Parses a 1-D `<i8` (or `<i4`) array held in memory.
+pub fn parse_npy_ids(bytes: &[u8]) -> Result<Vec<i64>, NpyError> {
+    let (info, data_at) = parse_head(bytes, MEMORY, Accept::Ids)?;
+    ids_of(info, &bytes[data_at..], MEMORY)
+}
+
+/// Where a float field's data lies in `.npy` bytes (a memory-mapped file):
+/// a server that serves rows of a large field reads only the rows it is
+/// asked for, so it needs the layout without parsing the data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NpyLayout {
+    pub dtype: DType,
+    /// `[N]` or `[N, F]` (a 0-D array is refused by [`npy_layout`]'s callers
+    /// that need rows; it is reported as `[]`).
+    pub shape: Vec<usize>,
+    /// The byte offset of the first element.
+    pub data_at: usize,
+}
+
+/// The layout of a float field held in `bytes` (header and data), checking
+/// that the data is all there and nothing follows; `name` names it in
+/// errors.
+pub fn npy_layout(bytes: &[u8], name: &str) -> Result<NpyLayout, NpyError> {
+    let (info, data_at) = parse_head(bytes, name, Accept::Fields)?;
+    let have = bytes.len() - data_at;
+    if have < info.bytes {
+        return Err(NpyError::Truncated { path: name.to_string(), expected: info.bytes, actual: have });
+    }
+    if have > info.bytes {
+        return Err(NpyError::TrailingBytes { path: name.to_string(), expected: info.bytes, extra: have - info.bytes });
+    }
+    let dtype = match info.dtype {
+        ElementType::F32 => DType::F32,
+        ElementType::F64 => DType::F64,
+        // `Accept::Fields` admits floats only.
+        other => return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: other.npy_descr().to_string() }),
+    };
+    Ok(NpyLayout { dtype, shape: info.shape, data_at })
 }
 
 /// Reads a general array: `<f4`, `<f8`, `<i4` or `<i8`, C order, up to
@@ -350,8 +404,11 @@ fn parse_head(bytes: &[u8], name: &str, accept: Accept) -> Result<(DataInfo, usi
     let dict = parse_header(header).map_err(bad)?;
 
     let dtype = match (ElementType::from_npy_descr(&dict.descr), accept) {
-        (Some(t @ (ElementType::F32 | ElementType::F64)), Accept::Fields) | (Some(t), Accept::Arrays) => t,
+        (Some(t @ (ElementType::F32 | ElementType::F64)), Accept::Fields)
+        | (Some(t @ (ElementType::I32 | ElementType::I64)), Accept::Ids)
+        | (Some(t), Accept::Arrays) => t,
         (_, Accept::Fields) => return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: dict.descr }),
+        (_, Accept::Ids) => return Err(NpyError::IdsDtype { path: name.to_string(), found: dict.descr }),
         (None, Accept::Arrays) => return Err(NpyError::UnsupportedArrayDtype { path: name.to_string(), found: dict.descr }),
     };
     if dict.fortran_order {
@@ -362,6 +419,7 @@ fn parse_head(bytes: &[u8], name: &str, accept: Accept) -> Result<(DataInfo, usi
     // parameters arrive that way.
     match accept {
         Accept::Fields if rank > 2 => return Err(NpyError::UnsupportedRank { path: name.to_string(), shape: dict.shape, rank }),
+        Accept::Ids if rank != 1 => return Err(NpyError::IdsShape { path: name.to_string(), shape: dict.shape }),
         Accept::Arrays if rank > MAX_ARRAY_DIMS => {
             return Err(NpyError::TooManyDims { path: name.to_string(), shape: dict.shape, rank })
         }
@@ -400,6 +458,28 @@ fn tensor_of(info: DataInfo, data: &[u8], name: &str) -> Result<Tensor, NpyError
     // The length was checked against the shape above, so this cannot fail;
     // map it anyway rather than unwrap.
     tensor.map_err(|e| NpyError::BadHeader { path: name.to_string(), message: e.to_string() })
+}
+
+/// The ids of `data` (a 1-D `<i8` or `<i4` array, `info`'s bytes exactly).
+fn ids_of(info: DataInfo, data: &[u8], name: &str) -> Result<Vec<i64>, NpyError> {
+    let expected = info.bytes;
+    if data.len() < expected {
+        return Err(NpyError::Truncated { path: name.to_string(), expected, actual: data.len() });
+    }
+    if data.len() > expected {
+        return Err(NpyError::TrailingBytes { path: name.to_string(), expected, extra: data.len() - expected });
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(info.shape[0]).map_err(|_| NpyError::TooLarge { path: name.to_string(), shape: info.shape.clone() })?;
+    match info.dtype {
+        ElementType::I64 => {
+            v.extend(data.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])))
+        }
+        ElementType::I32 => v.extend(data.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))),
+        // `Accept::Ids` admits integers only.
+        other => return Err(NpyError::IdsDtype { path: name.to_string(), found: other.npy_descr().to_string() }),
+    }
+    Ok(v)
 }
 
 /// The three keys of a `.npy` header.
@@ -637,6 +717,22 @@ pub fn write_npy(path: impl AsRef<Path>, tensor: &TensorView<'_>) -> Result<(), 
     let path = path.as_ref();
     let bytes = encode_npy_named(tensor, &path.display().to_string())?;
     let mut w = AtomicFile::create(path)?;
+    w.write(&bytes)?;
+    w.commit()
+}
+
+/// The `.npy` bytes of a 1-D `<i8` array of ids.
+pub fn encode_npy_ids(ids: &[i64]) -> Result<Vec<u8>, NpyError> {
+    let mut out = header_bytes(ElementType::I64, &[ids.len()], MEMORY)?;
+    out.reserve(ids.len() * 8);
+    ids.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+    Ok(out)
+}
+
+/// Writes ids as a 1-D `<i8` `.npy`, atomically as [`write_npy`].
+pub fn write_npy_ids(path: impl AsRef<Path>, ids: &[i64]) -> Result<(), NpyError> {
+    let bytes = encode_npy_ids(ids)?;
+    let mut w = AtomicFile::create(path.as_ref())?;
     w.write(&bytes)?;
     w.commit()
 }
@@ -946,5 +1042,26 @@ mod tests {
             proptest::prop_assert_eq!((bytes.len() - rows * cols * 8) % 64, 0);
             proptest::prop_assert_eq!(parse_npy(&bytes).expect("valid"), t);
         }
+    }
+
+    #[test]
+    fn ids_round_trip_and_int32_widens() {
+        let ids = [0i64, -5, 1 << 40, 7];
+        assert_eq!(parse_npy_ids(&encode_npy_ids(&ids).expect("encode")).expect("parse"), ids);
+        let i4: Vec<u8> = [3i32, -1].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let bytes = file(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", &i4);
+        assert_eq!(parse_npy_ids(&bytes).expect("parse"), vec![3, -1]);
+    }
+
+    #[test]
+    fn ids_and_fields_refuse_each_other() {
+        let f4 = file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", &f32_bytes(&[1.0]));
+        assert!(matches!(parse_npy_ids(&f4), Err(NpyError::IdsDtype { .. })), "{:?}", parse_npy_ids(&f4));
+        let i8s = encode_npy_ids(&[1, 2]).expect("encode");
+        assert!(matches!(parse_npy(&i8s), Err(NpyError::UnsupportedDtype { .. })));
+        let two_d = file(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 1), }", &1i64.to_le_bytes());
+        assert!(matches!(parse_npy_ids(&two_d), Err(NpyError::IdsShape { .. })));
+        let short = file(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", &1i64.to_le_bytes());
+        assert!(matches!(parse_npy_ids(&short), Err(NpyError::Truncated { .. })));
     }
 }

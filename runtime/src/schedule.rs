@@ -52,6 +52,88 @@ impl Backend {
     }
 }
 
+/// Where a call's kernels run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Device {
+    /// The CPU back ends ([`Backend`] picks which).
+    #[default]
+    Cpu,
+    /// CUDA GPU number N (a build with the `cuda` feature, a driver and
+    /// that GPU; otherwise the call is an error saying which is missing).
+    Cuda(u32),
+    /// The PTX simulator: the GPU path (lowering to PTX, uploads, launches,
+    /// downloads, partial sums, paging) run on the CPU, one simulated
+    /// thread at a time. Slow; it exists to check that path on machines
+    /// without a GPU.
+    Simulated,
+}
+
+impl Device {
+    /// `cpu`, `cuda:N` or `sim` (what `tigac run --device` takes).
+    pub fn name(self) -> String {
+        match self {
+            Device::Cpu => "cpu".into(),
+            Device::Cuda(n) => format!("cuda:{n}"),
+            Device::Simulated => "sim".into(),
+        }
+    }
+
+    /// Parse [`Device::name`]'s forms (`cuda` is `cuda:0`).
+    pub fn parse(s: &str) -> Result<Device, String> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "sim" => Ok(Device::Simulated),
+            "cuda" => Ok(Device::Cuda(0)),
+            _ => match s.strip_prefix("cuda:").map(str::parse::<u32>) {
+                Some(Ok(n)) => Ok(Device::Cuda(n)),
+                _ => Err(format!("`{s}`: expected cpu, cuda, cuda:N (a GPU's index) or sim (the PTX simulator)")),
+            },
+        }
+    }
+}
+
+/// Device time that a call's launches took, as events measured it, added
+/// up across the calls that share this value (`tigac run --timing` reports
+/// it as `kernel_ms`). Shared state, like [`Progress`], so that a
+/// [`Schedule`] stays a plain value.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceTimer(Arc<std::sync::Mutex<DeviceTimes>>);
+
+/// What a [`DeviceTimer`] has added up.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DeviceTimes {
+    /// Milliseconds between the events around each launch, summed.
+    pub kernel_ms: f64,
+    pub launches: u64,
+    /// Bytes copied between host and device.
+    pub copied_bytes: u64,
+}
+
+impl DeviceTimer {
+    pub fn new() -> DeviceTimer {
+        DeviceTimer::default()
+    }
+    pub fn times(&self) -> DeviceTimes {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    pub fn add(&self, kernel_ms: f64, launches: u64, copied_bytes: u64) {
+        let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        t.kernel_ms += kernel_ms;
+        t.launches += launches;
+        t.copied_bytes += copied_bytes;
+    }
+    /// Start again from zero.
+    pub fn reset(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = DeviceTimes::default();
+    }
+}
+
+impl PartialEq for DeviceTimer {
+    fn eq(&self, other: &DeviceTimer) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 /// How a call runs. `Schedule::default()` is what a call without one gets:
 /// every thread of the current rayon pool, pages of a million rows, two
 /// pages read ahead, the fastest back end, no RAM budget.
@@ -78,6 +160,15 @@ pub struct Schedule {
     /// Where paged calls count the rows they have finished, for a program
     /// that shows progress (`None`: not counted).
     pub progress: Option<Progress>,
+    /// Where the kernels run (default: the CPU).
+    pub device: Device,
+    /// The most bytes of device memory a GPU call uses: its resident fields
+    /// plus two page slots, pages cut to fit (`None`: most of the device's
+    /// free memory; the simulator's 1 GiB).
+    pub device_budget: Option<u64>,
+    /// Where GPU calls add up their launches' event times (`None`: not
+    /// timed).
+    pub device_timer: Option<DeviceTimer>,
 }
 
 /// A count of the destination rows a call's page streams have finished,
@@ -142,9 +233,16 @@ impl std::fmt::Display for Schedule {
             None => write!(f, ", no RAM budget")?,
         }
         match &self.spill_dir {
-            Some(d) => write!(f, ", spill directory {}", d.display()),
-            None => write!(f, ", spill directory: the system's temporary directory"),
+            Some(d) => write!(f, ", spill directory {}", d.display())?,
+            None => write!(f, ", spill directory: the system's temporary directory")?,
         }
+        if self.device != Device::Cpu {
+            write!(f, ", device {}", self.device.name())?;
+            if let Some(b) = self.device_budget {
+                write!(f, " (budget {b} bytes)")?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -191,6 +289,18 @@ impl Schedule {
     }
     pub fn progress(mut self, progress: Progress) -> Schedule {
         self.progress = Some(progress);
+        self
+    }
+    pub fn device(mut self, device: Device) -> Schedule {
+        self.device = device;
+        self
+    }
+    pub fn device_budget(mut self, bytes: u64) -> Schedule {
+        self.device_budget = Some(bytes);
+        self
+    }
+    pub fn device_timer(mut self, timer: DeviceTimer) -> Schedule {
+        self.device_timer = Some(timer);
         self
     }
 

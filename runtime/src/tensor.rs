@@ -499,6 +499,20 @@ pub enum DataMut<'a> {
     F64(&'a mut [f64]),
 }
 
+impl<'a> DataMut<'a> {
+    /// The elements' bytes, writable (what a device-to-host copy fills).
+    pub fn into_bytes(self) -> &'a mut [u8] {
+        match self {
+            // SAFETY: f32 and f64 have no padding and every bit pattern is
+            // a valid value, so any bytes written leave valid elements; u8
+            // has alignment 1, and the length is the slice's size in bytes.
+            DataMut::F32(d) => unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut u8, std::mem::size_of_val(d)) },
+            // SAFETY: as above.
+            DataMut::F64(d) => unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut u8, std::mem::size_of_val(d)) },
+        }
+    }
+}
+
 /// A borrowed, row-major tensor: how a caller hands a field to a kernel
 /// without copying it.
 #[derive(Debug, Clone, PartialEq)]

@@ -356,6 +356,8 @@ impl Kernel {
 
     /// The one shape of a call, once its rows are known: bind, pick the
     /// variant, shape the outputs, build the arguments, execute, collect.
+    /// The reference back end runs on the CPU whatever the device (it is
+    /// the check); otherwise the schedule's device runs the rows.
     pub(crate) fn run_rows(
         &self,
         rows: &Rows<'_>,
@@ -366,6 +368,10 @@ impl Kernel {
         if schedule.backend == Backend::Reference {
             let g = rows.to_graph(extents.num_src, schedule)?;
             return self.interpret(&g, inputs);
+        }
+        // A GPU or the simulator, when the schedule names one.
+        if let Some(ctx) = tiga_runtime::gpu::open(schedule.device)? {
+            return self.run_device(&ctx, rows, extents, inputs, schedule);
         }
         match rows {
             Rows::Memory(g) => self.run_memory(g, inputs, schedule),

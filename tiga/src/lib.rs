@@ -24,11 +24,14 @@
 //! This crate is the seam between the compiler (which knows nothing of
 //! graphs in memory) and the runtime (which knows nothing of Cranelift): it
 //! binds a call's fields to a kernel's declared fields, picks the variant,
-//! and hands the JIT-compiled code the runtime's arrays.
+//! and hands the JIT-compiled code the runtime's arrays; on a GPU (the
+//! schedule's [`Device`]), it lowers the kernel to PTX and hands the
+//! runtime's device layer the module and the arrays (`gpu.rs`).
 
 pub mod artifact;
 mod call;
 mod explain;
+mod gpu;
 pub mod lang;
 pub mod memory;
 pub mod offload;
@@ -72,7 +75,7 @@ pub use tiga_runtime::exec::Side;
 pub use tiga_runtime::partition::{owned_range, Partition};
 pub use tiga_runtime::realization::{self, GraphRows, PagedRows, Realization, Rows};
 pub use tiga_runtime::shard::{PartitionChoice, ShardOptions, Sharded};
-pub use tiga_runtime::{Backend, Progress, Schedule};
+pub use tiga_runtime::{Backend, Device, DeviceTimer, DeviceTimes, Progress, Schedule};
 pub use vjp::{AdjointPlan, Gradients};
 
 use tiga_compiler::back::cranelift::{Jit, VariantKey};
@@ -140,6 +143,18 @@ pub enum Error {
     Artifact { path: String, message: String },
     #[error(transparent)]
     Graph(#[from] tiga_runtime::GraphError),
+    /// A GPU (or the simulator) refused: no driver, no such device, a
+    /// copy or launch that failed, a budget too small.
+    #[error(transparent)]
+    Gpu(#[from] tiga_runtime::gpu::GpuError),
+    /// The PTX back end does not lower this kernel (yet): the call is
+    /// refused rather than run on the CPU behind the caller's back.
+    #[error("kernel `{kernel}` cannot run on the GPU: {source}")]
+    GpuLowering {
+        kernel: String,
+        #[source]
+        source: tiga_compiler::back::ptx::PtxError,
+    },
     /// The rows could not run: memory for outputs, a page of a file, a
     /// worker.
     #[error(transparent)]

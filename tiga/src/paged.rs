@@ -36,25 +36,7 @@ impl Kernel {
         let p = self.prepare(&b, pages.edge_ids(), None, schedule.backend)?;
         let shapes = &p.shapes;
         let is_row_output = |i: usize| k.outputs[i].role == Role::Dst && shapes[i].first() == Some(&nd);
-        let row_output_bytes: u64 = (0..shapes.len())
-            .filter(|&i| is_row_output(i))
-            .map(|i| (shapes[i].iter().product::<usize>() * b.dtype.size()) as u64)
-            .sum();
-        let spill = if pages.out_of_core() { crate::offload::output_spill_dir(row_output_bytes, schedule) } else { None };
-        let mut outs = match spill {
-            None => output_buffers(self.loop_kernel(), b.dtype, shapes)?,
-            Some(dir) => {
-                std::fs::create_dir_all(&dir)
-                    .map_err(|source| Error::Io { what: format!("spill directory {}", dir.display()), source })?;
-                (0..shapes.len())
-                    .map(|i| match is_row_output(i) {
-                        true => Tensor::zeros_in_file(b.dtype, shapes[i].clone(), &dir),
-                        false => Tensor::zeros(b.dtype, shapes[i].clone()),
-                    })
-                    .collect::<std::result::Result<Vec<_>, _>>()
-                    .map_err(Error::from)?
-            }
-        };
+        let mut outs = self.row_output_buffers(shapes, b.dtype, nd, pages.out_of_core(), schedule)?;
         let field_ptrs = b.field_ptrs();
         let plan = pages.plan(schedule)?;
         exec::check_plan(&plan, nd)?;
@@ -80,5 +62,43 @@ impl Kernel {
         ran?;
         runner.finish(&mut outs);
         Ok(self.outputs(outs))
+    }
+}
+
+impl Kernel {
+    /// Output buffers for a call over `nd` rows that may come from a file
+    /// (`out_of_core`): row outputs (a row per destination row) together over
+    /// the schedule's RAM budget go to file-backed tensors in the spill
+    /// directory; the rest are [`output_buffers`]' (zeros, or left as they
+    /// are where every row overwrites them).
+    pub(crate) fn row_output_buffers(
+        &self,
+        shapes: &[Vec<usize>],
+        dtype: tiga_runtime::DType,
+        nd: usize,
+        out_of_core: bool,
+        schedule: &Schedule,
+    ) -> Result<Vec<Tensor>> {
+        let k = self.captured();
+        let is_row_output = |i: usize| k.outputs[i].role == Role::Dst && shapes[i].first() == Some(&nd);
+        let row_output_bytes: u64 = (0..shapes.len())
+            .filter(|&i| is_row_output(i))
+            .map(|i| (shapes[i].iter().product::<usize>() * dtype.size()) as u64)
+            .sum();
+        let spill = if out_of_core { crate::offload::output_spill_dir(row_output_bytes, schedule) } else { None };
+        match spill {
+            None => output_buffers(self.loop_kernel(), dtype, shapes),
+            Some(dir) => {
+                std::fs::create_dir_all(&dir)
+                    .map_err(|source| Error::Io { what: format!("spill directory {}", dir.display()), source })?;
+                (0..shapes.len())
+                    .map(|i| match is_row_output(i) {
+                        true => Tensor::zeros_in_file(dtype, shapes[i].clone(), &dir),
+                        false => Tensor::zeros(dtype, shapes[i].clone()),
+                    })
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(Error::from)
+            }
+        }
     }
 }

@@ -49,6 +49,17 @@ pub fn for_each_stmt(list: &[Stmt], f: &mut impl FnMut(&Stmt)) {
     }
 }
 
+/// Calls `f` on the body of every feature loop in `list`, nested ones
+/// included, outermost first.
+pub fn for_each_loop(list: &[Stmt], f: &mut impl FnMut(&[Stmt])) {
+    for st in list {
+        if let Stmt::Loop { body, .. } = st {
+            f(body);
+            for_each_loop(body, f);
+        }
+    }
+}
+
 /// Whether any statement of `list` (nested loops included) calls a math
 /// library function ([`Inst::calls_math`]).
 pub fn calls_math(list: &[Stmt]) -> bool {

@@ -52,7 +52,7 @@ use tiga_ptx::{
 use crate::ir::{BinOp, CmpOp, DType, Role, Type, UnOp};
 use crate::loops::{verify, Addr, Inst, LoopKernel, LoopVar, LoopVerifyError, Stmt, Var, VarKind};
 use math::Float;
-pub use shape::{lane_shape, LaneShape};
+pub use shape::{group_reductions, lane_shape, LaneShape};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PtxError {
@@ -143,6 +143,8 @@ struct Group {
     bytes: Reg,
     /// Whether this is the group's first thread (stores of scalars).
     lead: Reg,
+    /// The group's lanes in its warp, for `shfl.sync`.
+    mask: Reg,
 }
 
 struct Lowering<'a> {
@@ -295,7 +297,12 @@ impl<'a> Lowering<'a> {
             let bytes = self.b.reg(PTy::U64);
             self.b.push(Op::MulWide { ty: PTy::U32, dst: bytes, a: first.into(), b: self.size.into() });
             let lead = self.setp(Cmp::Eq, PTy::U32, in_group, 0);
-            self.group = Some(Group { first, bytes, lead });
+            // Groups are aligned within their warp: lanes base .. base + g.
+            let lane = self.b.binary(PBin::And, PTy::B32, tid, 31);
+            let base = self.b.binary(PBin::And, PTy::B32, lane, i64::from(31 ^ (g - 1)));
+            let ones = if g == 32 { 0xffff_ffff_i64 } else { (1_i64 << g) - 1 };
+            let mask = self.b.binary(PBin::Shl, PTy::B32, ones, base);
+            self.group = Some(Group { first, bytes, lead, mask });
             self.b.binary(PBin::Shr, PTy::U32, threads, log)
         } else {
             self.b.push(Op::Mov { ty: PTy::U32, dst: row, src: global.into() });
@@ -472,7 +479,7 @@ impl<'a> Lowering<'a> {
     /// A feature loop, unrolled: lane by lane on one thread, or split across
     /// the lane group in chunks of `threads × vector` features.
     fn feature_loop(&mut self, lane: LoopVar, width: usize, body: &[Stmt]) -> Result<(), PtxError> {
-        let Some(first) = self.group.as_ref().map(|g| g.first) else {
+        let Some((first, mask)) = self.group.as_ref().map(|g| (g.first, g.mask)) else {
             for index in 0..width {
                 self.count(body)?;
                 self.lanes.insert(lane, index);
@@ -483,6 +490,20 @@ impl<'a> Lowering<'a> {
         };
         let v = self.shape.vector as usize;
         let chunk = self.shape.threads as usize * v;
+        // Each thread reduces its own features from the operation's
+        // identity; the group combines the partials after the loop.
+        let mut reductions = Vec::new();
+        for (x, op) in shape::group_reductions(body) {
+            let x = self.var(x)?;
+            let saved = self.b.mov(self.t, x);
+            let identity = match op {
+                BinOp::Max => f64::NEG_INFINITY,
+                BinOp::Min => f64::INFINITY,
+                _ => 0.0,
+            };
+            self.b.push(Op::Mov { ty: self.t, dst: x, src: self.f.num(identity) });
+            reductions.push((x, saved, binop(op)?));
+        }
         for c in 0..width.div_ceil(chunk) {
             let at = c * chunk;
             let skip = self.b.label();
@@ -513,7 +534,49 @@ impl<'a> Lowering<'a> {
             self.b.place(skip);
         }
         self.lanes.remove(&lane);
+        for (x, saved, op) in reductions {
+            let mut offset = self.shape.threads / 2;
+            while offset > 0 {
+                let other = self.shuffle_xor(x, offset, mask);
+                self.b.push(Op::Binary { op, ty: self.t, dst: x, a: x.into(), b: other.into() });
+                offset /= 2;
+            }
+            self.b.push(Op::Binary { op, ty: self.t, dst: x, a: saved.into(), b: x.into() });
+        }
         Ok(())
+    }
+
+    /// `x` of the thread whose lane is this one's xor `offset`, within the
+    /// group (`shfl.sync.bfly`; an f64 travels as two 32-bit halves).
+    fn shuffle_xor(&mut self, x: Reg, offset: u32, mask: Reg) -> Reg {
+        let shfl = |dst: Reg, src: Reg| Op::Shfl {
+            mode: tiga_ptx::ShflMode::Bfly,
+            dst,
+            src: src.into(),
+            lane: i64::from(offset).into(),
+            clamp: 31.into(),
+            mask: mask.into(),
+        };
+        if self.t == PTy::F32 {
+            let out = self.b.reg(PTy::F32);
+            self.b.push(shfl(out, x));
+            return out;
+        }
+        let bits = self.b.reg(PTy::U64);
+        self.b.push(Op::Mov { ty: PTy::B64, dst: bits, src: x.into() });
+        let lo = self.b.cvt(PTy::U32, PTy::U64, bits);
+        let high = self.b.binary(PBin::Shr, PTy::U64, bits, 32);
+        let hi = self.b.cvt(PTy::U32, PTy::U64, high);
+        let (lo2, hi2) = (self.b.reg(PTy::U32), self.b.reg(PTy::U32));
+        self.b.push(shfl(lo2, lo));
+        self.b.push(shfl(hi2, hi));
+        let lo64 = self.b.cvt(PTy::U64, PTy::U32, lo2);
+        let hi64 = self.b.cvt(PTy::U64, PTy::U32, hi2);
+        let hi_up = self.b.binary(PBin::Shl, PTy::B64, hi64, 32);
+        let joined = self.b.binary(PBin::Or, PTy::B64, hi_up, lo64);
+        let out = self.b.reg(PTy::F64);
+        self.b.push(Op::Mov { ty: PTy::B64, dst: out, src: joined.into() });
+        out
     }
 
     fn unary(&mut self, u: UnOp, d: Reg, x: Reg) -> Result<(), PtxError> {
@@ -626,23 +689,15 @@ impl<'a> Lowering<'a> {
                 let x = self.var(*x)?;
                 self.unary(*u, d, x)?;
             }
+            Inst::Binary(BinOp::LeakyRelu, x, y) => {
+                let (x, y) = (self.var(*x)?, self.var(*y)?);
+                let p = self.setp(Cmp::Gt, t, x, self.f.num(0.0));
+                let scaled = self.b.binary(PBin::Mul, t, y, x);
+                self.b.push(Op::Selp { ty: t, dst: d, a: x.into(), b: scaled.into(), pred: p });
+            }
             Inst::Binary(op, x, y) => {
                 let (x, y) = (self.var(*x)?, self.var(*y)?);
-                let op = match op {
-                    BinOp::Add => PBin::Add,
-                    BinOp::Sub => PBin::Sub,
-                    BinOp::Mul => PBin::Mul,
-                    BinOp::Div => PBin::Div,
-                    BinOp::Min => PBin::Min,
-                    BinOp::Max => PBin::Max,
-                    BinOp::LeakyRelu => {
-                        let p = self.setp(Cmp::Gt, t, x, self.f.num(0.0));
-                        let scaled = self.b.binary(PBin::Mul, t, y, x);
-                        self.b.push(Op::Selp { ty: t, dst: d, a: x.into(), b: scaled.into(), pred: p });
-                        return Ok(());
-                    }
-                    other => return unsupported(format!("binary `{other:?}` on numbers")),
-                };
+                let op = binop(*op)?;
                 self.b.push(Op::Binary { op, ty: t, dst: d, a: x.into(), b: y.into() });
             }
             Inst::Powi(x, n) => {
@@ -703,6 +758,19 @@ impl<'a> Lowering<'a> {
         }
         Ok(())
     }
+}
+
+/// The PTX operation of an arithmetic loop-IR operation on numbers.
+fn binop(op: BinOp) -> Result<PBin, PtxError> {
+    Ok(match op {
+        BinOp::Add => PBin::Add,
+        BinOp::Sub => PBin::Sub,
+        BinOp::Mul => PBin::Mul,
+        BinOp::Div => PBin::Div,
+        BinOp::Min => PBin::Min,
+        BinOp::Max => PBin::Max,
+        other => return unsupported(format!("binary `{other:?}` on numbers")),
+    })
 }
 
 /// The fields `body` loads at lane `lane` of a vector (each once, in

@@ -11,18 +11,22 @@
 //! order, so each feature is reduced in the same order as on the CPU: the
 //! split is over features, never over edges.
 //!
-//! A group is only possible when no value crosses lanes: a feature loop
-//! that carries a number from one lane to the next (a dot product's
-//! running sum) or out of the loop would need a cross-thread reduction in
-//! an order different from the CPU's, so such kernels, kernels with several
-//! widths or nested (matrix) loops, and kernels that read back a
-//! destination or edge output outside a feature loop run one thread per
-//! row. Scalar statements run in every thread of a group; only the group's
-//! first thread stores their results.
+//! A group is only possible when values cross lanes in one way: a feature
+//! loop reducing into a number (a dot product's running sum, a row
+//! maximum: `x = x + z`, `max`, `min`, where nothing else in the loop reads
+//! `x`) becomes per-thread partial reductions combined across the group
+//! with `shfl.sync.bfly` ([`group_reductions`]); sums then add in a tree
+//! instead of lane order (within f32/f64 rounding of the CPU's result, not
+//! bit for bit; max and min stay exact). Any other value carried from one
+//! lane to the next or out of a loop, kernels with several widths or nested
+//! (matrix) loops, and kernels that read back a destination or edge output
+//! outside a feature loop run one thread per row. Scalar statements run in
+//! every thread of a group; only the group's first thread stores their
+//! results.
 
 use std::collections::HashSet;
 
-use crate::ir::Role;
+use crate::ir::{BinOp, Role};
 use crate::loops::{for_each_stmt, Addr, Inst, LoopKernel, Stmt, Var};
 
 /// The launch shape of one lowered kernel.
@@ -51,9 +55,72 @@ pub fn lane_shape(k: &LoopKernel, widths: &[usize], size: usize) -> LaneShape {
     LaneShape { threads, vector: vector as u32 }
 }
 
-/// Whether every feature loop is lane-independent (see the module doc).
+/// The reductions of a feature loop's `body` a lane group can split:
+/// variables `x` set once in the body, by `x = x ⊕ z` (⊕ one of add, max,
+/// min; `z` not `x`), and read by no other statement of the body.
+pub fn group_reductions(body: &[Stmt]) -> Vec<(Var, BinOp)> {
+    let mut out = Vec::new();
+    for st in body {
+        let Stmt::Set(x, Inst::Binary(op @ (BinOp::Add | BinOp::Max | BinOp::Min), a, b)) = st else { continue };
+        let other = if a == x {
+            b
+        } else if b == x {
+            a
+        } else {
+            continue;
+        };
+        if other == x || out.iter().any(|(v, _)| v == x) {
+            continue;
+        }
+        let mut sets = 0;
+        let mut other_reads = 0;
+        for_each_stmt(body, &mut |s| {
+            if let Stmt::Set(v, _) = s {
+                sets += usize::from(v == x);
+            }
+            let reads = match s {
+                Stmt::Set(_, i) => i.operands(),
+                Stmt::Store(_, v) => vec![*v],
+                Stmt::Loop { .. } => Vec::new(),
+            };
+            if !std::ptr::eq(s, st) {
+                other_reads += reads.iter().filter(|r| *r == x).count();
+            }
+        });
+        if sets == 1 && other_reads == 0 {
+            out.push((*x, *op));
+        }
+    }
+    out
+}
+
+/// Whether every feature loop is lane-independent but for its group
+/// reductions (see the module doc).
 fn lanes_independent(k: &LoopKernel) -> bool {
     let lists = [&k.init, &k.pre_body, &k.body, &k.finish];
+    let mut reductions: HashSet<Var> = HashSet::new();
+    let mut plain: HashSet<Var> = HashSet::new();
+    for list in lists {
+        for st in list.iter() {
+            if let Stmt::Loop { body, .. } = st {
+                let r = group_reductions(body);
+                for s in body {
+                    if let Stmt::Set(v, _) = s {
+                        if r.iter().any(|(x, _)| x == v) {
+                            reductions.insert(*v);
+                        } else {
+                            plain.insert(*v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // A variable both reduced in one loop and set otherwise in another is
+    // carried in the plain sense.
+    if reductions.iter().any(|v| plain.contains(v)) {
+        return false;
+    }
     let mut in_loops: HashSet<Var> = HashSet::new();
     for list in lists {
         for st in list.iter() {
@@ -74,8 +141,9 @@ fn lanes_independent(k: &LoopKernel) -> bool {
             match st {
                 Stmt::Loop { body, .. } => {
                     // Within one iteration, a loop-assigned variable is
-                    // written before it is read.
-                    let mut written: HashSet<Var> = HashSet::new();
+                    // written before it is read (a reduction reads itself).
+                    let reduced: Vec<Var> = group_reductions(body).into_iter().map(|(x, _)| x).collect();
+                    let mut written: HashSet<Var> = reduced.iter().copied().collect();
                     for s in body {
                         let reads = match s {
                             Stmt::Set(_, i) => i.operands(),
@@ -91,7 +159,7 @@ fn lanes_independent(k: &LoopKernel) -> bool {
                     }
                 }
                 Stmt::Set(_, i) => {
-                    if i.operands().iter().any(|r| in_loops.contains(r)) {
+                    if i.operands().iter().any(|r| in_loops.contains(r) && !reductions.contains(r)) {
                         return false;
                     }
                     if let Inst::Load(Addr::Output { out, .. }) = i {
@@ -101,7 +169,7 @@ fn lanes_independent(k: &LoopKernel) -> bool {
                     }
                 }
                 Stmt::Store(_, x) => {
-                    if in_loops.contains(x) {
+                    if in_loops.contains(x) && !reductions.contains(x) {
                         return false;
                     }
                 }
