@@ -4,9 +4,11 @@
 //! (`paged.rs`); as `tiga-bench compile-time`, compile time against
 //! kernel size (`compile_time.rs`); and, as `tiga-bench sharded`,
 //! halo-sharded execution on two ranks (in-process and under mpirun)
-//! against one process (`sharded.rs`); and, as `tiga-bench gpu`, the GPU
+//! against one process (`sharded.rs`); as `tiga-bench gpu`, the GPU
 //! path timed with device events against a device-to-device copy
-//! (`gpu.rs`).
+//! (`gpu.rs`); and, as `tiga-bench partitioned`, partitioned-tensor
+//! gathers and embedding optimizer steps by memory type and rank count
+//! against a local memcpy (`partitioned.rs`).
 //!
 //! A number about a compiler means little alone: it needs the same
 //! computation written by hand, the tools a user would otherwise pick, and
@@ -48,6 +50,7 @@
 //! cargo run --release -p tiga-bench -- compile-time     # compile time against kernel size
 //! cargo run --release -p tiga-bench --features mpi,metis -- sharded   # sharded against one process
 //! cargo run --release -p tiga-bench --features cuda -- gpu             # the GPU path (bench/gpu/check.sh)
+//! cargo run --release -p tiga-bench --features mpi -- partitioned     # partitioned tensors and embeddings
 //! ```
 
 mod compile_time;
@@ -55,7 +58,9 @@ mod gpu;
 mod graph_store;
 mod graphs;
 mod hand;
+mod mpirun;
 mod paged;
+mod partitioned;
 mod peers;
 mod report;
 mod sharded;
@@ -88,7 +93,7 @@ const CASES: [&str; 6] = ["stencil-csr", "stencil-generated", "powerlaw-sum", "p
     args_conflicts_with_subcommands = true,
     args_override_self = true,
     disable_help_subcommand = true,
-    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)\nThe GPU path: tiga-bench gpu [--device cuda:0|sim] [--nodes N] [--peers] (see tiga-bench gpu --help)"
+    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)\nThe GPU path: tiga-bench gpu [--device cuda:0|sim] [--nodes N] [--peers] (see tiga-bench gpu --help)\nPartitioned tensors and embeddings: tiga-bench partitioned [--quick] [--json PATH] [--table PATH] (see tiga-bench partitioned --help)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -119,6 +124,10 @@ enum Command {
     /// colocated sampling from the .gfg: batches/s and fetched feature GB/s (table and JSON)
     #[command(args_override_self = true)]
     GraphStore(graph_store::Args),
+    /// Partitioned tensors: gather throughput by memory type and rank count against a local memcpy
+    /// (with and without the node cache), and embedding optimizer steps (table and JSON)
+    #[command(args_override_self = true)]
+    Partitioned(partitioned::Args),
 }
 
 /// The main benchmark's flags.
@@ -1123,6 +1132,7 @@ fn main() -> ExitCode {
         Some(Command::Sharded(args)) => return sharded::main(&args),
         Some(Command::Gpu(args)) => return gpu::main(&args),
         Some(Command::GraphStore(args)) => return graph_store::main(&args),
+        Some(Command::Partitioned(args)) => return partitioned::main(&args),
         None => {}
     }
     match real_main(cli.bench.into()) {

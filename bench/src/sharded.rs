@@ -61,9 +61,8 @@
 //! cargo run --release -p tiga-bench --features mpi,metis -- sharded [--quick] [--json PATH] [--table PATH]
 //! ```
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -654,78 +653,18 @@ enum MpiOutcome {
 
 /// Run a case on two ranks under mpirun (see the module doc).
 fn under_mpirun(o: &Opts, kind: CaseKind, part: Part, reference: &Path) -> Result<MpiOutcome, String> {
-    if !cfg!(feature = "mpi") {
-        return Ok(MpiOutcome::Absent("not built with --features mpi".into()));
-    }
-    if let Some(why) = part.unavailable() {
+    if let Some(why) = part.unavailable().filter(|_| cfg!(feature = "mpi")) {
         return Ok(MpiOutcome::Absent(why));
     }
-    match Command::new(&o.mpirun).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status() {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(MpiOutcome::Absent(format!("{} not found", o.mpirun.display())))
-        }
-        Err(e) => return Ok(MpiOutcome::Absent(format!("{} cannot run: {e}", o.mpirun.display()))),
-        Ok(_) => {}
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("this binary: {e}"))?;
-    let mut cmd = Command::new(&o.mpirun);
-    cmd.args(["-n", &RANKS.to_string()])
-        .arg(&exe)
-        .args(["sharded", "--mpi-worker", kind.name(), "--partition", part.name(), "--reference"])
-        .arg(reference)
-        .args(o.sizes.flags())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", o.mpirun.display()))?;
-    let drain = |p: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            if let Some(mut p) = p {
-                let _ = p.read_to_string(&mut s);
-            }
-            s
-        })
+    let mut args: Vec<String> =
+        ["sharded", "--mpi-worker", kind.name(), "--partition", part.name(), "--reference"].map(String::from).to_vec();
+    args.push(reference.display().to_string());
+    args.extend(o.sizes.flags());
+    let line = match crate::mpirun::run(&o.mpirun, RANKS, &args, &[], RESULT_TAG, MPIRUN_DEADLINE)? {
+        crate::mpirun::Job::Ran(line) => line,
+        crate::mpirun::Job::Absent(why) => return Ok(MpiOutcome::Absent(why)),
     };
-    let out = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
-    let err = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
-            break Some(st);
-        }
-        if start.elapsed() > MPIRUN_DEADLINE {
-            // mpirun forwards SIGTERM to its ranks; SIGKILL would orphan them.
-            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-            std::thread::sleep(Duration::from_secs(5));
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = out.join().unwrap_or_default();
-    let stderr = err.join().unwrap_or_default();
-    // The last lines of what mpirun said, on one line (for the table).
-    let tail = |s: &str| {
-        let lines: Vec<&str> = s.lines().map(str::trim).filter(|l| !l.is_empty() && !l.chars().all(|c| c == '-')).collect();
-        let text = lines[lines.len().saturating_sub(8)..].join(" / ");
-        match text.char_indices().nth(600) {
-            Some((at, _)) => format!("{}...", &text[..at]),
-            None => text,
-        }
-    };
-    let Some(status) = status else {
-        return Err(format!("mpirun did not finish within {} s; stopped. stderr: {}", MPIRUN_DEADLINE.as_secs(), tail(&stderr)));
-    };
-    if !status.success() {
-        return Err(format!("mpirun failed ({status}): {}", tail(&format!("{stdout}\n{stderr}"))));
-    }
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix(RESULT_TAG))
-        .ok_or_else(|| format!("no result line from the ranks: {}", tail(&stdout)))?;
-    let v: Value = serde_json::from_str(line).map_err(|e| format!("the ranks' result: {e}"))?;
+    let v: Value = serde_json::from_str(&line).map_err(|e| format!("the ranks' result: {e}"))?;
     let ranks: Vec<RankStats> = serde_json::from_value(v["ranks"].clone()).map_err(|e| format!("the ranks' result: {e}"))?;
     Ok(MpiOutcome::Ran(ranks))
 }
@@ -757,18 +696,7 @@ fn worker(a: &Args, kind: CaseKind) -> ExitCode {
                 .map_err(|e| format!("a rank's numbers: {e}"))?;
             Ok(Some(json!({ "ranks": ranks }).to_string()))
         })();
-        match r {
-            Ok(line) => {
-                if let Some(line) = line {
-                    println!("{RESULT_TAG}{line}");
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("tiga-bench sharded (mpi worker): {e}");
-                std::process::exit(1);
-            }
-        }
+        crate::mpirun::finish_worker("tiga-bench sharded", RESULT_TAG, r)
     }
     #[cfg(not(feature = "mpi"))]
     {

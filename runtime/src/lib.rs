@@ -6,7 +6,10 @@
 //! their `.npy` files, and the parallel row executor that splits destination
 //! rows across rayon workers by edge count. `storage` holds graphs and
 //! fields on disk in the versioned `.gfg` format (`docs/gfg.md`), memory-mapped
-//! and read in pages.
+//! and read in pages. `partitioned` holds tensors whose rows are split over
+//! the ranks of a communicator (WholeGraph's WholeMemory on the CPU), and
+//! `embedding` trains two-dimensional ones with sparse optimizers
+//! (`docs/partitioned.md`).
 //!
 //! `gpu` holds the device layer: buffers, modules, launches and events on a
 //! CUDA GPU (feature `cuda`) or on the PTX simulator.
@@ -23,6 +26,8 @@
 
 pub use tiga_abi as abi;
 pub mod comm;
+pub mod element;
+pub mod embedding;
 pub mod exec;
 pub mod gpu;
 pub mod graph;
@@ -30,6 +35,7 @@ pub mod graph_ops;
 pub mod io;
 pub mod npy;
 pub mod partition;
+pub mod partitioned;
 pub mod realization;
 pub mod sampling;
 pub mod schedule;
@@ -37,6 +43,7 @@ pub mod shard;
 pub mod storage;
 pub mod tensor;
 
+pub use element::{Element, ElementType};
 pub use exec::{balanced_row_chunks, for_each_row_chunk};
 pub use graph::{Graph, GraphError, StencilPlan, MAX_NODES};
 pub use graph_ops::{
@@ -44,8 +51,8 @@ pub use graph_ops::{
 };
 pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_edge_list_with, read_matrix_market, EdgeListOptions};
 pub use npy::{
-    encode_npy, encode_npy_ids, npy_layout, parse_npy, parse_npy_ids, read_npy, read_npy_ids, write_npy, write_npy_ids, NpyError,
-    NpyLayout,
+    encode_npy, encode_npy_ids, npy_layout, parse_npy, parse_npy_ids, read_npy, read_npy_array, read_npy_ids, write_npy,
+    write_npy_array, write_npy_ids, NpyArray, NpyError, NpyFile, NpyLayout, NpyWriter,
 };
 pub use petgraph;
 pub use realization::{GraphRows, PagedRows, Realization, Rows};

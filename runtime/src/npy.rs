@@ -1,12 +1,14 @@
 //! `.npy` files: how fields move between tiga and numpy/PyTorch peers.
 //!
-//! Only what fields need is accepted: little-endian `<f4`/`<f8`, C order,
-//! 1-D (`[n]`) or 2-D (`[n, F]`); node and edge ids (seeds, samples) are
-//! 1-D `<i8` (or `<i4`, widened) through [`read_npy_ids`] and
-//! [`write_npy_ids`]. Anything else is refused with the dtype or
-//! shape found and what is accepted, rather than converted silently, because a
-//! big-endian or Fortran-ordered field read as if it were ours gives wrong
-//! numbers without any error.
+//! Kernel fields ([`read_npy`], [`write_npy`]) accept only what fields
+//! need: little-endian `<f4`/`<f8`, C order, 1-D (`[n]`) or 2-D (`[n, F]`).
+//! Node and edge ids (seeds, samples) are 1-D `<i8` (or `<i4`, widened)
+//! through [`read_npy_ids`] and [`write_npy_ids`]. General arrays ([`read_npy_array`], [`NpyFile`], [`NpyWriter`]: ids,
+//! batches of gradients, partitioned tensors) accept `<f4`, `<f8`, `<i4`
+//! and `<i8` in C order with up to [`MAX_ARRAY_DIMS`] dimensions. Anything
+//! else is refused with the dtype or shape found and what is accepted,
+//! rather than converted silently, because a big-endian or Fortran-ordered
+//! array read as if it were ours gives wrong numbers without any error.
 //!
 //! The format (numpy's `format.py`): the magic `\x93NUMPY`, a major and minor
 //! version byte, the header length (u16 little-endian in 1.0, u32 in 2.0 and
@@ -31,6 +33,7 @@ use std::path::Path;
 
 use thiserror::Error;
 
+use crate::element::{swap_to_little_endian, ElementType};
 use crate::tensor::{element_count, DType, Data, Tensor, TensorView};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
@@ -73,6 +76,63 @@ pub enum NpyError {
     IdsShape { path: String, shape: Vec<usize> },
     #[error("{path}: ids must be integers ('<i8' int64 or '<i4' int32); dtype is '{found}'")]
     IdsDtype { path: String, found: String },
+    #[error("{path}: dtype '{found}' is not supported; accepted: '<f4', '<f8', '<i4', '<i8' (little-endian float32, float64, int32, int64)")]
+    UnsupportedArrayDtype { path: String, found: String },
+    #[error("{path}: shape {shape:?} has {rank} dimensions; at most {MAX_ARRAY_DIMS} are accepted")]
+    TooManyDims { path: String, shape: Vec<usize>, rank: usize },
+    #[error("{path}: rows {start}..{end} asked for, but the array has {rows} rows")]
+    RowsOutOfRange { path: String, start: usize, end: usize, rows: usize },
+    #[error("{path}: {written} bytes of data written, but shape {shape:?} of {dtype} needs {expected}")]
+    WrongDataLength { path: String, shape: Vec<usize>, dtype: ElementType, expected: usize, written: usize },
+}
+
+/// The most dimensions a general array may have (as WholeGraph's tensors).
+pub const MAX_ARRAY_DIMS: usize = 8;
+
+/// What a reader accepts: kernel fields, ids, or general arrays (module
+/// doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Accept {
+    Fields,
+    Ids,
+    Arrays,
+}
+
+/// A general `.npy` array: its element type, shape and elements (in this
+/// machine's byte order, C order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NpyArray {
+    pub dtype: ElementType,
+    pub shape: Vec<usize>,
+    pub data: Vec<u8>,
+}
+
+impl NpyArray {
+    /// An array of `shape` holding `data`; an error when the lengths
+    /// disagree.
+    pub fn new(dtype: ElementType, shape: Vec<usize>, data: Vec<u8>) -> Result<NpyArray, NpyError> {
+        let expected = array_bytes(dtype, &shape, MEMORY)?;
+        if expected != data.len() {
+            return Err(NpyError::WrongDataLength { path: MEMORY.into(), shape, dtype, expected, written: data.len() });
+        }
+        Ok(NpyArray { dtype, shape, data })
+    }
+
+    /// The elements as `T`, when that is the array's type.
+    pub fn values<T: crate::element::Element>(&self) -> Option<Vec<T>> {
+        if T::TYPE != self.dtype {
+            return None;
+        }
+        crate::element::values_of(&self.data)
+    }
+}
+
+/// Bytes of data an array of `shape` and `dtype` has.
+fn array_bytes(dtype: ElementType, shape: &[usize], name: &str) -> Result<usize, NpyError> {
+    element_count(shape)
+        .ok()
+        .and_then(|n| n.checked_mul(dtype.size()))
+        .ok_or_else(|| NpyError::TooLarge { path: name.to_string(), shape: shape.to_vec() })
 }
 
 /// The most bytes a header may have. numpy writes headers of a few dozen
@@ -89,71 +149,23 @@ const MAX_HEADER: usize = 1 << 20;
 /// fallibly, so a shape too large for this machine is an error, not an
 /// abort.
 pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor, NpyError> {
-    read_npy_with(path, Want::Field, tensor_of)
+    let path = path.as_ref();
+    let name = path.display().to_string();
+    let (info, data) = read_whole(path, Accept::Fields)?;
+    tensor_of(info, &data, &name)
 }
 
 /// Reads a 1-D `<i8` (or `<i4`) array of ids, as [`read_npy`] reads fields.
 pub fn read_npy_ids(path: impl AsRef<Path>) -> Result<Vec<i64>, NpyError> {
-    read_npy_with(path, Want::Ids, ids_of)
+    let path = path.as_ref();
+    let (info, data) = read_whole(path, Accept::Ids)?;
+    ids_of(info, &data, &path.display().to_string())
 }
 
 /// Parses a 1-D `<i8` (or `<i4`) array held in memory.
 pub fn parse_npy_ids(bytes: &[u8]) -> Result<Vec<i64>, NpyError> {
-    let (info, data_at) = parse_head(bytes, MEMORY, Want::Ids)?;
+    let (info, data_at) = parse_head(bytes, MEMORY, Accept::Ids)?;
     ids_of(info, &bytes[data_at..], MEMORY)
-}
-
-fn read_npy_with<T>(
-    path: impl AsRef<Path>,
-    want: Want,
-    finish: impl FnOnce(DataInfo, &[u8], &str) -> Result<T, NpyError>,
-) -> Result<T, NpyError> {
-    use std::io::Read as _;
-    let path = path.as_ref();
-    let name = path.display().to_string();
-    let io = |source| NpyError::Io { path: name.clone(), source };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let file_len = file.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
-    let mut r = std::io::BufReader::new(file);
-    // Magic and version, then exactly the header length field the version
-    // has (u16 in 1.0, u32 after), then exactly the header: nothing past
-    // it is read before the header says how much data follows.
-    let mut head = Vec::with_capacity(12);
-    (&mut r).take(MAGIC.len() as u64 + 2).read_to_end(&mut head).map_err(io)?;
-    header_length(&head, &name)?;
-    let len_size: u64 = if head[MAGIC.len()] == 1 { 2 } else { 4 };
-    (&mut r).take(len_size).read_to_end(&mut head).map_err(io)?;
-    let Some(header_len) = header_length(&head, &name)? else {
-        return Err(NpyError::BadHeader { path: name.clone(), message: "file ends inside the header length".into() });
-    };
-    if header_len > MAX_HEADER {
-        return Err(NpyError::BadHeader {
-            path: name.clone(),
-            message: format!("header length is {header_len} bytes; a .npy header is at most {MAX_HEADER} here"),
-        });
-    }
-    (&mut r).take(header_len as u64).read_to_end(&mut head).map_err(io)?;
-    let (info, data_at) = parse_head(&head, &name, want)?;
-    debug_assert_eq!(data_at, head.len());
-    if let Some(len) = file_len {
-        let have = len.saturating_sub(data_at as u64);
-        if have < info.bytes as u64 {
-            return Err(NpyError::Truncated { path: name.clone(), expected: info.bytes, actual: have as usize });
-        }
-    }
-    let mut data = Vec::new();
-    data.try_reserve_exact(info.bytes.saturating_add(1))
-        .map_err(|_| NpyError::TooLarge { path: name.clone(), shape: info.shape.clone() })?;
-    (&mut r).take(info.bytes as u64 + 1).read_to_end(&mut data).map_err(io)?;
-    if data.len() > info.bytes {
-        // Count what follows (bounded: a regular file's size is known).
-        let extra = match file_len {
-            Some(len) => len.saturating_sub(data_at as u64 + info.bytes as u64).max(1) as usize,
-            None => 1,
-        };
-        return Err(NpyError::TrailingBytes { path: name, expected: info.bytes, extra });
-    }
-    finish(info, &data, &name)
 }
 
 /// Where a float field's data lies in `.npy` bytes (a memory-mapped file):
@@ -173,7 +185,7 @@ pub struct NpyLayout {
 /// that the data is all there and nothing follows; `name` names it in
 /// errors.
 pub fn npy_layout(bytes: &[u8], name: &str) -> Result<NpyLayout, NpyError> {
-    let (info, data_at) = parse_head(bytes, name, Want::Field)?;
+    let (info, data_at) = parse_head(bytes, name, Accept::Fields)?;
     let have = bytes.len() - data_at;
     if have < info.bytes {
         return Err(NpyError::Truncated { path: name.to_string(), expected: info.bytes, actual: have });
@@ -181,11 +193,154 @@ pub fn npy_layout(bytes: &[u8], name: &str) -> Result<NpyLayout, NpyError> {
     if have > info.bytes {
         return Err(NpyError::TrailingBytes { path: name.to_string(), expected: info.bytes, extra: have - info.bytes });
     }
-    let dtype = match info.elem {
-        Elem::Float(d) => d,
-        other => return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: other.descr().to_string() }),
+    let dtype = match info.dtype {
+        ElementType::F32 => DType::F32,
+        ElementType::F64 => DType::F64,
+        // `Accept::Fields` admits floats only.
+        other => return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: other.npy_descr().to_string() }),
     };
     Ok(NpyLayout { dtype, shape: info.shape, data_at })
+}
+
+/// Reads a general array: `<f4`, `<f8`, `<i4` or `<i8`, C order, up to
+/// [`MAX_ARRAY_DIMS`] dimensions, read as [`read_npy`] reads (in order,
+/// never past what the header declares, memory asked for fallibly).
+pub fn read_npy_array(path: impl AsRef<Path>) -> Result<NpyArray, NpyError> {
+    let (info, mut data) = read_whole(path.as_ref(), Accept::Arrays)?;
+    swap_to_little_endian(&mut data, info.dtype.size());
+    Ok(NpyArray { dtype: info.dtype, shape: info.shape, data })
+}
+
+/// The header and the data of the file at `path` (data little-endian).
+fn read_whole(path: &Path, accept: Accept) -> Result<(DataInfo, Vec<u8>), NpyError> {
+    use std::io::Read as _;
+    let mut f = NpyFile::open_with(path, accept)?;
+    let name = f.name.clone();
+    let io = |source| NpyError::Io { path: name.clone(), source };
+    let bytes = f.info.bytes;
+    let mut data = Vec::new();
+    data.try_reserve_exact(bytes.saturating_add(1))
+        .map_err(|_| NpyError::TooLarge { path: name.clone(), shape: f.info.shape.clone() })?;
+    (&mut f.reader).take(bytes as u64 + 1).read_to_end(&mut data).map_err(io)?;
+    if data.len() < bytes {
+        return Err(NpyError::Truncated { path: name, expected: bytes, actual: data.len() });
+    }
+    if data.len() > bytes {
+        // Count what follows (bounded: a regular file's size is known).
+        let extra = match f.file_len {
+            Some(len) => len.saturating_sub(f.data_at as u64 + bytes as u64).max(1) as usize,
+            None => 1,
+        };
+        return Err(NpyError::TrailingBytes { path: name, expected: bytes, extra });
+    }
+    Ok((f.info, data))
+}
+
+/// A general `.npy` file opened for reading rows (a rank's share of a
+/// table): its header is read and checked at [`NpyFile::open`], then
+/// [`NpyFile::read_rows`] reads any range of first-dimension rows.
+#[derive(Debug)]
+pub struct NpyFile {
+    name: String,
+    reader: std::io::BufReader<std::fs::File>,
+    info: DataInfo,
+    data_at: usize,
+    file_len: Option<u64>,
+}
+
+impl NpyFile {
+    /// Open `path` and read its header (a general array's; see
+    /// [`read_npy_array`]). A regular file too short for the data the
+    /// header declares is refused here.
+    pub fn open(path: impl AsRef<Path>) -> Result<NpyFile, NpyError> {
+        Self::open_with(path.as_ref(), Accept::Arrays)
+    }
+
+    fn open_with(path: &Path, accept: Accept) -> Result<NpyFile, NpyError> {
+        use std::io::Read as _;
+        let name = path.display().to_string();
+        let io = |source| NpyError::Io { path: name.clone(), source };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let file_len = file.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+        let mut r = std::io::BufReader::new(file);
+        // Magic and version, then exactly the header length field the
+        // version has (u16 in 1.0, u32 after), then exactly the header:
+        // nothing past it is read before the header says how much data
+        // follows (so /dev/zero or a text file is refused after a few bytes).
+        let mut head = Vec::with_capacity(12);
+        (&mut r).take(MAGIC.len() as u64 + 2).read_to_end(&mut head).map_err(io)?;
+        header_length(&head, &name)?;
+        let len_size: u64 = if head[MAGIC.len()] == 1 { 2 } else { 4 };
+        (&mut r).take(len_size).read_to_end(&mut head).map_err(io)?;
+        let Some(header_len) = header_length(&head, &name)? else {
+            return Err(NpyError::BadHeader { path: name.clone(), message: "file ends inside the header length".into() });
+        };
+        if header_len > MAX_HEADER {
+            return Err(NpyError::BadHeader {
+                path: name.clone(),
+                message: format!("header length is {header_len} bytes; a .npy header is at most {MAX_HEADER} here"),
+            });
+        }
+        (&mut r).take(header_len as u64).read_to_end(&mut head).map_err(io)?;
+        let (info, data_at) = parse_head(&head, &name, accept)?;
+        if let Some(len) = file_len {
+            let have = len.saturating_sub(data_at as u64);
+            if have < info.bytes as u64 {
+                return Err(NpyError::Truncated { path: name.clone(), expected: info.bytes, actual: have as usize });
+            }
+        }
+        Ok(NpyFile { name, reader: r, info, data_at, file_len })
+    }
+
+    pub fn dtype(&self) -> ElementType {
+        self.info.dtype
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.info.shape
+    }
+
+    /// Rows along the first dimension (1 for a 0-D array).
+    pub fn rows(&self) -> usize {
+        self.info.shape.first().copied().unwrap_or(1)
+    }
+
+    /// Bytes per first-dimension row.
+    pub fn row_bytes(&self) -> usize {
+        match self.info.shape.split_first() {
+            // Cannot overflow: the whole array's byte count did not.
+            Some((_, rest)) => rest.iter().product::<usize>() * self.info.dtype.size(),
+            None => self.info.dtype.size(),
+        }
+    }
+
+    /// Read rows `start..start + out.len() / row_bytes` into `out` (this
+    /// machine's byte order). `out`'s length must be a whole number of
+    /// rows; rows past the end are an error naming the range.
+    pub fn read_rows(&mut self, start: usize, out: &mut [u8]) -> Result<(), NpyError> {
+        use std::io::{Read as _, Seek as _, SeekFrom};
+        let rb = self.row_bytes();
+        let count = out.len().checked_div(rb).unwrap_or(0);
+        let end = start.saturating_add(count);
+        if (rb > 0 && !out.len().is_multiple_of(rb)) || end > self.rows() {
+            return Err(NpyError::RowsOutOfRange { path: self.name.clone(), start, end, rows: self.rows() });
+        }
+        let name = self.name.clone();
+        let io = |source| NpyError::Io { path: name.clone(), source };
+        let at = self.data_at as u64 + (start as u64) * rb as u64;
+        self.reader.seek(SeekFrom::Start(at)).map_err(io)?;
+        let mut got = 0;
+        while got < out.len() {
+            match self.reader.read(&mut out[got..]) {
+                Ok(0) => return Err(NpyError::Truncated { path: self.name.clone(), expected: out.len(), actual: got }),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io(e)),
+            }
+        }
+        swap_to_little_endian(out, self.info.dtype.size());
+        Ok(())
+    }
 }
 
 /// Parses `.npy` bytes held in memory; errors name the input `<memory>`.
@@ -194,7 +349,7 @@ pub fn parse_npy(bytes: &[u8]) -> Result<Tensor, NpyError> {
 }
 
 fn parse_npy_named(bytes: &[u8], name: &str) -> Result<Tensor, NpyError> {
-    let (info, data_at) = parse_head(bytes, name, Want::Field)?;
+    let (info, data_at) = parse_head(bytes, name, Accept::Fields)?;
     tensor_of(info, &bytes[data_at..], name)
 }
 
@@ -223,43 +378,10 @@ fn header_length(prefix: &[u8], name: &str) -> Result<Option<usize>, NpyError> {
     })
 }
 
-/// The element types a header may declare.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Elem {
-    Float(DType),
-    I32,
-    I64,
-}
-
-impl Elem {
-    fn size(self) -> usize {
-        match self {
-            Elem::Float(d) => d.size(),
-            Elem::I32 => 4,
-            Elem::I64 => 8,
-        }
-    }
-
-    fn descr(self) -> &'static str {
-        match self {
-            Elem::Float(DType::F32) => "<f4",
-            Elem::Float(DType::F64) => "<f8",
-            Elem::I32 => "<i4",
-            Elem::I64 => "<i8",
-        }
-    }
-}
-
-/// What the caller reads: a float field or integer ids.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Want {
-    Field,
-    Ids,
-}
-
 /// What a header says the data is.
+#[derive(Debug)]
 struct DataInfo {
-    elem: Elem,
+    dtype: ElementType,
     shape: Vec<usize>,
     /// Bytes of data the shape needs.
     bytes: usize,
@@ -267,7 +389,7 @@ struct DataInfo {
 
 /// Magic, version and header of `bytes` (which must hold at least the
 /// whole header): what the data is and where it starts.
-fn parse_head(bytes: &[u8], name: &str, want: Want) -> Result<(DataInfo, usize), NpyError> {
+fn parse_head(bytes: &[u8], name: &str, accept: Accept) -> Result<(DataInfo, usize), NpyError> {
     let bad = |message: String| NpyError::BadHeader { path: name.to_string(), message };
     let header_len = header_length(bytes, name)?.ok_or_else(|| bad("file ends inside the header length".into()))?;
     let header_start = if bytes[MAGIC.len()] == 1 { MAGIC.len() + 4 } else { MAGIC.len() + 6 };
@@ -281,40 +403,30 @@ fn parse_head(bytes: &[u8], name: &str, want: Want) -> Result<(DataInfo, usize),
     let header = std::str::from_utf8(header).map_err(|_| bad("header is not valid text".into()))?;
     let dict = parse_header(header).map_err(bad)?;
 
-    let elem = match dict.descr.as_str() {
-        "<f4" => Elem::Float(DType::F32),
-        "<f8" => Elem::Float(DType::F64),
-        "<i4" => Elem::I32,
-        "<i8" => Elem::I64,
-        other if want == Want::Field => {
-            return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: other.to_string() })
-        }
-        other => return Err(NpyError::IdsDtype { path: name.to_string(), found: other.to_string() }),
+    let dtype = match (ElementType::from_npy_descr(&dict.descr), accept) {
+        (Some(t @ (ElementType::F32 | ElementType::F64)), Accept::Fields)
+        | (Some(t @ (ElementType::I32 | ElementType::I64)), Accept::Ids)
+        | (Some(t), Accept::Arrays) => t,
+        (_, Accept::Fields) => return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: dict.descr }),
+        (_, Accept::Ids) => return Err(NpyError::IdsDtype { path: name.to_string(), found: dict.descr }),
+        (None, Accept::Arrays) => return Err(NpyError::UnsupportedArrayDtype { path: name.to_string(), found: dict.descr }),
     };
-    match (want, elem) {
-        (Want::Field, Elem::I32 | Elem::I64) => {
-            return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: dict.descr.clone() })
-        }
-        (Want::Ids, Elem::Float(_)) => return Err(NpyError::IdsDtype { path: name.to_string(), found: dict.descr.clone() }),
-        _ => {}
-    }
     if dict.fortran_order {
         return Err(NpyError::FortranOrder { path: name.to_string() });
     }
     let rank = dict.shape.len();
     // 0-D arrays are scalars (numpy writes them for `np.float32(2)`): scalar
     // parameters arrive that way.
-    if rank > 2 {
-        return Err(NpyError::UnsupportedRank { path: name.to_string(), shape: dict.shape, rank });
+    match accept {
+        Accept::Fields if rank > 2 => return Err(NpyError::UnsupportedRank { path: name.to_string(), shape: dict.shape, rank }),
+        Accept::Ids if rank != 1 => return Err(NpyError::IdsShape { path: name.to_string(), shape: dict.shape }),
+        Accept::Arrays if rank > MAX_ARRAY_DIMS => {
+            return Err(NpyError::TooManyDims { path: name.to_string(), shape: dict.shape, rank })
+        }
+        _ => {}
     }
-    if want == Want::Ids && rank != 1 {
-        return Err(NpyError::IdsShape { path: name.to_string(), shape: dict.shape });
-    }
-    let bytes_needed = element_count(&dict.shape)
-        .ok()
-        .and_then(|n| n.checked_mul(elem.size()))
-        .ok_or_else(|| NpyError::TooLarge { path: name.to_string(), shape: dict.shape.clone() })?;
-    Ok((DataInfo { elem, shape: dict.shape, bytes: bytes_needed }, header_start + header_len))
+    let bytes_needed = array_bytes(dtype, &dict.shape, name)?;
+    Ok((DataInfo { dtype, shape: dict.shape, bytes: bytes_needed }, header_start + header_len))
 }
 
 /// The tensor of `data`, which must be exactly the bytes `info` needs.
@@ -327,23 +439,21 @@ fn tensor_of(info: DataInfo, data: &[u8], name: &str) -> Result<Tensor, NpyError
         return Err(NpyError::TrailingBytes { path: name.to_string(), expected, extra: data.len() - expected });
     }
     let too_large = || NpyError::TooLarge { path: name.to_string(), shape: info.shape.clone() };
-    let tensor = match info.elem {
-        // `parse_head` refused integers for fields.
-        Elem::I32 | Elem::I64 => {
-            return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: info.elem.descr().to_string() })
-        }
-        Elem::Float(DType::F32) => {
+    let tensor = match info.dtype {
+        ElementType::F32 => {
             let mut v = Vec::new();
             v.try_reserve_exact(expected / 4).map_err(|_| too_large())?;
             v.extend(data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
             Tensor::from_f32(info.shape, v)
         }
-        Elem::Float(DType::F64) => {
+        ElementType::F64 => {
             let mut v = Vec::new();
             v.try_reserve_exact(expected / 8).map_err(|_| too_large())?;
             v.extend(data.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])));
             Tensor::from_f64(info.shape, v)
         }
+        // `Accept::Fields` admits floats only.
+        other => return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: other.npy_descr().into() }),
     };
     // The length was checked against the shape above, so this cannot fail;
     // map it anyway rather than unwrap.
@@ -361,13 +471,13 @@ fn ids_of(info: DataInfo, data: &[u8], name: &str) -> Result<Vec<i64>, NpyError>
     }
     let mut v = Vec::new();
     v.try_reserve_exact(info.shape[0]).map_err(|_| NpyError::TooLarge { path: name.to_string(), shape: info.shape.clone() })?;
-    match info.elem {
-        Elem::I64 => v.extend(data.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))),
-        Elem::I32 => v.extend(data.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))),
-        // `parse_head` refused floats for ids.
-        Elem::Float(_) => {
-            return Err(NpyError::IdsDtype { path: name.to_string(), found: info.elem.descr().to_string() });
+    match info.dtype {
+        ElementType::I64 => {
+            v.extend(data.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])))
         }
+        ElementType::I32 => v.extend(data.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))),
+        // `Accept::Ids` admits integers only.
+        other => return Err(NpyError::IdsDtype { path: name.to_string(), found: other.npy_descr().to_string() }),
     }
     Ok(v)
 }
@@ -553,11 +663,8 @@ fn encode_npy_named(tensor: &TensorView<'_>, name: &str) -> Result<Vec<u8>, NpyE
     if shape.len() != 1 && shape.len() != 2 {
         return Err(NpyError::WriteRank { path: name.to_string(), shape: shape.to_vec(), rank: shape.len() });
     }
-    let descr = match tensor.data() {
-        Data::F32(_) => "<f4",
-        Data::F64(_) => "<f8",
-    };
-    let mut out = npy_header(descr, shape, tensor.len() * tensor.dtype().size(), name)?;
+    let mut out = header_bytes(tensor.dtype().into(), shape, name)?;
+    out.reserve(tensor.len() * tensor.dtype().size());
     match tensor.data() {
         Data::F32(d) => d.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         Data::F64(d) => d.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
@@ -565,21 +672,15 @@ fn encode_npy_named(tensor: &TensorView<'_>, name: &str) -> Result<Vec<u8>, NpyE
     Ok(out)
 }
 
-/// The `.npy` bytes of a 1-D `<i8` array of ids.
-pub fn encode_npy_ids(ids: &[i64]) -> Result<Vec<u8>, NpyError> {
-    let mut out = npy_header("<i8", &[ids.len()], ids.len() * 8, MEMORY)?;
-    ids.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
-    Ok(out)
-}
-
-/// Magic, version, length and the padded header for `descr` and `shape`,
-/// with room for `data_bytes` more.
-fn npy_header(descr: &str, shape: &[usize], data_bytes: usize, name: &str) -> Result<Vec<u8>, NpyError> {
+/// Magic, version and header of an array of `dtype` and `shape` (version
+/// 1.0, padded so that the data starts at a multiple of 64 as numpy does;
+/// 2.0 only if the header does not fit 1.0).
+fn header_bytes(dtype: ElementType, shape: &[usize], name: &str) -> Result<Vec<u8>, NpyError> {
     let dims = match shape {
         [n] => format!("({n},)"),
         _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
     };
-    let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {dims}, }}");
+    let dict = format!("{{'descr': '{}', 'fortran_order': False, 'shape': {dims}, }}", dtype.npy_descr());
     // Pad with spaces so that magic + version + length + header is a multiple
     // of 64 (numpy aligns the data this way), ending in a newline.
     let encode = |len_bytes: usize| {
@@ -591,7 +692,7 @@ fn npy_header(descr: &str, shape: &[usize], data_bytes: usize, name: &str) -> Re
         header.push('\n');
         header
     };
-    let mut out = Vec::with_capacity(128 + data_bytes);
+    let mut out = Vec::with_capacity(128);
     out.extend_from_slice(MAGIC);
     let header = encode(2);
     if let Ok(len) = u16::try_from(header.len()) {
@@ -615,38 +716,156 @@ fn npy_header(descr: &str, shape: &[usize], data_bytes: usize, name: &str) -> Re
 pub fn write_npy(path: impl AsRef<Path>, tensor: &TensorView<'_>) -> Result<(), NpyError> {
     let path = path.as_ref();
     let bytes = encode_npy_named(tensor, &path.display().to_string())?;
-    write_atomically(path, &bytes)
+    let mut w = AtomicFile::create(path)?;
+    w.write(&bytes)?;
+    w.commit()
+}
+
+/// The `.npy` bytes of a 1-D `<i8` array of ids.
+pub fn encode_npy_ids(ids: &[i64]) -> Result<Vec<u8>, NpyError> {
+    let mut out = header_bytes(ElementType::I64, &[ids.len()], MEMORY)?;
+    out.reserve(ids.len() * 8);
+    ids.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+    Ok(out)
 }
 
 /// Writes ids as a 1-D `<i8` `.npy`, atomically as [`write_npy`].
 pub fn write_npy_ids(path: impl AsRef<Path>, ids: &[i64]) -> Result<(), NpyError> {
-    write_atomically(path.as_ref(), &encode_npy_ids(ids)?)
+    let bytes = encode_npy_ids(ids)?;
+    let mut w = AtomicFile::create(path.as_ref())?;
+    w.write(&bytes)?;
+    w.commit()
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), NpyError> {
-    let name = path.display().to_string();
-    let io = |source| NpyError::Io { path: name.clone(), source };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
-    tmp.write_all(bytes).map_err(io)?;
-    // Temp files start owner-only; a saved array is an ordinary file.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(io)?;
+/// Writes a general array atomically, as [`write_npy`] does.
+pub fn write_npy_array(path: impl AsRef<Path>, array: &NpyArray) -> Result<(), NpyError> {
+    let mut w = NpyWriter::create(path, array.dtype, &array.shape)?;
+    w.write(&array.data)?;
+    w.finish()
+}
+
+/// A file written under a temporary name in its destination's directory
+/// and renamed over the destination at [`AtomicFile::commit`] (after an
+/// fsync; the directory is fsynced after the rename), so that a crash, a
+/// full disk or an error leaves the old file or the new one, never a torn
+/// one. Dropped uncommitted, the temporary file is removed.
+struct AtomicFile {
+    name: String,
+    path: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    tmp: std::io::BufWriter<tempfile::NamedTempFile>,
+}
+
+impl AtomicFile {
+    fn create(path: &Path) -> Result<AtomicFile, NpyError> {
+        let name = path.display().to_string();
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => Path::new(".").to_path_buf(),
+        };
+        let tmp = tempfile::NamedTempFile::new_in(&dir).map_err(|source| NpyError::Io { path: name.clone(), source })?;
+        Ok(AtomicFile { name, path: path.to_path_buf(), dir, tmp: std::io::BufWriter::with_capacity(1 << 20, tmp) })
     }
-    tmp.as_file().sync_all().map_err(io)?;
-    tmp.persist(path).map_err(|e| io(e.error))?;
-    // Make the rename itself durable where the platform allows; some file
-    // systems refuse to sync a directory, which does not undo the write.
-    #[cfg(unix)]
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
+
+    fn io(&self, source: std::io::Error) -> NpyError {
+        NpyError::Io { path: self.name.clone(), source }
     }
-    Ok(())
+
+    fn write(&mut self, bytes: &[u8]) -> Result<(), NpyError> {
+        self.tmp.write_all(bytes).map_err(|e| self.io(e))
+    }
+
+    fn commit(self) -> Result<(), NpyError> {
+        let AtomicFile { name, path, dir, tmp } = self;
+        let io = |source| NpyError::Io { path: name.clone(), source };
+        let tmp = tmp.into_inner().map_err(|e| io(e.into_error()))?;
+        // Temp files start owner-only; a saved array is an ordinary file.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(io)?;
+        }
+        tmp.as_file().sync_all().map_err(io)?;
+        tmp.persist(&path).map_err(|e| io(e.error))?;
+        // Make the rename itself durable where the platform allows; some
+        // file systems refuse to sync a directory, which does not undo the
+        // write.
+        #[cfg(unix)]
+        if let Ok(d) = std::fs::File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+/// A general array written in pieces (rows as they arrive from ranks),
+/// atomically as [`write_npy`] writes: the header at
+/// [`NpyWriter::create`], the data by [`NpyWriter::write`] in this
+/// machine's byte order, and the rename at [`NpyWriter::finish`], which
+/// refuses a data length other than the shape's.
+pub struct NpyWriter {
+    file: AtomicFile,
+    dtype: ElementType,
+    shape: Vec<usize>,
+    expected: usize,
+    written: usize,
+}
+
+impl std::fmt::Debug for NpyWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NpyWriter({}, {} of {} bytes)", self.file.name, self.written, self.expected)
+    }
+}
+
+impl NpyWriter {
+    pub fn create(path: impl AsRef<Path>, dtype: ElementType, shape: &[usize]) -> Result<NpyWriter, NpyError> {
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        if shape.len() > MAX_ARRAY_DIMS {
+            return Err(NpyError::TooManyDims { path: name, shape: shape.to_vec(), rank: shape.len() });
+        }
+        let expected = array_bytes(dtype, shape, &name)?;
+        let header = header_bytes(dtype, shape, &name)?;
+        let mut file = AtomicFile::create(path)?;
+        file.write(&header)?;
+        Ok(NpyWriter { file, dtype, shape: shape.to_vec(), expected, written: 0 })
+    }
+
+    /// Append elements' bytes (this machine's byte order; whole elements).
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), NpyError> {
+        let written = self.written.saturating_add(bytes.len());
+        if written > self.expected || !bytes.len().is_multiple_of(self.dtype.size()) {
+            return Err(NpyError::WrongDataLength {
+                path: self.file.name.clone(),
+                shape: self.shape.clone(),
+                dtype: self.dtype,
+                expected: self.expected,
+                written,
+            });
+        }
+        self.written = written;
+        if cfg!(target_endian = "big") {
+            let mut le = bytes.to_vec();
+            swap_to_little_endian(&mut le, self.dtype.size());
+            self.file.write(&le)
+        } else {
+            self.file.write(bytes)
+        }
+    }
+
+    /// Check the length, sync and rename over the destination.
+    pub fn finish(self) -> Result<(), NpyError> {
+        if self.written != self.expected {
+            return Err(NpyError::WrongDataLength {
+                path: self.file.name.clone(),
+                shape: self.shape,
+                dtype: self.dtype,
+                expected: self.expected,
+                written: self.written,
+            });
+        }
+        self.file.commit()
+    }
 }
 
 #[cfg(test)]

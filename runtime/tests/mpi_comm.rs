@@ -12,6 +12,10 @@
 //! the ranks agree on the failures, rank 0 prints the summary, and every
 //! rank exits non-zero if any rank saw one.
 
+#[path = "common/checks.rs"]
+mod checks;
+
+use checks::Checks;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,24 +23,6 @@ use std::time::Instant;
 use tiga_runtime::comm::{launched_by_mpirun, CommError, Communicator, Mpi};
 
 /// A check's outcomes on this rank.
-struct Checks {
-    rank: usize,
-    failed: Vec<String>,
-    passed: usize,
-}
-
-impl Checks {
-    fn check(&mut self, name: &str, ok: bool, detail: impl FnOnce() -> String) {
-        if ok {
-            self.passed += 1;
-        } else {
-            let msg = format!("rank {}: {name}: {}", self.rank, detail());
-            eprintln!("FAIL {msg}");
-            self.failed.push(msg);
-        }
-    }
-}
-
 /// The bytes rank `from` sends rank `to` in exchange `round`: a length that
 /// is zero for some pairs, and contents that name the pair.
 fn message(from: usize, to: usize, round: usize, unit: usize) -> Vec<u8> {
@@ -262,17 +248,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut t = Checks { rank: world.rank(), failed: Vec::new(), passed: 0 };
+    let mut t = Checks::new(world.rank());
     let started = Instant::now();
     run(&world, &chunked, &mut t);
-    let failures = world.all_gather_bytes(&(t.failed.len() as u64).to_le_bytes());
-    let total: u64 = match &failures {
-        Ok(all) => all.iter().map(|b| <[u8; 8]>::try_from(b.as_slice()).map(u64::from_le_bytes).unwrap_or(1)).sum(),
-        Err(e) => {
-            eprintln!("mpi_comm: gathering the verdicts failed: {e}");
-            1
-        }
-    };
+    let total = t.total_failures(&world);
     if world.rank() == 0 {
         println!(
             "mpi_comm on {} rank(s) ({}): {} checks passed on rank 0, {total} failure(s) on all ranks, {:.2} s",

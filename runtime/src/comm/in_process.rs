@@ -16,7 +16,8 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{CommError, Communicator, Pending, PendingExchange};
+use super::shared::{packed_segments, HeapBlock, SharedBacking};
+use super::{CommError, Communicator, Pending, PendingExchange, SharedMemory};
 
 /// A message between ranks: its group (a split makes a new one), its
 /// collective's number within that group, and its sender's world rank.
@@ -48,6 +49,31 @@ struct World {
     /// Each world rank's host, for [`Communicator::split_local`].
     hosts: Vec<usize>,
     timeout: Duration,
+    /// Shared allocations being handed out, by (group, collective number):
+    /// the first rank to arrive allocates, each takes the block, the last
+    /// removes the entry.
+    shared: Mutex<HashMap<(u64, u64), Handout>>,
+}
+
+/// A shared block being handed out, and how many ranks took it.
+type Handout = (Arc<HeapBlock>, usize);
+
+/// An in-process group's shared block: ordering comes from the fence's
+/// barrier (channel messages), so `sync` has nothing to do.
+struct HeapShared(#[allow(dead_code)] Arc<HeapBlock>);
+
+impl SharedBacking for HeapShared {
+    fn sync(&self) -> Result<(), CommError> {
+        Ok(())
+    }
+}
+
+/// A 64-bit mix (splitmix64's finalizer), so that group ids made from
+/// (parent, split number, colour) do not collide by arithmetic accident.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// A rank of an in-process world (see the module doc). Build the world with
@@ -86,7 +112,7 @@ impl InProcess {
     /// message.
     pub fn world_on_hosts(hosts: &[usize], timeout: Duration) -> Vec<InProcess> {
         let (senders, receivers): (Vec<_>, Vec<_>) = hosts.iter().map(|_| channel()).unzip();
-        let world = Arc::new(World { senders, hosts: hosts.to_vec(), timeout });
+        let world = Arc::new(World { senders, hosts: hosts.to_vec(), timeout, shared: Mutex::new(HashMap::new()) });
         let members = Arc::new((0..hosts.len()).collect::<Vec<_>>());
         receivers
             .into_iter()
@@ -110,9 +136,17 @@ impl InProcess {
     /// panics drops its communicator, so its peers fail rather than wait;
     /// its panic is returned as a [`CommError::PeerFailed`] of its own.
     pub fn run<T: Send>(size: usize, f: impl Fn(InProcess) -> T + Sync) -> Vec<Result<T, CommError>> {
+        Self::run_on_hosts(&vec![0; size], f)
+    }
+
+    /// [`InProcess::run`] on a world whose rank `r` runs on host
+    /// `hosts[r]` (simulated nodes: `&[0, 0, 1, 1]` is two nodes of two
+    /// ranks), each rank waiting at most 60 s for a message.
+    pub fn run_on_hosts<T: Send>(hosts: &[usize], f: impl Fn(InProcess) -> T + Sync) -> Vec<Result<T, CommError>> {
         let f = &f;
         std::thread::scope(|s| {
-            let handles: Vec<_> = InProcess::world(size).into_iter().map(|c| s.spawn(move || f(c))).collect();
+            let handles: Vec<_> =
+                InProcess::world_on_hosts(hosts, Duration::from_secs(60)).into_iter().map(|c| s.spawn(move || f(c))).collect();
             handles
                 .into_iter()
                 .enumerate()
@@ -298,17 +332,34 @@ impl Communicator for InProcess {
     }
 
     fn split_local(&self) -> Result<Arc<dyn Communicator>, CommError> {
-        // Every member derives the same new group id from the parent's and
-        // the split's number; the barrier keeps the split collective.
-        self.barrier()?;
-        let k = self.splits.fetch_add(1, Ordering::SeqCst) + 1;
-        let host = self.world.hosts[self.world_rank];
-        let members: Vec<usize> = self.members.iter().copied().filter(|&w| self.world.hosts[w] == host).collect();
+        self.split(self.world.hosts[self.world_rank], self.rank)
+    }
+
+    fn split(&self, color: usize, key: usize) -> Result<Arc<dyn Communicator>, CommError> {
+        let mut mine = Vec::with_capacity(16);
+        mine.extend_from_slice(&(color as u64).to_le_bytes());
+        mine.extend_from_slice(&(key as u64).to_le_bytes());
+        let all = self.all_gather_bytes(&mine)?;
+        let mut same: Vec<(u64, usize)> = Vec::new();
+        for (p, b) in all.iter().enumerate() {
+            let (c, k) = match super::read_u64s(b).as_deref() {
+                Some(&[c, k]) => (c, k),
+                _ => return Err(CommError::WrongSize { peer: p, during: "a split".into(), expected: 16, got: b.len() }),
+            };
+            if c == color as u64 {
+                same.push((k, p));
+            }
+        }
+        same.sort_unstable();
+        let members: Vec<usize> = same.iter().map(|&(_, p)| self.members[p]).collect();
         let rank = members
             .iter()
             .position(|&w| w == self.world_rank)
             .ok_or_else(|| CommError::Usage("a rank not in its own group".into()))?;
-        let group = self.group.wrapping_mul(1_000_003).wrapping_add(k).wrapping_add(host as u64 * 7919);
+        // Every member derives the same id from the parent's, the split's
+        // number and the colour.
+        let k = self.splits.fetch_add(1, Ordering::SeqCst) + 1;
+        let group = mix(mix(mix(self.group) ^ k) ^ color as u64);
         Ok(Arc::new(InProcess {
             world: self.world.clone(),
             inbox: self.inbox.clone(),
@@ -320,6 +371,51 @@ impl Communicator for InProcess {
             splits: AtomicU64::new(0),
             owner: false,
         }))
+    }
+
+    fn allocate_shared(&self, bytes: usize) -> Result<SharedMemory, CommError> {
+        let hosts: Vec<usize> = self.members.iter().map(|&w| self.world.hosts[w]).collect();
+        if hosts.iter().any(|&h| h != hosts[0]) {
+            return Err(CommError::Usage(format!(
+                "shared memory needs every rank of the group on one host; these ranks run on hosts {hosts:?}"
+            )));
+        }
+        // Every member names the allocation by the number of the all-gather
+        // that follows, the same on all of them.
+        let key = (self.group, self.seq.load(Ordering::SeqCst));
+        let all = self.all_gather_bytes(&(bytes as u64).to_le_bytes())?;
+        let mut sizes = Vec::with_capacity(all.len());
+        for (p, b) in all.iter().enumerate() {
+            let size = match super::read_u64s(b).as_deref() {
+                Some(&[n]) => usize::try_from(n).ok(),
+                _ => None,
+            };
+            sizes.push(size.ok_or(CommError::WrongSize {
+                peer: p,
+                during: "a shared allocation".into(),
+                expected: 8,
+                got: b.len(),
+            })?);
+        }
+        let total = sizes.iter().try_fold(0usize, |a, &b| a.checked_add(b));
+        let total = total.ok_or_else(|| CommError::Usage("the shared allocation's total size overflows".into()))?;
+        let block = {
+            let mut table =
+                self.world.shared.lock().map_err(|_| CommError::Usage("the shared-allocation table lock is poisoned".into()))?;
+            let (block, taken) = match table.remove(&key) {
+                Some(e) => e,
+                None => (Arc::new(HeapBlock::zeroed(total)?), 0),
+            };
+            if taken + 1 < self.size() {
+                table.insert(key, (block.clone(), taken + 1));
+            }
+            block
+        };
+        // Laid end to end, as MPI lays a shared window's segments by default.
+        let segments = packed_segments(block.addr(), &sizes);
+        // SAFETY: every segment lies inside `block`, which the backing keeps
+        // alive, allocated for reads and writes.
+        Ok(unsafe { SharedMemory::new(segments, self.rank, Box::new(HeapShared(block))) })
     }
 
     fn engine(&self) -> String {

@@ -4,8 +4,11 @@
 //! variable-count all-to-all of bytes that can be left in flight while
 //! rows that need no remote data compute (the halo exchange), an all-gather
 //! (setup checks, and the fixed-order all-reduce built on it), a barrier,
-//! and a split into node-local groups. [`Communicator`] is that contract;
-//! two engines implement it:
+//! and a split into node-local groups. Partitioned tensors
+//! (`crate::partitioned`) add two: a split by colour (the cross-node group
+//! of [`NodeGroups`]) and memory shared by the ranks of one node
+//! ([`SharedMemory`]). [`Communicator`] is that contract; two engines
+//! implement it:
 //!
 //! - [`InProcess`]: ranks as threads of one process, over channels. It is
 //!   what the default test suite and the single-binary examples use, and it
@@ -22,21 +25,30 @@
 //! peer that went away, a message of the wrong size, a wait that timed
 //! out. None of them panics or hangs.
 //!
+//! Nodes can be simulated on one host, so that the cross-node paths run in
+//! tests: `InProcess::world_on_hosts` gives each rank a host number, and
+//! `Mpi::init` reads `TIGA_RANKS_PER_NODE` (consecutive world ranks in
+//! groups of that many, within each real host) — see [`NodeGroups`].
+//!
 //! All-reduce sums in rank order on every rank (gather every contribution,
 //! then add them 0, 1, 2, ...), so every rank holds the same bits whatever
 //! the timing: parameter gradients of a sharded backward must not depend on
 //! which message arrived first.
 
+mod groups;
 mod in_process;
 #[cfg(feature = "mpi")]
 mod mpi;
+mod shared;
 
 use std::fmt;
 use std::sync::Arc;
 
 #[cfg(feature = "mpi")]
-pub use self::mpi::{Mpi, DEFAULT_MAX_MESSAGE_BYTES};
+pub use self::mpi::{Mpi, DEFAULT_MAX_MESSAGE_BYTES, RANKS_PER_NODE_VAR};
+pub use groups::NodeGroups;
 pub use in_process::InProcess;
+pub use shared::{SharedBacking, SharedMemory};
 
 /// Whether this process was started by an MPI launcher (`mpirun`,
 /// `mpiexec`, `srun`), judged from the environment the launcher sets and
@@ -130,6 +142,18 @@ pub trait Communicator: Send + Sync + fmt::Debug {
     /// their own, ranked in this communicator's order.
     fn split_local(&self) -> Result<Arc<dyn Communicator>, CommError>;
 
+    /// The ranks that passed the same `color`, as a communicator of their
+    /// own, ranked by (`key`, rank in this communicator). Collective: every
+    /// rank calls it (with its own colour and key).
+    fn split(&self, color: usize, key: usize) -> Result<Arc<dyn Communicator>, CommError>;
+
+    /// Memory shared by the ranks of this communicator, which must all run
+    /// on one host: each rank asks for `bytes` (zeroed), and every rank can
+    /// address every rank's segment ([`SharedMemory`]). Collective. An MPI
+    /// communicator spanning hosts is refused by the library
+    /// ([`CommError::Mpi`]); use it on [`Communicator::split_local`]'s group.
+    fn allocate_shared(&self, bytes: usize) -> Result<SharedMemory, CommError>;
+
     /// A name for messages and `explain` ("in-process", "MPI (Open MPI 4.1)").
     fn engine(&self) -> String;
 
@@ -209,6 +233,20 @@ pub fn all_reduce<T: Summable, C: Communicator + ?Sized>(comm: &C, data: &mut [T
         *x = acc;
     }
     Ok(())
+}
+
+/// `bytes` as little-endian u64s, or `None` when its length is not a
+/// multiple of 8 (a peer's message of the wrong size).
+pub fn read_u64s(bytes: &[u8]) -> Option<Vec<u64>> {
+    if !bytes.len().is_multiple_of(8) {
+        return None;
+    }
+    Some(bytes.chunks_exact(8).map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect())
+}
+
+/// `values` as little-endian bytes (what [`read_u64s`] reads).
+pub fn write_u64s(values: &[u64]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
 /// Check that every rank holds the same `value` for `what` (a graph's or

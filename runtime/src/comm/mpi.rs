@@ -45,6 +45,19 @@
 //! [`DEFAULT_MAX_MESSAGE_BYTES`] (see [`Mpi::set_max_message_bytes`]), and
 //! the all-gather goes in rounds whose total stays under that bound.
 //!
+//! # Nodes
+//!
+//! [`Communicator::split_local`] groups the ranks that share memory
+//! (`MPI_Comm_split_type` with `MPI_COMM_TYPE_SHARED`). With
+//! `TIGA_RANKS_PER_NODE=k` in the environment (read by [`Mpi::init`]),
+//! each such group is cut further into simulated nodes of consecutive
+//! world ranks, world rank `w` on node `w / k`: two-level schemes then take
+//! their cross-node path on one host, as tests and `.ci/mpi-suite` need.
+//! [`Communicator::allocate_shared`] maps one `MPI_Win_allocate_shared`
+//! window, held in a passive-target epoch (`MPI_Win_lock_all`) for its
+//! whole life, so that a fence is `MPI_Win_sync`, a barrier,
+//! `MPI_Win_sync` (the "unified" memory model of shared windows).
+//!
 //! # Failures
 //!
 //! Errors of MPI calls come back as [`CommError::Mpi`] (the communicators
@@ -62,11 +75,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use ::mpi::environment::{Threading, Universe};
 use ::mpi::ffi;
 
-use super::{CommError, Communicator, Pending, PendingExchange};
+use super::{CommError, Communicator, Pending, PendingExchange, SharedBacking, SharedMemory};
 
 /// The largest piece a message is sent in, and the bound on one round of an
 /// all-gather: 1 GiB, under `i32::MAX`.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;
+
+/// The environment variable that groups ranks into simulated nodes (see
+/// the module doc).
+pub const RANKS_PER_NODE_VAR: &str = "TIGA_RANKS_PER_NODE";
 
 /// Point-to-point tags cycle through `0..TAG_SPAN` (MPI guarantees tags up
 /// to 32767).
@@ -138,6 +155,10 @@ pub struct Mpi {
     comm: Arc<Comm>,
     rank: usize,
     size: usize,
+    /// This process's rank in `MPI_COMM_WORLD` (for simulated nodes).
+    world_rank: usize,
+    /// Simulated nodes of this many consecutive world ranks, if asked for.
+    ranks_per_node: Option<usize>,
     /// Exchanges started on this communicator, for their tags.
     exchanges: AtomicU64,
     max_message: usize,
@@ -182,7 +203,23 @@ impl Mpi {
     /// messages never mix with other users of MPI in the process. Without a
     /// launcher, the process is a world of one rank. Collective: every rank
     /// calls it, as often as the others.
+    ///
+    /// `TIGA_RANKS_PER_NODE=k` (a positive integer) makes
+    /// [`Communicator::split_local`] group world ranks into simulated
+    /// nodes of `k` (see the module doc); another value is an error.
     pub fn init() -> Result<Mpi, CommError> {
+        let ranks_per_node = match std::env::var(RANKS_PER_NODE_VAR) {
+            Err(std::env::VarError::NotPresent) => None,
+            Ok(v) => match v.trim().parse::<usize>() {
+                Ok(k) if k > 0 => Some(k),
+                _ => {
+                    return Err(CommError::Usage(format!(
+                        "{RANKS_PER_NODE_VAR}={v:?}: wants a positive number of ranks per node"
+                    )))
+                }
+            },
+            Err(e) => return Err(CommError::Usage(format!("{RANKS_PER_NODE_VAR}: {e}"))),
+        };
         let mut slot = SESSION.lock().unwrap_or_else(PoisonError::into_inner);
         let session = match slot.upgrade() {
             Some(s) => s,
@@ -215,12 +252,20 @@ impl Mpi {
             check(unsafe { ffi::MPI_Comm_dup(ffi::RSMPI_COMM_WORLD, &mut raw) }, "MPI_Comm_dup")?;
             raw
         };
-        Mpi::adopt(raw, session)
+        let mut world = Mpi::adopt(raw, session, 0, ranks_per_node)?;
+        world.world_rank = world.rank;
+        Ok(world)
     }
 
     /// Wrap a communicator this engine created: set it to return errors,
-    /// and read its rank and size.
-    fn adopt(raw: ffi::MPI_Comm, session: Arc<Session>) -> Result<Mpi, CommError> {
+    /// and read its rank and size. `world_rank` and `ranks_per_node` are
+    /// the parent's.
+    fn adopt(
+        raw: ffi::MPI_Comm,
+        session: Arc<Session>,
+        world_rank: usize,
+        ranks_per_node: Option<usize>,
+    ) -> Result<Mpi, CommError> {
         let comm = Arc::new(Comm { raw, session });
         let _calls = comm.session.lock();
         let (mut rank, mut size) = (0, 0);
@@ -234,7 +279,15 @@ impl Mpi {
         drop(_calls);
         let rank = usize::try_from(rank).map_err(|_| CommError::Mpi(format!("MPI gave the rank {rank}")))?;
         let size = usize::try_from(size).map_err(|_| CommError::Mpi(format!("MPI gave the size {size}")))?;
-        Ok(Mpi { comm, rank, size, exchanges: AtomicU64::new(0), max_message: DEFAULT_MAX_MESSAGE_BYTES })
+        Ok(Mpi {
+            comm,
+            rank,
+            size,
+            world_rank,
+            ranks_per_node,
+            exchanges: AtomicU64::new(0),
+            max_message: DEFAULT_MAX_MESSAGE_BYTES,
+        })
     }
 
     /// Send messages in pieces of at most `bytes` bytes (default
@@ -252,6 +305,13 @@ impl Mpi {
 
     fn raw(&self) -> ffi::MPI_Comm {
         self.comm.raw
+    }
+
+    /// A communicator split from this one, with this one's settings.
+    fn child(&self, raw: ffi::MPI_Comm) -> Result<Mpi, CommError> {
+        let mut c = Mpi::adopt(raw, self.comm.session.clone(), self.world_rank, self.ranks_per_node)?;
+        c.max_message = self.max_message;
+        Ok(c)
     }
 
     /// Start an exchange's collectives: the nonblocking all-to-all of the
@@ -296,6 +356,56 @@ impl Mpi {
 fn comm_null() -> ffi::MPI_Comm {
     // SAFETY: a constant handle exported by the mpi-sys shim, never written.
     unsafe { ffi::RSMPI_COMM_NULL }
+}
+
+/// `MPI_WIN_NULL`, read from the bindings' extern static.
+fn win_null() -> ffi::MPI_Win {
+    // SAFETY: a constant handle exported by the mpi-sys shim, never written.
+    unsafe { ffi::RSMPI_WIN_NULL }
+}
+
+/// A shared-memory window: the backing of [`Mpi`]'s [`SharedMemory`].
+struct Window {
+    win: ffi::MPI_Win,
+    /// Keeps MPI initialized until the window is freed.
+    session: Arc<Session>,
+    /// Whether the lock_all epoch is open (unlocked before the free).
+    locked: bool,
+}
+
+// SAFETY: a window handle may be used from any thread at
+// MPI_THREAD_SERIALIZED when calls do not overlap; every use holds the
+// session's lock.
+unsafe impl Send for Window {}
+// SAFETY: as for Send.
+unsafe impl Sync for Window {}
+
+impl SharedBacking for Window {
+    fn sync(&self) -> Result<(), CommError> {
+        let _calls = self.session.lock();
+        // SAFETY: a valid window in a lock_all epoch.
+        check(unsafe { ffi::MPI_Win_sync(self.win) }, "MPI_Win_sync")
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // MPI_Win_free waits for the group, which may be waiting for
+            // this rank elsewhere; the session's drop aborts the job.
+            return;
+        }
+        let _calls = self.session.lock();
+        // SAFETY: a valid window this engine allocated and nobody else
+        // frees; collective over its group, which frees it in the same
+        // order (see the shared module's doc). A failure leaks it.
+        unsafe {
+            if self.locked {
+                ffi::MPI_Win_unlock_all(self.win);
+            }
+            ffi::MPI_Win_free(&mut self.win);
+        }
+    }
 }
 
 /// `MPI_REQUEST_NULL`, read from the bindings' extern static.
@@ -587,9 +697,87 @@ impl Communicator for Mpi {
             check(code, "MPI_Comm_split_type")?;
             raw
         };
-        let mut local = Mpi::adopt(raw, self.comm.session.clone())?;
-        local.max_message = self.max_message;
-        Ok(Arc::new(local))
+        let host = self.child(raw)?;
+        match self.ranks_per_node {
+            // Simulated nodes: cut the host's group by world rank.
+            Some(k) => host.split(self.world_rank / k, host.rank),
+            None => Ok(Arc::new(host)),
+        }
+    }
+
+    fn split(&self, color: usize, key: usize) -> Result<Arc<dyn Communicator>, CommError> {
+        let raw = {
+            let _calls = self.comm.session.lock();
+            let mut raw = comm_null();
+            let color = count(color, "a split colour")?;
+            let key = count(key, "a split key")?;
+            // SAFETY: a valid communicator; `raw` receives the new handle.
+            check(unsafe { ffi::MPI_Comm_split(self.raw(), color, key, &mut raw) }, "MPI_Comm_split")?;
+            raw
+        };
+        Ok(Arc::new(self.child(raw)?))
+    }
+
+    fn allocate_shared(&self, bytes: usize) -> Result<SharedMemory, CommError> {
+        let size = ffi::MPI_Aint::try_from(bytes)
+            .map_err(|_| CommError::Usage(format!("a shared segment of {bytes} bytes does not fit an MPI size")))?;
+        let _calls = self.comm.session.lock();
+        let mut win = win_null();
+        let mut base: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a valid communicator; `base` and `win` receive the
+        // segment's address and the window's handle (displacement unit 1,
+        // no info: segments contiguous in rank order).
+        let code = unsafe {
+            ffi::MPI_Win_allocate_shared(
+                size,
+                1,
+                ffi::RSMPI_INFO_NULL,
+                self.raw(),
+                &mut base as *mut *mut c_void as *mut c_void,
+                &mut win,
+            )
+        };
+        check(code, "MPI_Win_allocate_shared")?;
+        let window = Window { win, session: self.comm.session.clone(), locked: false };
+        let mut segments = Vec::with_capacity(self.size);
+        for r in 0..self.size {
+            let (mut len, mut unit, mut at): (ffi::MPI_Aint, c_int, *mut c_void) = (0, 0, std::ptr::null_mut());
+            // SAFETY: a valid window; the outputs are locals.
+            let code = unsafe {
+                ffi::MPI_Win_shared_query(
+                    window.win,
+                    count(r, "a rank")?,
+                    &mut len,
+                    &mut unit,
+                    &mut at as *mut *mut c_void as *mut c_void,
+                )
+            };
+            check(code, "MPI_Win_shared_query")?;
+            let len = usize::try_from(len).map_err(|_| CommError::Mpi(format!("rank {r}'s shared segment has size {len}")))?;
+            segments.push((if len == 0 { 0 } else { at as usize }, len));
+        }
+        let mut window = window;
+        // SAFETY: a valid window, not yet locked; NOCHECK: no rank locks it
+        // exclusively, ever.
+        check(unsafe { ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, window.win) }, "MPI_Win_lock_all")?;
+        window.locked = true;
+        // Zero this rank's segment (MPI leaves it undefined), then let every
+        // rank see every zero before anyone writes.
+        let (own, len) = segments[self.rank];
+        if len > 0 {
+            // SAFETY: this rank's segment, `len` writable bytes of the window.
+            unsafe { std::ptr::write_bytes(own as *mut u8, 0, len) };
+        }
+        // SAFETY: a valid window in a lock_all epoch; the communicator is
+        // valid; blocking.
+        unsafe {
+            check(ffi::MPI_Win_sync(window.win), "MPI_Win_sync")?;
+            check(ffi::MPI_Barrier(self.raw()), "MPI_Barrier")?;
+            check(ffi::MPI_Win_sync(window.win), "MPI_Win_sync")?;
+        }
+        // SAFETY: every segment is memory of the window, mapped in this
+        // process for reads and writes while the window (the backing) lives.
+        Ok(unsafe { SharedMemory::new(segments, self.rank, Box::new(window)) })
     }
 
     fn engine(&self) -> String {
