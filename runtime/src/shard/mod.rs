@@ -55,6 +55,8 @@ pub enum ShardError {
     Malformed { peer: usize, what: String },
     #[error("{0}")]
     Usage(String),
+    #[error(transparent)]
+    Partitioned(#[from] crate::partitioned::PartitionedError),
 }
 
 /// How to cut a graph across ranks.
@@ -273,6 +275,79 @@ impl Sharded {
     }
     /// The destination rows this rank owns, as user ids, increasing: the
     /// order of its outputs and of per-rank destination inputs.
+    /// This rank's rows of a field held in a partitioned tensor (WholeMemory
+    /// style): the rows of the role's owned ids, gathered by user id, in
+    /// the owned order a sharded call takes a field in. Given to a call as
+    /// that field, the run is the one with the dense field, bit for bit:
+    /// ghosts then travel through the halo as for any field. Collective
+    /// over the tensor's ranks.
+    pub fn rows_from(
+        &self,
+        role: crate::storage::FieldRole,
+        t: &crate::partitioned::PartitionedTensor,
+    ) -> Result<crate::Tensor, ShardError> {
+        use crate::element::ElementType;
+        let ids = self.owned_ids(role);
+        if t.shape().first().copied() != Some(self.role_rows(role)) {
+            return Err(ShardError::Usage(format!(
+                "a partitioned tensor of shape {:?} for a field with {} rows",
+                t.shape(),
+                self.role_rows(role)
+            )));
+        }
+        let mut shape = vec![ids.len()];
+        shape.extend_from_slice(&t.shape()[1..]);
+        let bad = |e: crate::TensorError| ShardError::Usage(e.to_string());
+        match t.dtype() {
+            ElementType::F32 => crate::Tensor::from_f32(shape, t.gather::<f32>(&ids)?).map_err(bad),
+            ElementType::F64 => crate::Tensor::from_f64(shape, t.gather::<f64>(&ids)?).map_err(bad),
+            other => Err(ShardError::Usage(format!("a kernel field is f32 or f64; this partitioned tensor holds {other:?}"))),
+        }
+    }
+
+    /// Writes this rank's owned rows (a sharded call's output or gradient
+    /// of `role`, in owned order) into a partitioned tensor by user id.
+    /// Collective over the tensor's ranks.
+    pub fn rows_into(
+        &self,
+        role: crate::storage::FieldRole,
+        rows: &crate::Tensor,
+        t: &crate::partitioned::PartitionedTensor,
+    ) -> Result<(), ShardError> {
+        let ids = self.owned_ids(role);
+        if rows.shape().first().copied() != Some(ids.len()) {
+            return Err(ShardError::Usage(format!(
+                "{} rows for this rank's {} owned rows",
+                rows.shape().first().unwrap_or(&0),
+                ids.len()
+            )));
+        }
+        match rows.data() {
+            crate::Data::F32(d) => t.scatter(&ids, d)?,
+            crate::Data::F64(d) => t.scatter(&ids, d)?,
+        }
+        Ok(())
+    }
+
+    fn owned_ids(&self, role: crate::storage::FieldRole) -> Vec<i64> {
+        use crate::storage::FieldRole;
+        match role {
+            FieldRole::Src => self.owned_src().iter().map(|&i| i64::from(i)).collect(),
+            FieldRole::Dst => self.owned_dst().iter().map(|&i| i64::from(i)).collect(),
+            FieldRole::Edge => self.owned_edges().iter().map(|&e| e as i64).collect(),
+        }
+    }
+
+    fn role_rows(&self, role: crate::storage::FieldRole) -> usize {
+        use crate::storage::FieldRole;
+        let l = self.local();
+        match role {
+            FieldRole::Src => l.num_src,
+            FieldRole::Dst => l.num_dst,
+            FieldRole::Edge => l.num_edges,
+        }
+    }
+
     pub fn owned_dst(&self) -> &[u32] {
         &self.plan.local.rows[..self.plan.local.owned_rows]
     }
