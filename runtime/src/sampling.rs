@@ -160,6 +160,19 @@ fn choose(d: usize, fanout: i64, weights: Option<&[f64]>, stream: &mut Stream) -
     chosen
 }
 
+/// Row `k` of a page (counted from its first row): its sources and user
+/// edge ids (a page without ids numbers edges by position).
+fn page_row(v: &crate::exec::PageView<'_>, k: usize) -> Row {
+    let base = v.offsets.first().copied().unwrap_or(0);
+    let (s, e) = (v.offsets[k], v.offsets[k + 1]);
+    let local = (s - base) as usize..(e - base) as usize;
+    let ids = match v.edge_ids {
+        Some(ids) => ids[local.clone()].to_vec(),
+        None => (s..e).collect(),
+    };
+    Row { cols: v.cols[local].to_vec(), ids }
+}
+
 /// Rows of a paged graph read per block in [`RowReader::prefetch`].
 const PREFETCH_BLOCK: usize = 4096;
 
@@ -205,16 +218,8 @@ impl<'r> RowReader<'r> {
             let rows = block * PREFETCH_BLOCK..((block + 1) * PREFETCH_BLOCK).min(num_rows);
             let page = p.page(rows.clone())?;
             let v = page.view();
-            let base = v.offsets.first().copied().unwrap_or(0);
             while at < wanted.len() && (wanted[at] as usize) < rows.end {
-                let i = wanted[at] as usize - rows.start;
-                let (s, e) = (v.offsets[i], v.offsets[i + 1]);
-                let local = (s - base) as usize..(e - base) as usize;
-                let ids = match v.edge_ids {
-                    Some(ids) => ids[local.clone()].to_vec(),
-                    None => (s..e).collect(),
-                };
-                out.insert(wanted[at], Row { cols: v.cols[local].to_vec(), ids });
+                out.insert(wanted[at], page_row(&v, wanted[at] as usize - rows.start));
                 at += 1;
             }
         }
@@ -248,15 +253,7 @@ impl<'r> RowReader<'r> {
             }
             Rows::Pages(p) => {
                 let page = p.page(i..i + 1)?;
-                let v = page.view();
-                let base = v.offsets.first().copied().unwrap_or(0);
-                let (s, e) = (v.offsets[0], v.offsets[1]);
-                let local = (s - base) as usize..(e - base) as usize;
-                let ids = match v.edge_ids {
-                    Some(ids) => ids[local.clone()].to_vec(),
-                    None => (s..e).collect(),
-                };
-                Ok(Row { cols: v.cols[local].to_vec(), ids })
+                Ok(page_row(&page.view(), 0))
             }
             Rows::Generated(_) => Err(SampleError::Generated),
         }
