@@ -1,19 +1,29 @@
 //! Link prediction through a graph store: 2 storage servers and 2 compute
 //! ranks on loopback.
 //!
+//! ```text
+//! cargo run --release -p tiga-graph-store --example graph_store_link_prediction
+//! cargo build --release -p tiga-graph-store --features mpi --example graph_store_link_prediction
+//! mpirun -n 2 target/release/examples/graph_store_link_prediction
+//! ```
+//!
 //! - The graph: a stochastic block model of 20,000 nodes in two
 //!   communities (each node links to 3 random nodes of its own community
 //!   and, one time in ten, to one of the other; every link both ways),
 //!   written as a `.gfg` and served by two storage servers (ranks 0 and 1
-//!   of 2, in-process here, as `tigac serve` runs them), which also make
-//!   the node-anchor link split (80/10/10, by anchor).
-//! - Two compute ranks (threads here: each its own [`RemoteDataset`], as a
-//!   separate process would hold) each take their anchors of the train
-//!   split ([`AblpLoader`]: anchors, their positive labels, 4 random
-//!   negatives each), sample one hop of neighbours through the store.
-//! - The model: a node embedding table (64 wide) with lazy Adam (only the
-//!   rows a batch touches move; a plain dense table written here, shared by
-//!   the two ranks, until the partitioned embedding lands), a SAGE-mean
+//!   of 2, in-process in the first compute process here, as `tigac serve`
+//!   runs them), which also make the node-anchor link split (80/10/10, by
+//!   anchor).
+//! - Two compute ranks: threads of this process by default (each its own
+//!   [`RemoteDataset`] and its own rank of an in-process communicator),
+//!   or, built with `--features mpi` and started by `mpirun -n 2`, two
+//!   processes on MPI. Each takes its anchors of the train split
+//!   ([`AblpLoader`]: anchors, their positive labels, 4 random negatives
+//!   each) and samples one hop of neighbours through the store.
+//! - The model: a node embedding table (64 wide), a partitioned embedding
+//!   ([`Embedding`], distributed over the compute ranks) trained with lazy
+//!   Adam (only the rows a step touches move; each rank's gradient rows go
+//!   to the rank that owns the row, where they are summed), a SAGE-mean
 //!   aggregation by a tiga kernel over each sampled block
 //!   (`z = e + mean of the sampled neighbours' e`), dot-product scores of
 //!   anchor/positive and anchor/negative pairs, and the logistic loss. Its
@@ -22,12 +32,19 @@
 //!   optimizer. The supervision edges stay in the message-passing graph
 //!   (the transductive setting).
 //!
+//! Gathers and optimizer steps are collective, so every rank takes as
+//! many steps per epoch as the rank with the most batches (a rank out of
+//! batches takes empty ones).
+//!
 //! It prints the loss per epoch and the validation AUC, checks that the
 //! loss went down and the AUC is above 0.85 (a non-zero exit otherwise),
 //! and shuts down in order: loaders, datasets, then servers.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::path::Path;
 
+use tiga::runtime::comm::{Communicator, InProcess};
+use tiga::runtime::embedding::{Embedding, Optimizer};
+use tiga::runtime::partitioned::Options;
 use tiga::runtime::{save_gfg, FieldRole};
 use tiga::{message_passing, Graph, Inputs, Tensor};
 use tiga_graph_store::{
@@ -52,7 +69,9 @@ type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 const NODES: usize = 20_000;
 const DIM: usize = 64;
 const EPOCHS: u64 = 5;
-const RANKS: u32 = 2;
+/// Compute ranks when they run as threads (under mpirun: the world size).
+const RANKS: usize = 2;
+const LR: f64 = 0.005;
 const SERVERS: usize = 2;
 
 fn splitmix(state: &mut u64) -> u64 {
@@ -89,45 +108,25 @@ fn sbm(seed: u64) -> Res<Graph> {
     Ok(Graph::from_edges(NODES, NODES, &src, &dst)?)
 }
 
-/// A dense embedding table with lazy Adam: a step moves only the rows it
-/// has gradients for (their moments too); bias correction uses the
-/// table's step count, as TensorFlow's LazyAdam does.
-struct Embedding {
-    rows: Vec<f32>,
-    m: Vec<f32>,
-    v: Vec<f32>,
-    step: i32,
-    lr: f32,
+/// Rows `ids` of the embedding as an `[n, DIM]` tensor (collective).
+fn gather(emb: &Embedding<f32>, ids: &[i64]) -> Res<Tensor> {
+    Ok(Tensor::from_f32(vec![ids.len(), DIM], emb.gather(ids)?)?)
 }
 
-impl Embedding {
-    fn new(seed: u64) -> Embedding {
-        let mut s = seed;
-        let scale = 1.0 / (DIM as f32).sqrt();
-        let rows =
-            (0..NODES * DIM).map(|_| ((splitmix(&mut s) >> 11) as f32 / (1u64 << 53) as f32 - 0.5) * 2.0 * scale).collect();
-        Embedding { rows, m: vec![0.0; NODES * DIM], v: vec![0.0; NODES * DIM], step: 0, lr: 0.005 }
-    }
-
-    fn gather(&self, ids: &[i64]) -> Vec<f32> {
-        ids.iter().flat_map(|&i| self.rows[i as usize * DIM..(i as usize + 1) * DIM].iter().copied()).collect()
-    }
-
-    /// `grads[k]` is the gradient of row `ids[k]` (ids distinct).
-    fn lazy_adam(&mut self, ids: &[i64], grads: &[f32]) {
-        let (b1, b2, eps) = (0.9f32, 0.999f32, 1e-8f32);
-        self.step += 1;
-        let c1 = 1.0 - b1.powi(self.step);
-        let c2 = 1.0 - b2.powi(self.step);
-        for (k, &i) in ids.iter().enumerate() {
-            for d in 0..DIM {
-                let (at, g) = (i as usize * DIM + d, grads[k * DIM + d]);
-                self.m[at] = b1 * self.m[at] + (1.0 - b1) * g;
-                self.v[at] = b2 * self.v[at] + (1.0 - b2) * g * g;
-                self.rows[at] -= self.lr * (self.m[at] / c1) / ((self.v[at] / c2).sqrt() + eps);
+/// A reproducible start: row `i` depends only on `i` (and the seed), so
+/// the table is the same however many ranks hold it.
+fn initialize(emb: &Embedding<f32>, seed: u64) -> Res<()> {
+    let first = emb.table().local_rows().start;
+    let scale = 1.0 / (DIM as f32).sqrt();
+    emb.table().with_local_mut::<f32, _>(|mut rows| {
+        for i in 0..rows.rows() {
+            let mut s = seed ^ ((first + i) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            for x in rows.row_mut(i) {
+                *x = ((splitmix(&mut s) >> 11) as f32 / (1u64 << 53) as f32 - 0.5) * 2.0 * scale;
             }
         }
-    }
+    })?;
+    Ok(())
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -148,20 +147,19 @@ fn pairs(b: &AblpBatch) -> Vec<(usize, usize, f32)> {
     out
 }
 
-/// z = e + SageMean(e) over the batch's block; also returns e.
-fn forward(b: &AblpBatch, table: &Mutex<Embedding>) -> Res<(Tensor, Vec<f32>)> {
-    let n = b.batch.nodes.len();
-    let e = Tensor::from_f32(vec![n, DIM], table.lock().unwrap_or_else(PoisonError::into_inner).gather(&b.batch.nodes))?;
-    let agg = SageMean::kernel().run(&b.batch, &Inputs::new().src("h", &e))?;
-    let agg = agg.out().ok_or("SageMean gave no output")?.as_f32().ok_or("SageMean's output is not f32")?.to_vec();
+/// z = e + SageMean(e) over the batch's block, with e the batch's rows.
+fn forward(b: &AblpBatch, e: &Tensor) -> Res<Vec<f32>> {
+    let agg = SageMean::kernel().run(&b.batch, &Inputs::new().src("h", e))?;
+    let agg = agg.out().ok_or("SageMean gave no output")?.as_f32().ok_or("SageMean's output is not f32")?;
     let e_rows = e.as_f32().ok_or("not f32")?;
-    let z: Vec<f32> = e_rows.iter().zip(&agg).map(|(a, b)| a + b).collect();
-    Ok((e, z))
+    Ok(e_rows.iter().zip(agg).map(|(a, b)| a + b).collect())
 }
 
-/// One training step on a batch: returns the summed loss and the pairs.
-fn train_step(b: &AblpBatch, table: &Mutex<Embedding>) -> Res<(f64, usize)> {
-    let (e, z) = forward(b, table)?;
+/// One training step on a batch: the rows' gradients go into the
+/// embedding (the step is taken by the caller); returns the summed loss
+/// and the pairs.
+fn train_step(b: &AblpBatch, e: &Tensor, emb: &mut Embedding<f32>) -> Res<(f64, usize)> {
+    let z = forward(b, e)?;
     let n = b.batch.nodes.len();
     let ps = pairs(b);
     let mut dz = vec![0.0f32; n * DIM];
@@ -180,31 +178,69 @@ fn train_step(b: &AblpBatch, table: &Mutex<Embedding>) -> Res<(f64, usize)> {
     }
     // Below the scores: z = e + SageMean(e), so de = dz + the kernel's VJP of dz.
     let dz_t = Tensor::from_f32(vec![n, DIM], dz.clone())?;
-    let grads = SageMean::kernel().vjp(&b.batch, &Inputs::new().src("h", &e), &[("out", dz_t.view())])?;
+    let grads = SageMean::kernel().vjp(&b.batch, &Inputs::new().src("h", e), &[("out", dz_t.view())])?;
     let dh = grads.src("h").ok_or("no gradient for h")?.as_f32().ok_or("not f32")?;
     let de: Vec<f32> = dz.iter().zip(dh).map(|(a, b)| a + b).collect();
-    table.lock().unwrap_or_else(PoisonError::into_inner).lazy_adam(&b.batch.nodes, &de);
+    emb.accumulate(&b.batch.nodes, &de)?;
     Ok((loss, ps.len()))
 }
 
-/// Scores of the validation pairs of one rank: (score, label).
-fn scores(ds: &RemoteDataset, rank: u32, table: &Mutex<Embedding>) -> Res<Vec<(f32, f32)>> {
-    let mut val = AblpLoader::new(ds, ablp_options("val", rank, 99))?;
+/// The most batches any rank has (collective): every rank takes that
+/// many gathers and steps.
+fn steps(comm: &dyn Communicator, batches: usize) -> Res<usize> {
+    let all = comm.all_gather_bytes(&(batches as u64).to_le_bytes())?;
+    Ok(all.iter().filter_map(|b| b.as_slice().try_into().ok().map(u64::from_le_bytes)).max().unwrap_or(0) as usize)
+}
+
+/// One epoch of training on this rank: (loss sum, pairs).
+fn train_epoch(comm: &dyn Communicator, train: &mut AblpLoader, epoch: u64, emb: &mut Embedding<f32>) -> Res<(f64, usize)> {
+    let n = steps(comm, train.num_batches())?;
+    let mut batches = train.epoch(epoch)?;
+    let (mut loss, mut count) = (0.0, 0);
+    for _ in 0..n {
+        match batches.next().transpose()? {
+            Some(b) => {
+                let e = gather(emb, &b.batch.nodes)?;
+                let (l, c) = train_step(&b, &e, emb)?;
+                loss += l;
+                count += c;
+            }
+            None => {
+                gather(emb, &[])?;
+            }
+        }
+        emb.step(LR)?;
+    }
+    Ok((loss, count))
+}
+
+/// Scores of this rank's validation pairs: (score, label).
+fn scores(comm: &dyn Communicator, ds: &RemoteDataset, emb: &Embedding<f32>) -> Res<Vec<(f32, f32)>> {
+    let mut val = AblpLoader::new(ds, ablp_options("val", comm, 99))?;
+    let n = steps(comm, val.num_batches())?;
+    let mut batches = val.epoch(0)?;
     let mut out = Vec::new();
-    for b in val.epoch(0)? {
-        let b = b?;
-        let (_, z) = forward(&b, table)?;
-        for (a, l, y) in pairs(&b) {
-            out.push((dot(&z[a * DIM..(a + 1) * DIM], &z[l * DIM..(l + 1) * DIM]), y));
+    for _ in 0..n {
+        match batches.next().transpose()? {
+            Some(b) => {
+                let z = forward(&b, &gather(emb, &b.batch.nodes)?)?;
+                for (a, l, y) in pairs(&b) {
+                    out.push((dot(&z[a * DIM..(a + 1) * DIM], &z[l * DIM..(l + 1) * DIM]), y));
+                }
+            }
+            None => {
+                gather(emb, &[])?;
+            }
         }
     }
+    drop(batches);
     val.close()?;
     Ok(out)
 }
 
 /// The area under the ROC curve (Mann-Whitney, ties counted half).
 fn auc(mut s: Vec<(f32, f32)>) -> f64 {
-    s.sort_by(|a, b| a.0.total_cmp(&b.0));
+    s.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
     let (mut rank_sum, mut pos) = (0.0f64, 0.0f64);
     let mut i = 0;
     while i < s.len() {
@@ -225,60 +261,75 @@ fn auc(mut s: Vec<(f32, f32)>) -> f64 {
     (rank_sum - pos * (pos + 1.0) / 2.0) / (pos * neg)
 }
 
-fn ablp_options(split: &str, rank: u32, negative_seed: u64) -> AblpOptions {
+fn ablp_options(split: &str, comm: &dyn Communicator, negative_seed: u64) -> AblpOptions {
     AblpOptions {
         loader: LoaderOptions {
             batch_size: 512,
             fanouts: vec![10],
             shuffle: true,
-            seed: 5 + u64::from(rank),
+            seed: 5 + comm.rank() as u64,
             prefetch: 2,
             ..LoaderOptions::default()
         },
         split: split.into(),
-        rank,
-        world: RANKS,
+        rank: comm.rank() as u32,
+        world: comm.size() as u32,
         num_negatives: 4,
         negative_seed,
     }
 }
 
-/// Compute rank `rank`: trains `EPOCHS` epochs, reporting each epoch's
-/// (loss sum, pairs) through `report`, and returns its validation scores.
-fn compute_rank(
-    addrs: Vec<String>,
-    rank: u32,
-    table: Arc<Mutex<Embedding>>,
-    barrier: Arc<std::sync::Barrier>,
-    report: std::sync::mpsc::Sender<(u64, f64, usize)>,
-) -> Res<Vec<(f32, f32)>> {
-    let opts = ConnectOptions { client_name: format!("compute rank {rank} of {RANKS}"), ..ConnectOptions::default() };
-    let ds = RemoteDataset::connect(&addrs, &opts)?;
-    let mut train = AblpLoader::new(&ds, ablp_options("train", rank, 1000))?;
-    for epoch in 0..EPOCHS {
-        let (mut loss, mut count) = (0.0, 0);
-        for b in train.epoch(epoch)? {
-            let (l, c) = train_step(&b?, &table)?;
-            loss += l;
-            count += c;
-        }
-        report.send((epoch, loss, count))?;
-        barrier.wait();
-    }
-    // Shut down in order: the loader, then (after validation) the dataset.
-    train.close()?;
-    let s = scores(&ds, rank, &table)?;
-    ds.close()?;
-    Ok(s)
+/// What every rank learns: the mean loss per epoch and the validation AUC.
+struct Outcome {
+    losses: Vec<f64>,
+    auc: f64,
+    pairs: usize,
 }
 
-fn main() -> Res<()> {
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("sbm.gfg");
+/// One compute rank: connects to the servers, trains `EPOCHS` epochs,
+/// scores the validation pairs, and shuts its side down in order (the
+/// loader, then the dataset). Rank 0 prints.
+fn compute_rank(comm: &dyn Communicator, addrs: &[String]) -> Res<Outcome> {
+    let (rank, size) = (comm.rank(), comm.size());
+    let opts = ConnectOptions { client_name: format!("compute rank {rank} of {size}"), ..ConnectOptions::default() };
+    let ds = RemoteDataset::connect(addrs, &opts)?;
+    let options = Options::default();
+    let mut emb = Embedding::<f32>::new(comm, ds.num_nodes() as usize, DIM, &options, Optimizer::lazy_adam())?;
+    initialize(&emb, 3)?;
+    let mut train = AblpLoader::new(&ds, ablp_options("train", comm, 1000))?;
+    let mut losses = Vec::new();
+    for epoch in 0..EPOCHS {
+        let (loss, count) = train_epoch(comm, &mut train, epoch, &mut emb)?;
+        let mut sums = [loss, count as f64];
+        comm.all_reduce_f64(&mut sums)?;
+        losses.push(sums[0] / sums[1].max(1.0));
+        if rank == 0 {
+            println!("epoch {epoch}: loss {:.4} over {} pairs", sums[0] / sums[1].max(1.0), sums[1]);
+        }
+    }
+    train.close()?;
+    let mine = scores(comm, &ds, &emb)?;
+    ds.close()?;
+    // Every rank scores the union, so every rank reaches the same verdict.
+    let bytes: Vec<u8> = mine.iter().flat_map(|(s, y)| s.to_le_bytes().into_iter().chain(y.to_le_bytes())).collect();
+    let all: Vec<(f32, f32)> = comm
+        .all_gather_bytes(&bytes)?
+        .iter()
+        .flat_map(|b| {
+            b.chunks_exact(8)
+                .map(|c| (f32::from_le_bytes([c[0], c[1], c[2], c[3]]), f32::from_le_bytes([c[4], c[5], c[6], c[7]])))
+        })
+        .collect::<Vec<_>>();
+    let pairs = all.len();
+    Ok(Outcome { losses, auc: auc(all), pairs })
+}
+
+/// The graph file and its storage servers.
+fn start_servers(dir: &Path) -> Res<Vec<ServerHandle>> {
+    let path = dir.join("sbm.gfg");
     let g = sbm(17)?;
     save_gfg(&path, &g, false, &[] as &[(FieldRole, &str, tiga::TensorView<'_>)])?;
     println!("graph: stochastic block model, {} nodes in 2 communities, {} edges", g.num_dst(), g.num_edges());
-
     let servers: Vec<ServerHandle> = (0..SERVERS)
         .map(|r| {
             let mut o = ServeOptions::new(&path, r, SERVERS);
@@ -286,49 +337,90 @@ fn main() -> Res<()> {
             ServerHandle::start(&o)
         })
         .collect::<Result<_, _>>()?;
-    let addrs: Vec<String> = servers.iter().map(|s| s.addr().to_string()).collect();
-    println!("storage servers: {}", addrs.join(", "));
+    println!("storage servers: {}", servers.iter().map(|s| s.addr().to_string()).collect::<Vec<_>>().join(", "));
+    Ok(servers)
+}
 
-    let table = Arc::new(Mutex::new(Embedding::new(3)));
-    let barrier = Arc::new(std::sync::Barrier::new(RANKS as usize));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let workers: Vec<_> = (0..RANKS)
-        .map(|rank| {
-            let (addrs, table, barrier, tx) = (addrs.clone(), table.clone(), barrier.clone(), tx.clone());
-            std::thread::spawn(move || compute_rank(addrs, rank, table, barrier, tx))
-        })
-        .collect();
-    drop(tx);
-    let mut per_epoch = vec![(0.0f64, 0usize, 0u32); EPOCHS as usize];
-    for (epoch, loss, count) in rx {
-        let e = &mut per_epoch[epoch as usize];
-        e.0 += loss;
-        e.1 += count;
-        e.2 += 1;
-        if e.2 == RANKS {
-            println!("epoch {epoch}: loss {:.4} over {} pairs", e.0 / e.1.max(1) as f64, e.1);
-        }
-    }
-    let mut all = Vec::new();
-    for w in workers {
-        all.extend(w.join().map_err(|_| "a compute rank panicked")??);
-    }
-    let area = auc(all.clone());
-    println!("validation AUC: {area:.4} over {} pairs", all.len());
+fn stop_servers(servers: Vec<ServerHandle>) -> Res<()> {
     for s in servers {
         s.stop()?;
     }
-    let losses: Vec<f64> = per_epoch.iter().map(|e| e.0 / e.1.max(1) as f64).collect();
-    if losses.last() >= losses.first() {
-        return Err(format!("the loss did not go down: {losses:?}").into());
-    }
-    if area.is_nan() || area <= 0.85 {
-        return Err(format!("validation AUC {area:.4} is not above 0.85").into());
-    }
-    println!(
-        "checked: the loss went down ({:.4} -> {:.4}) and the validation AUC is above 0.85",
-        losses[0],
-        losses[losses.len() - 1]
-    );
     Ok(())
+}
+
+/// Checks what rank 0 reports, after everything has shut down.
+fn check(o: &Outcome) -> Res<()> {
+    println!("validation AUC: {:.4} over {} pairs", o.auc, o.pairs);
+    let (first, last) = (o.losses.first().copied().unwrap_or(f64::NAN), o.losses.last().copied().unwrap_or(f64::NAN));
+    if last.partial_cmp(&first) != Some(std::cmp::Ordering::Less) {
+        return Err(format!("the loss did not go down: {:?}", o.losses).into());
+    }
+    if o.auc.is_nan() || o.auc <= 0.85 {
+        return Err(format!("validation AUC {:.4} is not above 0.85", o.auc).into());
+    }
+    println!("checked: the loss went down ({first:.4} -> {last:.4}) and the validation AUC is above 0.85");
+    Ok(())
+}
+
+/// Compute ranks as threads of this process, which also runs the servers.
+fn in_process() -> Res<Outcome> {
+    let dir = tempfile::tempdir()?;
+    let servers = start_servers(dir.path())?;
+    let addrs: Vec<String> = servers.iter().map(|s| s.addr().to_string()).collect();
+    println!("compute: {RANKS} ranks, in-process");
+    let mut outcomes = InProcess::run(RANKS, |c| compute_rank(&c, &addrs));
+    stop_servers(servers)?;
+    let mut first = None;
+    for (r, o) in outcomes.drain(..).enumerate() {
+        let o = o?.map_err(|e| format!("compute rank {r}: {e}"))?;
+        first.get_or_insert(o);
+    }
+    first.ok_or_else(|| "no compute rank ran".into())
+}
+
+/// Compute ranks as MPI processes; rank 0 also runs the servers and tells
+/// the others their addresses.
+#[cfg(feature = "mpi")]
+fn under_mpi() -> Res<Option<Outcome>> {
+    let comm = tiga::runtime::comm::Mpi::init()?;
+    let dir = tempfile::tempdir()?;
+    let started = if comm.rank() == 0 { start_servers(dir.path()).map_err(|e| e.to_string()) } else { Ok(Vec::new()) };
+    let addrs = match &started {
+        Ok(s) => s.iter().map(|s| s.addr().to_string()).collect::<Vec<_>>().join(","),
+        Err(_) => String::new(),
+    };
+    // Every rank learns rank 0's addresses, or that it could not start them.
+    let told = comm.all_gather_bytes(addrs.as_bytes())?;
+    let servers = started?;
+    let addrs: Vec<String> = String::from_utf8_lossy(&told[0]).split(',').filter(|a| !a.is_empty()).map(str::to_string).collect();
+    if addrs.is_empty() {
+        return Err("rank 0 could not start the storage servers".into());
+    }
+    if comm.rank() == 0 {
+        println!("compute: {} ranks, on {}", comm.size(), comm.engine());
+    }
+    let outcome = compute_rank(&comm, &addrs);
+    // The servers stop after every rank has closed its session.
+    comm.barrier()?;
+    stop_servers(servers)?;
+    let outcome = outcome?;
+    Ok((comm.rank() == 0).then_some(outcome))
+}
+
+fn main() -> Res<()> {
+    if tiga::runtime::comm::launched_by_mpirun() {
+        #[cfg(feature = "mpi")]
+        {
+            match under_mpi()? {
+                Some(o) => check(&o),
+                None => Ok(()),
+            }
+        }
+        #[cfg(not(feature = "mpi"))]
+        {
+            Err("started by mpirun, but built without the mpi feature: rebuild with --features mpi".into())
+        }
+    } else {
+        check(&in_process()?)
+    }
 }
