@@ -8,7 +8,9 @@
 //! path timed with device events against a device-to-device copy
 //! (`gpu.rs`); and, as `tiga-bench partitioned`, partitioned-tensor
 //! gathers and embedding optimizer steps by memory type and rank count
-//! against a local memcpy (`partitioned.rs`).
+//! against a local memcpy (`partitioned.rs`); and, as `tiga-bench
+//! renumber`, renumbered runs against the caller's numbering
+//! (`renumber.rs`).
 //!
 //! A number about a compiler means little alone: it needs the same
 //! computation written by hand, the tools a user would otherwise pick, and
@@ -51,6 +53,7 @@
 //! cargo run --release -p tiga-bench --features mpi,metis -- sharded   # sharded against one process
 //! cargo run --release -p tiga-bench --features cuda -- gpu             # the GPU path (bench/gpu/check.sh)
 //! cargo run --release -p tiga-bench --features mpi -- partitioned     # partitioned tensors and embeddings
+//! cargo run --release -p tiga-bench -- renumber                       # renumbering for locality
 //! ```
 
 mod compile_time;
@@ -62,6 +65,7 @@ mod mpirun;
 mod paged;
 mod partitioned;
 mod peers;
+mod renumber;
 mod report;
 mod sharded;
 
@@ -93,7 +97,7 @@ const CASES: [&str; 6] = ["stencil-csr", "stencil-generated", "powerlaw-sum", "p
     args_conflicts_with_subcommands = true,
     args_override_self = true,
     disable_help_subcommand = true,
-    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)\nThe GPU path: tiga-bench gpu [--device cuda:0|sim] [--nodes N] [--peers] (see tiga-bench gpu --help)\nPartitioned tensors and embeddings: tiga-bench partitioned [--quick] [--json PATH] [--table PATH] (see tiga-bench partitioned --help)"
+    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)\nThe GPU path: tiga-bench gpu [--device cuda:0|sim] [--nodes N] [--peers] (see tiga-bench gpu --help)\nPartitioned tensors and embeddings: tiga-bench partitioned [--quick] [--json PATH] [--table PATH] (see tiga-bench partitioned --help)\nRenumbering for locality: tiga-bench renumber [--quick] [--json PATH] [--table PATH] (see tiga-bench renumber --help)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -128,6 +132,10 @@ enum Command {
     /// (with and without the node cache), and embedding optimizer steps (table and JSON)
     #[command(args_override_self = true)]
     Partitioned(partitioned::Args),
+    /// Locality by renumbering (degree, RCM, clusters) against the caller's numbering on a power-law, an
+    /// R-MAT and a mesh graph, with the ordering's cost and when it pays off (table and JSON)
+    #[command(args_override_self = true)]
+    Renumber(renumber::Args),
 }
 
 /// The main benchmark's flags.
@@ -1128,6 +1136,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Paged(args)) => return paged::main(&args),
+        Some(Command::Renumber(args)) => return renumber::main(&args),
         Some(Command::CompileTime(args)) => return compile_time::main(&args),
         Some(Command::Sharded(args)) => return sharded::main(&args),
         Some(Command::Gpu(args)) => return gpu::main(&args),

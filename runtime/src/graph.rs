@@ -104,6 +104,8 @@ pub struct Graph {
 struct Derived {
     transposed: OnceLock<Arc<Graph>>,
     row_reversed: OnceLock<Arc<Graph>>,
+    /// Renumberings by degree, RCM and clusters ([`Graph::renumbered`]).
+    renumbered: [OnceLock<Arc<crate::renumber::Renumbered>>; 3],
 }
 
 /// Equality is of the graph itself, not of what has been derived from it.
@@ -151,6 +153,29 @@ impl Graph {
             return Err(GraphError::ColumnOutOfRange { position, src: cols[position], num_src });
         }
         Ok(Graph { num_src, num_dst, offsets, cols, edge_ids: None, derived: Derived::default() })
+    }
+
+    /// CSR arrays that hold every invariant by construction (a
+    /// renumbering of a valid graph): `edge_ids` a permutation, dropped
+    /// when it is the identity. Checked in debug builds only, since the
+    /// check costs as much as the renumbering.
+    pub(crate) fn from_trusted(num_src: usize, num_dst: usize, offsets: Vec<u64>, cols: Vec<u32>, ids: Vec<u64>) -> Graph {
+        debug_assert!(offsets.len() == num_dst + 1 && offsets.last() == Some(&(cols.len() as u64)));
+        debug_assert!(cols.iter().all(|&c| (c as usize) < num_src) && ids.len() == cols.len());
+        let identity = ids.iter().enumerate().all(|(p, &id)| id == p as u64);
+        let edge_ids = if identity { None } else { Some(ids) };
+        Graph { num_src, num_dst, offsets, cols, edge_ids, derived: Derived::default() }
+    }
+
+    /// Where [`Graph::renumbered`] keeps the renumbering by `method`.
+    pub(crate) fn renumbered_slot(&self, method: crate::Renumber) -> Option<&OnceLock<Arc<crate::renumber::Renumbered>>> {
+        use crate::Renumber;
+        match method {
+            Renumber::None => None,
+            Renumber::Degree => Some(&self.derived.renumbered[0]),
+            Renumber::Rcm => Some(&self.derived.renumbered[1]),
+            Renumber::Cluster => Some(&self.derived.renumbered[2]),
+        }
     }
 
     /// One node per entry of `has_loop`, the row of each node with `true`

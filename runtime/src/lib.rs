@@ -37,6 +37,7 @@ pub mod npy;
 pub mod partition;
 pub mod partitioned;
 pub mod realization;
+pub mod renumber;
 pub mod sampling;
 pub mod schedule;
 pub mod shard;
@@ -56,7 +57,8 @@ pub use npy::{
 };
 pub use petgraph;
 pub use realization::{GraphRows, PagedRows, Realization, Rows};
-pub use schedule::{Backend, Device, DeviceTimer, DeviceTimes, Progress, Schedule, ScheduleError};
+pub use renumber::{Order, RenumberError, Renumbered, RenumberedGraph};
+pub use schedule::{Backend, Device, DeviceTimer, DeviceTimes, Progress, Renumber, Schedule, ScheduleError};
 pub use storage::tensor_store::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
 pub use storage::{save_gfg, FieldHandle, FieldInfo, FieldRole, GfgError, GfgFile, GfgWriter, Page, PendingGfg};
 pub use tensor::{Buffer, DType, Data, DataMut, Tensor, TensorError, TensorView};

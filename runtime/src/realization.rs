@@ -69,6 +69,22 @@ pub trait Realization: Sync {
         None
     }
 
+    /// This realization with its nodes renumbered by `method`, for a call
+    /// whose schedule asks for it ([`Schedule::renumber`]): `None` where
+    /// this realization runs in its own order (a generated stencil, whose
+    /// index order is already local; a file, which stores its order when
+    /// written; a shard, whose partition renumbers its rows already).
+    fn renumbered(&self, method: crate::Renumber) -> Result<Option<crate::RenumberedGraph<'_>>, crate::RenumberError> {
+        let _ = method;
+        Ok(None)
+    }
+
+    /// When this realization is a renumbered view: the renumbering its rows
+    /// are in (a call over it takes and gives fields in that numbering).
+    fn renumbering(&self) -> Option<&crate::RenumberedGraph<'_>> {
+        None
+    }
+
     /// One line for `explain`: what kind of realization, and its sizes.
     fn describe(&self) -> String {
         format!("{} sources, {} destinations, {} edges", self.num_src(), self.num_dst(), self.num_edges())
@@ -201,6 +217,9 @@ impl Realization for Graph {
             Side::Transposed => GraphRows::Shared(self.try_transposed()?),
             Side::RowReversed => GraphRows::Shared(self.row_reversed()),
         }))
+    }
+    fn renumbered(&self, method: crate::Renumber) -> Result<Option<crate::RenumberedGraph<'_>>, crate::RenumberError> {
+        Ok(Graph::renumbered(self, method)?.map(|renumbered| crate::RenumberedGraph { base: self, renumbered }))
     }
     fn describe(&self) -> String {
         format!("in_memory (CSR in RAM; {} sources, {} destinations, {} edges)", self.num_src(), self.num_dst(), self.num_edges())

@@ -92,6 +92,55 @@ impl Device {
     }
 }
 
+/// How a call renumbers the nodes of an in-memory graph for cache locality
+/// (`tigac run --renumber`). Invisible to the caller: fields go into the
+/// new numbering on the way in and outputs and gradients come back in the
+/// caller's, edge fields keep the caller's edge order, and every row keeps
+/// its edges in their order, so the numbers are bit-identical to the
+/// un-renumbered call's (see `crate::renumber` and `docs/renumbering.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Renumber {
+    /// The caller's numbering.
+    #[default]
+    None,
+    /// By degree (in plus out), highest first, ties in the caller's order:
+    /// the sources most rows read sit together in cache.
+    Degree,
+    /// Reverse Cuthill–McKee over the graph with its edges taken both ways:
+    /// neighbours get nearby ids (for mesh-like graphs out of order).
+    Rcm,
+    /// By clusters from label propagation (Raghavan, Albert and Kumara,
+    /// 2007), clusters in the order of their first node, a cluster's nodes
+    /// in the caller's order.
+    Cluster,
+}
+
+impl Renumber {
+    /// `none`, `degree`, `rcm` or `cluster` (what `--renumber` takes).
+    pub fn name(self) -> &'static str {
+        match self {
+            Renumber::None => "none",
+            Renumber::Degree => "degree",
+            Renumber::Rcm => "rcm",
+            Renumber::Cluster => "cluster",
+        }
+    }
+
+    /// Parse [`Renumber::name`]'s forms.
+    pub fn parse(s: &str) -> Result<Renumber, String> {
+        match s {
+            "none" => Ok(Renumber::None),
+            "degree" => Ok(Renumber::Degree),
+            "rcm" => Ok(Renumber::Rcm),
+            "cluster" => Ok(Renumber::Cluster),
+            _ => Err(format!("`{s}`: expected none, degree, rcm or cluster")),
+        }
+    }
+
+    /// Every method, `None` first.
+    pub const ALL: [Renumber; 4] = [Renumber::None, Renumber::Degree, Renumber::Rcm, Renumber::Cluster];
+}
+
 /// Device time that a call's launches took, as events measured it, added
 /// up across the calls that share this value (`tigac run --timing` reports
 /// it as `kernel_ms`). Shared state, like [`Progress`], so that a
@@ -169,6 +218,9 @@ pub struct Schedule {
     /// Where GPU calls add up their launches' event times (`None`: not
     /// timed).
     pub device_timer: Option<DeviceTimer>,
+    /// How an in-memory graph's nodes are renumbered for locality (default:
+    /// not at all).
+    pub renumber: Renumber,
 }
 
 /// A count of the destination rows a call's page streams have finished,
@@ -236,6 +288,9 @@ impl std::fmt::Display for Schedule {
             Some(d) => write!(f, ", spill directory {}", d.display())?,
             None => write!(f, ", spill directory: the system's temporary directory")?,
         }
+        if self.renumber != Renumber::None {
+            write!(f, ", renumbered by {}", self.renumber.name())?;
+        }
         if self.device != Device::Cpu {
             write!(f, ", device {}", self.device.name())?;
             if let Some(b) = self.device_budget {
@@ -301,6 +356,10 @@ impl Schedule {
     }
     pub fn device_timer(mut self, timer: DeviceTimer) -> Schedule {
         self.device_timer = Some(timer);
+        self
+    }
+    pub fn renumber(mut self, method: Renumber) -> Schedule {
+        self.renumber = method;
         self
     }
 

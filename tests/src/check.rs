@@ -105,6 +105,16 @@ fn gradients_close(got: &Grads, want: &Grads, tol: f64, what: &str) {
     }
 }
 
+/// The gradients hold the bits of `want`'s, field by field.
+fn gradients_bits(got: &Grads, want: &Grads, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: gradients");
+    for (role, name, b) in want {
+        let a = got.iter().find(|(r, n, _)| r == role && n == name).map(|(_, _, t)| t);
+        let a = a.unwrap_or_else(|| panic!("{what}: no gradient of {} {name}", role.name()));
+        assert_bits(a, b, &format!("{what}: gradient of {} {name}, against the in-memory backward", role.name()));
+    }
+}
+
 /// A realization's answer against what it was expected to give: the
 /// results (checked by `check`) or a refusal with this message.
 fn expect<T>(got: &Result<T, String>, refusal: Option<&str>, what: &str) -> Option<T>
@@ -126,7 +136,9 @@ where
 /// each back end of [`BACKENDS`]: forward within tolerance of the reference
 /// and bit-identical to the in-memory run under the same back end (the
 /// in-memory JIT run under the JIT); backward within tolerance of the
-/// reference VJP; refusals as [`Realizer::refusals`] says.
+/// reference VJP, and bit-identical to the in-memory backward where
+/// [`Realizer::backward_bits`] says so; refusals as [`Realizer::refusals`]
+/// says.
 pub fn check_call(k: &Kernel, case: &Case, call: &Call, realizers: &[Realizer], tally: &mut Tally) {
     let g = &case.graph;
     let what = format!("{} on {}, F={}, {}", k.name(), case.name, call.width, call.dtype);
@@ -137,11 +149,16 @@ pub fn check_call(k: &Kernel, case: &Case, call: &Call, realizers: &[Realizer], 
     let ref_grads: Grads = k.vjp_reference(g, &ref_ins, &ref_cots).unwrap_or_else(|e| panic!("{what}: reference vjp: {e}")).items;
     let (ftol, btol) = (forward_tolerance(call.dtype), backward_tolerance(call.dtype));
     let mut baselines: Vec<Outs> = Vec::new();
+    let cots = call.cotangent_views();
     for backend in BACKENDS {
         let schedule = Schedule::new().backend(backend);
         let what = format!("{what}, {backend:?}");
         let baseline: Outs =
             k.run_with(g, &ins, &schedule).unwrap_or_else(|e| panic!("{what}: the in-memory baseline: {e}")).items;
+        // The in-memory backward, for the realizations held to its bits.
+        let grad_baseline: Option<Grads> = realizers.iter().any(Realizer::backward_bits).then(|| {
+            k.vjp_with(g, &ins, &cots, &schedule).unwrap_or_else(|e| panic!("{what}: the in-memory backward: {e}")).items
+        });
         outputs_close(&baseline, &reference, ftol, &format!("{what}, in memory"));
         for r in realizers {
             let count = tally.counts.entry(r.to_string()).or_default();
@@ -167,6 +184,9 @@ pub fn check_call(k: &Kernel, case: &Case, call: &Call, realizers: &[Realizer], 
                         assert_eq!(t.dtype(), call.dtype, "{what}: gradient dtype");
                     }
                     gradients_close(&grads, &ref_grads, btol, &what);
+                    if let (true, Some(base)) = (r.backward_bits(), &grad_baseline) {
+                        gradients_bits(&grads, base, &what);
+                    }
                     count.backward_ran += 1;
                 }
                 None => count.backward_refused += 1,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tiga::compiler::ir::{ReducerKind, Role};
 use tiga::runtime::storage::{save_gfg, FieldRole, GfgFile};
-use tiga::{DType, InProcess, Kernel, PartitionChoice, Schedule, ShardOptions, Sharded, Tensor, TensorView};
+use tiga::{DType, InProcess, Kernel, PartitionChoice, Renumber, Schedule, ShardOptions, Sharded, Tensor, TensorView};
 
 use crate::case::{tensor, Call, Case};
 
@@ -43,6 +43,10 @@ pub enum Realizer {
     Paged { page_rows: usize },
     /// Halo-sharded over `ranks` in-process ranks (threads).
     Sharded { ranks: usize, cut: Cut },
+    /// The graph in memory with its nodes renumbered for locality
+    /// (`Schedule::renumber`): forward and backward bit-identical to the
+    /// plain in-memory run ([`Realizer::backward_bits`]).
+    Renumbered(Renumber),
 }
 
 /// What a realization is expected to refuse for a call: a substring of the
@@ -60,6 +64,7 @@ impl std::fmt::Display for Realizer {
             Realizer::Generated => write!(f, "generated"),
             Realizer::Paged { page_rows } => write!(f, "paged({page_rows} rows)"),
             Realizer::Sharded { ranks, cut } => write!(f, "sharded({ranks} ranks, {cut:?})"),
+            Realizer::Renumbered(m) => write!(f, "renumbered({})", m.name()),
         }
     }
 }
@@ -75,7 +80,17 @@ impl Realizer {
             Realizer::Sharded { ranks: 2, cut: Cut::Balanced },
             Realizer::Sharded { ranks: 3, cut: Cut::Contiguous },
             Realizer::Sharded { ranks: 3, cut: Cut::Balanced },
+            Realizer::Renumbered(Renumber::Degree),
+            Realizer::Renumbered(Renumber::Rcm),
+            Realizer::Renumbered(Renumber::Cluster),
         ]
+    }
+
+    /// Whether this realization's gradients must also hold the in-memory
+    /// backward's bits (a renumbering keeps every sum's order; the others
+    /// are held to the reference's tolerance).
+    pub fn backward_bits(&self) -> bool {
+        matches!(self, Realizer::Renumbered(_))
     }
 
     /// Whether this realization can hold `case` at all (a generated stencil
@@ -83,7 +98,7 @@ impl Realizer {
     pub fn holds(&self, case: &Case) -> bool {
         match self {
             Realizer::Generated => case.stencil.is_some(),
-            Realizer::InMemory | Realizer::Paged { .. } | Realizer::Sharded { .. } => true,
+            Realizer::InMemory | Realizer::Paged { .. } | Realizer::Sharded { .. } | Realizer::Renumbered(_) => true,
         }
     }
 
@@ -106,7 +121,14 @@ impl Realizer {
                 };
                 Refusals { forward: None, backward: needs_csr.then_some("CSR realization") }
             }
-            Realizer::InMemory | Realizer::Paged { .. } | Realizer::Sharded { .. } => Refusals::default(),
+            // RCM and clusters need one node set; `degree` renumbers the
+            // rows of any graph.
+            Realizer::Renumbered(Renumber::Rcm | Renumber::Cluster) if case.graph.num_src() != case.graph.num_dst() => {
+                Refusals { forward: Some("needs a square graph"), backward: Some("needs a square graph") }
+            }
+            Realizer::InMemory | Realizer::Paged { .. } | Realizer::Sharded { .. } | Realizer::Renumbered(_) => {
+                Refusals::default()
+            }
         }
     }
 
@@ -134,6 +156,13 @@ impl Realizer {
             }
             Realizer::Paged { page_rows } => paged(k, case, call, &schedule.clone().page_rows(*page_rows).prefetch(1)),
             Realizer::Sharded { ranks, cut } => sharded(k, case, call, *ranks, *cut, schedule),
+            Realizer::Renumbered(m) => {
+                let schedule = schedule.clone().renumber(*m);
+                Results {
+                    forward: k.run_with(&case.graph, &ins, &schedule).map(|o| o.items).map_err(|e| e.to_string()),
+                    backward: k.vjp_with(&case.graph, &ins, &cots, &schedule).map(|g| g.items).map_err(|e| e.to_string()),
+                }
+            }
         };
         Some(res)
     }

@@ -10,7 +10,7 @@ use tiga_runtime::abi::Stencil2d;
 use tiga_runtime::abi::{EntryFn, RawArgs, RawStencil};
 use tiga_runtime::exec::{self, ParamPartials, RowRunner, Side};
 use tiga_runtime::storage::{FieldHandle, FieldRole};
-use tiga_runtime::{Backend, Realization, Rows, Schedule};
+use tiga_runtime::{Backend, Realization, Renumber, Rows, Schedule};
 use tiga_runtime::{DType, Data, Graph, Tensor, TensorView};
 
 use crate::{Error, Kernel, Result};
@@ -333,6 +333,20 @@ impl Kernel {
     pub(crate) fn run_side(&self, r: &dyn Realization, side: Side, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
         if let (Side::Forward, Some(sh)) = (side, r.shard()) {
             return self.run_sharded(sh, inputs, schedule);
+        }
+        // Renumbered for locality, where the schedule asks and the
+        // realization can (a forward with parameter sums is not: they would
+        // add rows in another order; see `crate::renumber`).
+        let renumber = schedule.renumber != Renumber::None && r.renumbering().is_none();
+        if side == Side::Forward && renumber && !self.has_param_outputs() {
+            if let Some(view) = r.renumbered(schedule.renumber)? {
+                return self.run_renumbered(&view, inputs, schedule);
+            }
+        }
+        // An adjoint stage with parameter sums over a renumbered graph adds
+        // its rows in the caller's order.
+        if let (Some(view), true) = (r.renumbering(), self.has_param_outputs()) {
+            return self.run_in_user_order(view, side, inputs, schedule);
         }
         // Fields not given are the realization's own (a forward run's;
         // adjoint stages get theirs from the VJP).

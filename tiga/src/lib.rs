@@ -36,6 +36,7 @@ pub mod lang;
 pub mod memory;
 pub mod offload;
 mod paged;
+mod renumber;
 mod sharded;
 mod vjp;
 mod winner_scatter;
@@ -75,7 +76,9 @@ pub use tiga_runtime::exec::Side;
 pub use tiga_runtime::partition::{owned_range, Partition};
 pub use tiga_runtime::realization::{self, GraphRows, PagedRows, Realization, Rows};
 pub use tiga_runtime::shard::{PartitionChoice, ShardOptions, Sharded};
-pub use tiga_runtime::{Backend, Device, DeviceTimer, DeviceTimes, Progress, Schedule};
+pub use tiga_runtime::{
+    Backend, Device, DeviceTimer, DeviceTimes, Order, Progress, Renumber, Renumbered, RenumberedGraph, Schedule,
+};
 pub use vjp::{AdjointPlan, Gradients};
 
 use tiga_compiler::back::cranelift::{Jit, VariantKey};
@@ -143,6 +146,9 @@ pub enum Error {
     Artifact { path: String, message: String },
     #[error(transparent)]
     Graph(#[from] tiga_runtime::GraphError),
+    /// A renumbering the schedule asked for that this graph cannot take.
+    #[error(transparent)]
+    Renumber(#[from] tiga_runtime::RenumberError),
     /// A GPU (or the simulator) refused: no driver, no such device, a
     /// copy or launch that failed, a budget too small.
     #[error(transparent)]

@@ -409,6 +409,15 @@ impl Realization for AnyGraph {
             AnyGraph::Paged(p) => p.file.stored_field(role, name),
         }
     }
+    fn renumbered(
+        &self,
+        method: tiga_runtime::Renumber,
+    ) -> std::result::Result<Option<tiga_runtime::RenumberedGraph<'_>>, tiga_runtime::RenumberError> {
+        match self {
+            AnyGraph::Memory(g) => Realization::renumbered(g.as_ref(), method),
+            AnyGraph::Paged(p) => p.file.renumbered(method),
+        }
+    }
     fn describe(&self) -> String {
         match self {
             AnyGraph::Memory(g) => g.describe(),

@@ -8,7 +8,7 @@ use tiga_compiler::adjoint::kernel::{generate_adjoint, Adjoint, Binding, GraphUs
 use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
 use tiga_runtime::exec::{PageView, Side};
-use tiga_runtime::{Backend, DType, Data, DataMut, Graph, Realization, Rows, Schedule, Tensor, TensorView};
+use tiga_runtime::{Backend, DType, Data, DataMut, Graph, Realization, Renumber, Rows, Schedule, Tensor, TensorView};
 
 use crate::call::{Inputs, Outputs};
 use crate::{Error, Kernel, Result};
@@ -130,6 +130,13 @@ fn winner_sums(
     winner: TensorView<'_>,
     value: TensorView<'_>,
 ) -> Result<(Tensor, Vec<bool>)> {
+    // Each source's terms add in row order: over a renumbered graph, the
+    // caller's.
+    if let Some(view) = r.renumbering() {
+        return crate::renumber::winner_sums_in_user_order(view, &winner, &value, |w, v| {
+            winner_sums(view.base, schedule, extents, w, v)
+        });
+    }
     let mut sc = crate::winner_scatter::WinnerScatter::new(extents.num_src, extents.num_dst, winner, value)?;
     let rows = r.rows(Side::Forward, false)?;
     rows.for_each_page(schedule, |v| sc.add_rows(v.first_row, v.offsets, v.cols)).unwrap_or_else(|| Err(no_csr()))?;
@@ -286,6 +293,11 @@ impl Kernel {
         if let Some(sh) = r.shard() {
             return self.vjp_sharded(sh, inputs, Seed::Cotangents(cotangents), schedule);
         }
+        if schedule.renumber != Renumber::None && r.renumbering().is_none() {
+            if let Some(view) = r.renumbered(schedule.renumber)? {
+                return self.vjp_renumbered(&view, inputs, cotangents, schedule);
+            }
+        }
         self.run_vjp_on(r, inputs, cotangents, schedule)
     }
 
@@ -328,7 +340,7 @@ impl Kernel {
         self.vjp_with(r, inputs, &views, schedule)
     }
 
-    fn run_vjp_on(
+    pub(crate) fn run_vjp_on(
         &self,
         r: &dyn Realization,
         inputs: &Inputs<'_>,

@@ -1,0 +1,194 @@
+//! Calls over a renumbered graph ([`Schedule::renumber`]): the caller's
+//! fields go into the new numbering on the way in, outputs and gradients
+//! come back in the caller's numbering on the way out, and edge fields are
+//! never moved (the renumbered rows read them through the caller's edge
+//! ids). Every row keeps its edges in their order, and the transpose a
+//! backward reads is the renumbered old transpose, so every row's
+//! reduction meets its messages in the same order: outputs and gradients
+//! are bit-identical to the un-renumbered call's.
+//!
+//! Two sums run across rows rather than within one, and they would add in
+//! a different order in the new numbering; both run in the caller's order
+//! instead, which costs them the renumbering's gain but keeps the bits:
+//!
+//! - a kernel (or adjoint stage) with parameter outputs, whose sums the
+//!   executor adds in blocks of rows in row order ([`Kernel::run_side`]
+//!   sends such a call here, [`Kernel::run_in_user_order`]);
+//! - the winner scatter of a max/min backward, which adds each source's
+//!   terms in row order (`vjp::winner_sums`).
+//!
+//! A forward with parameter outputs is not renumbered at all.
+
+use tiga_compiler::ir::Role;
+use tiga_runtime::exec::Side;
+use tiga_runtime::{Order, Renumber, Renumbered, RenumberedGraph, Schedule, Tensor, TensorView};
+
+use crate::call::{Inputs, Outputs};
+use crate::vjp::Gradients;
+use crate::{Error, Kernel, Result};
+
+/// Which way fields move.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Way {
+    /// Caller's numbering to the renumbered one.
+    ToNew,
+    /// Back.
+    ToOld,
+}
+
+/// `t` moved by `order` (`None`: ids kept, no copy made), into one of
+/// `r`'s kept buffers where one fits.
+fn moved(r: &Renumbered, order: Option<&Order>, way: Way, t: &TensorView<'_>) -> Result<Option<Tensor>> {
+    let Some(o) = order else { return Ok(None) };
+    let out = r.scratch(t.dtype(), t.shape());
+    Ok(Some(o.moved_into(t, way == Way::ToNew, out)?))
+}
+
+/// The order a field of `role` moves by, given the orders of the sources
+/// and destinations of the rows it is read over.
+fn order_of<'o>(role: Role, src: Option<&'o Order>, dst: Option<&'o Order>) -> Option<&'o Order> {
+    match role {
+        Role::Src => src,
+        Role::Dst => dst,
+        Role::Edge | Role::Param => None,
+    }
+}
+
+/// The source and destination fields of `inputs` moved (`None` where a
+/// field stays as it is: edge fields, parameters, sides that keep their
+/// ids).
+fn move_inputs(
+    r: &Renumbered,
+    inputs: &Inputs<'_>,
+    src: Option<&Order>,
+    dst: Option<&Order>,
+    way: Way,
+) -> Result<Vec<Option<Tensor>>> {
+    inputs.fields.iter().map(|(role, _, v)| moved(r, order_of(*role, src, dst), way, &v.view())).collect()
+}
+
+/// Keep the buffers a call moved its fields into for the next call.
+fn keep_all(r: &Renumbered, moved: Vec<Option<Tensor>>) {
+    moved.into_iter().flatten().for_each(|t| r.keep(t));
+}
+
+/// `inputs` with the fields [`move_inputs`] moved in place of the originals.
+fn with_moved<'a>(inputs: &'a Inputs<'_>, moved: &'a [Option<Tensor>]) -> Inputs<'a> {
+    inputs.fields.iter().zip(moved).fold(Inputs::new(), |acc, ((role, name, v), m)| match m {
+        Some(t) => acc.with_role(*role, name, t.view()),
+        None => acc.with_role(*role, name, v.view()),
+    })
+}
+
+impl Kernel {
+    /// The destination-row outputs of a call over rows whose destinations
+    /// are in `dst`'s numbering, moved the `way` asked.
+    fn move_outputs(&self, r: &Renumbered, mut outs: Outputs, dst: Option<&Order>, way: Way) -> Result<Outputs> {
+        for (o, (_, t)) in self.captured().outputs.iter().zip(outs.items.iter_mut()) {
+            if let Some(m) = moved(r, order_of(o.role, None, dst), way, &t.view())? {
+                r.keep(std::mem::replace(t, m));
+            }
+        }
+        Ok(outs)
+    }
+
+    /// Whether this kernel writes parameter outputs (sums across rows).
+    pub(crate) fn has_param_outputs(&self) -> bool {
+        self.captured().outputs.iter().any(|o| o.role == Role::Param)
+    }
+
+    /// The forward over `view`: fields in, the call, outputs out.
+    pub(crate) fn run_renumbered(&self, view: &RenumberedGraph<'_>, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
+        let r = &view.renumbered;
+        let m = move_inputs(r, inputs, r.src_order(), Some(&r.dst), Way::ToNew)?;
+        let inner = schedule.clone().renumber(Renumber::None);
+        let outs = self.run_side(view, Side::Forward, &with_moved(inputs, &m), &inner)?;
+        let outs = self.move_outputs(r, outs, Some(&r.dst), Way::ToOld);
+        keep_all(r, m);
+        outs
+    }
+
+    /// A call over `side` of `view` whose inputs are in the renumbered
+    /// numbering, run over the caller's graph (so that its parameter sums
+    /// add rows in the caller's order), its row outputs moved back into
+    /// the renumbered numbering.
+    pub(crate) fn run_in_user_order(
+        &self,
+        view: &RenumberedGraph<'_>,
+        side: Side,
+        inputs: &Inputs<'_>,
+        schedule: &Schedule,
+    ) -> Result<Outputs> {
+        let r = &view.renumbered;
+        let (src, dst) = r.side_orders(side);
+        let m = move_inputs(r, inputs, src, dst, Way::ToOld)?;
+        let outs = self.run_side(view.base, side, &with_moved(inputs, &m), schedule)?;
+        let outs = self.move_outputs(r, outs, dst, Way::ToNew);
+        keep_all(r, m);
+        outs
+    }
+
+    /// The VJP over `view`: fields and cotangents in, the stages,
+    /// gradients out.
+    pub(crate) fn vjp_renumbered(
+        &self,
+        view: &RenumberedGraph<'_>,
+        inputs: &Inputs<'_>,
+        cotangents: &[(&str, TensorView<'_>)],
+        schedule: &Schedule,
+    ) -> Result<Gradients> {
+        let r = &view.renumbered;
+        let (src, dst) = (r.src_order(), Some(&r.dst));
+        let m = move_inputs(r, inputs, src, dst, Way::ToNew)?;
+        let k = self.captured();
+        let cots: Vec<Option<Tensor>> = cotangents
+            .iter()
+            .map(|(name, v)| {
+                let role = k.outputs.iter().find(|o| o.name == *name).map_or(Role::Param, |o| o.role);
+                moved(r, order_of(role, src, dst), Way::ToNew, v)
+            })
+            .collect::<Result<_>>()?;
+        let cot_views: Vec<(&str, TensorView<'_>)> =
+            cotangents.iter().zip(&cots).map(|((n, v), c)| (*n, c.as_ref().map_or_else(|| v.clone(), |t| t.view()))).collect();
+        let inner = schedule.clone().renumber(Renumber::None);
+        let grads = self.run_vjp_on(view, &with_moved(inputs, &m), &cot_views, &inner);
+        drop(cot_views);
+        keep_all(r, m);
+        keep_all(r, cots);
+        let mut grads = grads?;
+        for (role, _, t) in grads.items.iter_mut() {
+            if let Some(back) = moved(r, order_of(*role, src, dst), Way::ToOld, &t.view())? {
+                r.keep(std::mem::replace(t, back));
+            }
+        }
+        Ok(grads)
+    }
+}
+
+/// The winner scatter's sums over `view` in the caller's row order: the
+/// winners and cotangents (per destination row) moved back, the scatter
+/// over the caller's rows, the sums and the has-edges flags (per source)
+/// moved into the renumbered numbering.
+pub(crate) fn winner_sums_in_user_order(
+    view: &RenumberedGraph<'_>,
+    winner: &TensorView<'_>,
+    value: &TensorView<'_>,
+    sums: impl FnOnce(TensorView<'_>, TensorView<'_>) -> Result<(Tensor, Vec<bool>)>,
+) -> Result<(Tensor, Vec<bool>)> {
+    let r = &view.renumbered;
+    let w = r.dst.to_old(winner).map_err(Error::from)?;
+    let v = r.dst.to_old(value).map_err(Error::from)?;
+    let (s, has) = sums(w.view(), v.view())?;
+    match r.src_order() {
+        None => Ok((s, has)),
+        Some(o) => {
+            let mut moved_has = vec![false; has.len()];
+            for (old, &h) in has.iter().enumerate() {
+                if let Some(&new) = o.perm().get(old) {
+                    moved_has[new as usize] = h;
+                }
+            }
+            Ok((o.to_new(&s.view()).map_err(Error::from)?, moved_has))
+        }
+    }
+}
