@@ -8,7 +8,9 @@
 //! path timed with device events against a device-to-device copy
 //! (`gpu.rs`); and, as `tiga-bench partitioned`, partitioned-tensor
 //! gathers and embedding optimizer steps by memory type and rank count
-//! against a local memcpy (`partitioned.rs`).
+//! against a local memcpy (`partitioned.rs`); and, as `tiga-bench half`,
+//! the power-law sum with f32, bf16 and f16 features side by side
+//! (`half.rs`).
 //!
 //! A number about a compiler means little alone: it needs the same
 //! computation written by hand, the tools a user would otherwise pick, and
@@ -57,6 +59,7 @@ mod compile_time;
 mod gpu;
 mod graph_store;
 mod graphs;
+mod half;
 mod hand;
 mod mpirun;
 mod paged;
@@ -128,6 +131,10 @@ enum Command {
     /// (with and without the node cache), and embedding optimizer steps (table and JSON)
     #[command(args_override_self = true)]
     Partitioned(partitioned::Args),
+    /// Half-precision fields: the power-law sum with f32, bf16 and f16 source features side by
+    /// side, forward and backward, with each one's error against its bound (table and JSON)
+    #[command(args_override_self = true)]
+    Half(half::Args),
 }
 
 /// The main benchmark's flags.
@@ -1133,6 +1140,7 @@ fn main() -> ExitCode {
         Some(Command::Gpu(args)) => return gpu::main(&args),
         Some(Command::GraphStore(args)) => return graph_store::main(&args),
         Some(Command::Partitioned(args)) => return partitioned::main(&args),
+        Some(Command::Half(args)) => return half::main(&args),
         None => {}
     }
     match real_main(cli.bench.into()) {
