@@ -60,6 +60,8 @@
 
 use core::mem::offset_of;
 
+pub mod half_bits;
+
 /// The element type of every field, output and arithmetic operation of a
 /// call (a call picks one for all its fields): what a variant is compiled
 /// for and what a tensor holds. One enum for the compiler and the runtime.
@@ -89,6 +91,75 @@ impl DType {
 }
 
 impl core::fmt::Display for DType {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How the elements of one field or output are stored in memory: the
+/// call's [`DType`], or, in an f32 call, a half-precision type (`f16`,
+/// IEEE binary16; `bf16`, the upper half of an f32). A half element is
+/// converted exactly to f32 when it is loaded, every operation and
+/// accumulator runs in f32, and a value stored into a half output is
+/// rounded to nearest, ties to even. So a half field changes only the bytes
+/// a kernel moves, never its arithmetic: a memory-bound gather reads half
+/// the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum FieldType {
+    F32,
+    F64,
+    F16,
+    BF16,
+}
+
+impl FieldType {
+    /// Every storage type, for tests and messages.
+    pub const ALL: [FieldType; 4] = [FieldType::F32, FieldType::F64, FieldType::F16, FieldType::BF16];
+
+    /// The Rust name (`f32`, `f64`, `f16`, `bf16`), as kernels spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FieldType::F32 => "f32",
+            FieldType::F64 => "f64",
+            FieldType::F16 => "f16",
+            FieldType::BF16 => "bf16",
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            FieldType::F32 => 4,
+            FieldType::F64 => 8,
+            FieldType::F16 | FieldType::BF16 => 2,
+        }
+    }
+
+    /// The dtype its values are computed in: a half type computes in f32.
+    pub fn dtype(self) -> DType {
+        match self {
+            FieldType::F64 => DType::F64,
+            FieldType::F32 | FieldType::F16 | FieldType::BF16 => DType::F32,
+        }
+    }
+
+    /// Whether it is one of the half-precision types.
+    pub fn is_half(self) -> bool {
+        matches!(self, FieldType::F16 | FieldType::BF16)
+    }
+}
+
+impl From<DType> for FieldType {
+    fn from(d: DType) -> FieldType {
+        match d {
+            DType::F32 => FieldType::F32,
+            DType::F64 => FieldType::F64,
+        }
+    }
+}
+
+impl core::fmt::Display for FieldType {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.name())
     }

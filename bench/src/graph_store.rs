@@ -227,7 +227,7 @@ fn colocated(path: &std::path::Path, seeds: &[i64], size: usize, memory: bool) -
     let x = file.field(FieldRole::Src, "x").map_err(|e| e.to_string())?;
     let xs = match x.view().map_err(|e| e.to_string())?.data() {
         tiga::Data::F32(v) => v,
-        tiga::Data::F64(_) => return Err("x is not f32".into()),
+        _ => return Err("x is not f32".into()),
     };
     let f = x.row_width();
     let mut made = Vec::new();

@@ -8,9 +8,10 @@
 //! path timed with device events against a device-to-device copy
 //! (`gpu.rs`); and, as `tiga-bench partitioned`, partitioned-tensor
 //! gathers and embedding optimizer steps by memory type and rank count
-//! against a local memcpy (`partitioned.rs`); and, as `tiga-bench
-//! renumber`, renumbered runs against the caller's numbering
-//! (`renumber.rs`).
+//! against a local memcpy (`partitioned.rs`); as `tiga-bench renumber`,
+//! renumbered runs against the caller's numbering (`renumber.rs`); and, as
+//! `tiga-bench half`, the power-law sum with f32, bf16 and f16 features
+//! side by side (`half.rs`).
 //!
 //! A number about a compiler means little alone: it needs the same
 //! computation written by hand, the tools a user would otherwise pick, and
@@ -60,6 +61,7 @@ mod compile_time;
 mod gpu;
 mod graph_store;
 mod graphs;
+mod half;
 mod hand;
 mod mpirun;
 mod paged;
@@ -136,6 +138,10 @@ enum Command {
     /// R-MAT and a mesh graph, with the ordering's cost and when it pays off (table and JSON)
     #[command(args_override_self = true)]
     Renumber(renumber::Args),
+    /// Half-precision fields: the power-law sum with f32, bf16 and f16 source features side by
+    /// side, forward and backward, with each one's error against its bound (table and JSON)
+    #[command(args_override_self = true)]
+    Half(half::Args),
 }
 
 /// The main benchmark's flags.
@@ -1142,6 +1148,7 @@ fn main() -> ExitCode {
         Some(Command::Gpu(args)) => return gpu::main(&args),
         Some(Command::GraphStore(args)) => return graph_store::main(&args),
         Some(Command::Partitioned(args)) => return partitioned::main(&args),
+        Some(Command::Half(args)) => return half::main(&args),
         None => {}
     }
     match real_main(cli.bench.into()) {

@@ -183,6 +183,7 @@ fn stage_text(k: &Kernel, stage: Stage) -> Result<String, Failure> {
                 widths: vec![EMIT_WIDTH; lk.widths.len()],
                 edge_ids,
                 stencil: None,
+                storage: Default::default(),
             };
             let v = compile_variant(lk, &key)
                 .map_err(|e| Failure::new(format!("kernel `{}`: cannot compile the f32 variant: {e}", k.name())))?;

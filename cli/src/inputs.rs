@@ -196,13 +196,16 @@ pub fn any_size(_: Extents) -> Result<(), Failure> {
 /// One field's `.npy` file. Errors name the field as well as the file.
 ///
 /// A 0-D array (`np.save("p.npy", np.float32(2))`) reads as shape `[]`, a
-/// scalar parameter.
+/// scalar parameter. A `<f2` array is a float16 field and a `|V2` one
+/// (what `np.save` writes for an `ml_dtypes.bfloat16` array) a bfloat16
+/// field: stored at half width, computed in f32.
 pub fn load_field(role: Role, b: &Binding) -> Result<Tensor, Failure> {
     let what = format!("{} field `{}`", role.name(), b.name);
     match tiga::read_npy(&b.path) {
         Ok(t) => Ok(t),
         Err(NpyError::UnsupportedDtype { path, found }) => Err(Failure::new(format!(
-            "{what}: {path} has dtype '{found}'; expected '<f4' (float32) or '<f8' (float64), little-endian"
+            "{what}: {path} has dtype '{found}'; expected '<f4' (float32), '<f8' (float64), '<f2' (float16) or '|V2' \
+             (bfloat16, as np.save writes ml_dtypes.bfloat16), little-endian"
         ))),
         Err(e) => Err(Failure::new(format!("{what}: {e}"))),
     }

@@ -227,7 +227,8 @@ pub(crate) fn load_cotangent(output: &str, path: &std::path::Path) -> Result<Ten
     match tiga::read_npy(path) {
         Ok(t) => Ok(t),
         Err(tiga::NpyError::UnsupportedDtype { path, found }) => Err(Failure::new(format!(
-            "{what}: {path} has dtype '{found}'; expected '<f4' (float32) or '<f8' (float64), little-endian, like the inputs"
+            "{what}: {path} has dtype '{found}'; expected '<f4' (float32), '<f8' (float64), '<f2' (float16) or '|V2' \
+             (bfloat16), little-endian, in the inputs' precision"
         ))),
         Err(e) => Err(Failure::new(format!("{what}: {e}"))),
     }
@@ -415,7 +416,11 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         let shapes: Vec<&[usize]> = ds.iter().map(|(s, _)| s.as_slice()).collect();
         let dtype = ds.first().map_or(Some(tiga::DType::F32), |(_, d)| ds.iter().all(|(_, e)| e == d).then_some(*d));
         if let (Some(dtype), Ok(widths)) = (dtype, bind_shapes(k_ir, &extents, &shapes)) {
-            if req.device == tiga::Device::Cpu {
+            let half = given.iter().flatten().any(|t| t.field_type().is_half());
+            if req.device == tiga::Device::Cpu && half {
+                // A half-width variant is keyed by each field's storage:
+                // the first run compiles it (and reports its errors).
+            } else if req.device == tiga::Device::Cpu {
                 // The JIT's own time for this variant (measured when it was built).
                 let (variant, _hit) = kernel.variant(dtype, &widths, graph.has_edge_ids()).map_err(explain_call)?;
                 compile_ms = Some(variant.compile_ms);

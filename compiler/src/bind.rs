@@ -3,7 +3,7 @@
 //! runtime facade and `tigac`, so they all reject the same calls with the same
 //! words.
 
-use crate::ir::{DType, Kernel, Role, Type, WidthId};
+use crate::ir::{DType, FieldType, Kernel, Role, Type, WidthId};
 
 /// The sizes a call sees: node and edge counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,19 +24,22 @@ pub enum BindError {
     #[error("{role} field `{name}` has width {actual}, but {width} is {bound}: fields of one width must agree")]
     Width { role: &'static str, name: String, width: String, actual: usize, bound: usize, bound_by: String },
     #[error(
-        "{role} field `{name}` is {dtype}, but `{first}` is {first_dtype}: a call runs in one dtype, pass every field as f32 or every field as f64"
+        "{role} field `{name}` is {dtype}, but `{first}` is {first_dtype}: a call runs in one dtype, pass every field as f32 \
+         (or f16/bf16, which compute in f32) or every field as f64"
     )]
-    MixedDtypes { role: &'static str, name: String, dtype: DType, first: String, first_dtype: DType },
+    MixedDtypes { role: &'static str, name: String, dtype: FieldType, first: String, first_dtype: FieldType },
     #[error("{role} field `{name}` is given twice")]
     Duplicate { role: &'static str, name: String },
 }
 
-/// A field a call passes: role, name, dtype and shape.
+/// A field a call passes: role, name, element type and shape.
 #[derive(Clone, Copy, Debug)]
 pub struct Given<'s> {
     pub role: Role,
     pub name: &'s str,
-    pub dtype: DType,
+    /// How its elements are stored (f32, f64, or a half type computed in
+    /// f32).
+    pub ty: FieldType,
     pub shape: &'s [usize],
 }
 
@@ -46,7 +49,10 @@ pub struct Bound {
     /// For each declared field, in declaration order, its index in the
     /// fields given.
     pub order: Vec<usize>,
+    /// The dtype the call computes in.
     pub dtype: DType,
+    /// How each declared field is stored, in declaration order.
+    pub types: Vec<FieldType>,
     /// The value of each width symbol.
     pub widths: Vec<usize>,
 }
@@ -84,21 +90,23 @@ pub fn bind_fields(k: &Kernel, e: &Extents, given: &[Given<'_>]) -> Result<Bound
             }
         }
     }
-    let dtype = order.first().map(|&j| given[j].dtype).unwrap_or(DType::F32);
+    let first = order.first().map(|&j| given[j].ty).unwrap_or(FieldType::F32);
+    let dtype = first.dtype();
     for (f, &j) in k.fields.iter().zip(&order) {
-        if given[j].dtype != dtype {
+        if given[j].ty.dtype() != dtype {
             return Err(BindError::MixedDtypes {
                 role: f.role.name(),
                 name: f.name.clone(),
-                dtype: given[j].dtype,
+                dtype: given[j].ty,
                 first: k.fields[0].name.clone(),
-                first_dtype: dtype,
+                first_dtype: first,
             });
         }
     }
+    let types = order.iter().map(|&j| given[j].ty).collect();
     let shapes: Vec<&[usize]> = order.iter().map(|&j| given[j].shape).collect();
     let widths = bind_shapes(k, e, &shapes)?;
-    Ok(Bound { order, dtype, widths })
+    Ok(Bound { order, dtype, types, widths })
 }
 
 fn rows_for(role: Role, e: &Extents) -> Option<(usize, &'static str)> {

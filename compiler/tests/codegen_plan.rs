@@ -27,7 +27,14 @@ fn loop_kernel(name: &str) -> LoopKernel {
 }
 
 fn key(lk: &LoopKernel, dtype: DType, f: usize, stencil: Option<tiga_abi::Stencil2d>) -> VariantKey {
-    VariantKey { kernel: lk.name.clone(), dtype, widths: vec![f; lk.widths.len()], edge_ids: false, stencil }
+    VariantKey {
+        kernel: lk.name.clone(),
+        dtype,
+        widths: vec![f; lk.widths.len()],
+        edge_ids: false,
+        stencil,
+        storage: Default::default(),
+    }
 }
 
 fn plan(name: &str, dtype: DType, f: usize) -> CodegenPlan {

@@ -14,13 +14,13 @@ use common::run_over_csr;
 // --- building loop kernels ----------------------------------------------
 
 fn field(name: &str, role: Role, ty: Type) -> FieldDecl {
-    FieldDecl { name: name.into(), role, ty, declared: DType::F64, span: Span::default() }
+    FieldDecl { name: name.into(), role, ty, declared: DType::F64.into(), span: Span::default() }
 }
 fn width(name: &str, f: u32, dim: usize) -> WidthDecl {
     WidthDecl { name: name.into(), bound_by: (FieldId(f), dim) }
 }
 fn output(name: &str, ty: Type) -> OutputDecl {
-    OutputDecl { name: name.into(), ty, role: Role::Dst }
+    OutputDecl::new(name.into(), ty, Role::Dst)
 }
 fn v(n: u32) -> Var {
     Var(n)
@@ -115,7 +115,14 @@ fn run(
     fields: &[Vec<f64>],
     out_lens: &[usize],
 ) -> Vec<Vec<f64>> {
-    let key = VariantKey { kernel: format!("{}#test", k.name), dtype, widths: widths.to_vec(), edge_ids, stencil: None };
+    let key = VariantKey {
+        kernel: format!("{}#test", k.name),
+        dtype,
+        widths: widths.to_vec(),
+        edge_ids,
+        stencil: None,
+        storage: Default::default(),
+    };
     let var = compile(k, &key).unwrap_or_else(|e| panic!("{}: {e}", k.name));
     assert!(var.clif.contains("function"), "{}", var.clif);
     assert!(var.asm.as_deref().is_some_and(|a| !a.is_empty()));
@@ -473,7 +480,14 @@ fn tiny() -> LoopKernel {
 fn cache_hits_and_misses() {
     let jit = Jit::new();
     let k = tiny();
-    let key = VariantKey { kernel: "tiny#1".into(), dtype: DType::F32, widths: vec![4], edge_ids: false, stencil: None };
+    let key = VariantKey {
+        kernel: "tiny#1".into(),
+        dtype: DType::F32,
+        widths: vec![4],
+        edge_ids: false,
+        stencil: None,
+        storage: Default::default(),
+    };
     let (a, hit_a) = jit.variant(&k, &key).expect("compiles");
     let (b, hit_b) = jit.variant(&k, &key).expect("cached");
     assert!(!hit_a && hit_b);
@@ -495,7 +509,14 @@ fn variants_are_send_and_sync() {
     check::<Jit>();
     let jit = std::sync::Arc::new(Jit::new());
     let k = tiny();
-    let key = VariantKey { kernel: "tiny#threads".into(), dtype: DType::F64, widths: vec![2], edge_ids: false, stencil: None };
+    let key = VariantKey {
+        kernel: "tiny#threads".into(),
+        dtype: DType::F64,
+        widths: vec![2],
+        edge_ids: false,
+        stencil: None,
+        storage: Default::default(),
+    };
     std::thread::scope(|s| {
         for _ in 0..2 {
             s.spawn(|| jit.variant(&k, &key).expect("compiles"));
@@ -509,8 +530,14 @@ fn variants_are_send_and_sync() {
 #[test]
 fn errors_instead_of_panics() {
     let k = tiny();
-    let key =
-        |widths: Vec<usize>| VariantKey { kernel: "tiny#e".into(), dtype: DType::F64, widths, edge_ids: false, stencil: None };
+    let key = |widths: Vec<usize>| VariantKey {
+        kernel: "tiny#e".into(),
+        dtype: DType::F64,
+        widths,
+        edge_ids: false,
+        stencil: None,
+        storage: Default::default(),
+    };
     assert!(matches!(compile(&k, &key(vec![])), Err(BackError::Widths { expected: 1, got: 0, .. })));
     match compile(&k, &key(vec![1 << 20])) {
         Err(e @ BackError::ScratchTooLarge { .. }) => assert!(e.to_string().contains("1 MiB"), "{e}"),

@@ -45,6 +45,7 @@ fn gnn_kernels_match_reference() {
                             widths: vec![f; k.widths.len()],
                             edge_ids,
                             stencil: None,
+                            storage: Default::default(),
                         };
                         let (var, _) = jit.variant(&lk, &key).unwrap_or_else(|e| panic!("{e}\n{lk}"));
                         if k.name == "VecSum" {

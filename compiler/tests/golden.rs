@@ -91,8 +91,14 @@ fn clif_of_canonical_kernels() {
         let k = ks.iter().find(|k| k.name == name).expect("kernel").clone();
         let c = run_pipeline(k).expect("passes");
         let lk = tiga_compiler::loops::schedule(&c.lowered).expect("schedules");
-        let key =
-            VariantKey { kernel: name.into(), dtype: DType::F32, widths: vec![4; lk.widths.len()], edge_ids, stencil: None };
+        let key = VariantKey {
+            kernel: name.into(),
+            dtype: DType::F32,
+            widths: vec![4; lk.widths.len()],
+            edge_ids,
+            stencil: None,
+            storage: Default::default(),
+        };
         let v = compile(&lk, &key).expect("compiles");
         check(&format!("{name}.f32.F4.clif"), &v.clif);
     }

@@ -171,6 +171,10 @@ impl Feature {
                     match rows {
                         Data::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
                         Data::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+                        // A `.gfg` stores f32 and f64 fields only; a half
+                        // row would go out as its own bytes.
+                        Data::F16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+                        Data::BF16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
                     }
                 }
             }

@@ -3,7 +3,9 @@
 //! that fill and save them.
 //!
 //! Kernel fields keep [`crate::DType`] (f32 or f64): a kernel computes in
-//! floats. A partitioned tensor also holds integer ids (a CSR's columns, a
+//! floats; a field may be stored at half width ([`crate::FieldType`],
+//! `f16`/`bf16`), which is also an element type here, so that `.npy` files
+//! and partitioned tensors carry half-precision features. A partitioned tensor also holds integer ids (a CSR's columns, a
 //! label table), so it carries an [`ElementType`]; its rows are moved as
 //! bytes (gather, scatter, messages, files) and read as [`Element`]s only
 //! where a value is computed (optimizers, checks).
@@ -17,17 +19,24 @@ pub enum ElementType {
     F64,
     I32,
     I64,
+    /// IEEE binary16 (numpy's `<f2`).
+    F16,
+    /// bfloat16, which numpy has no type code for: see
+    /// [`ElementType::npy_descr`].
+    BF16,
 }
 
 impl ElementType {
     /// Every element type, for tests and messages.
-    pub const ALL: [ElementType; 4] = [ElementType::F32, ElementType::F64, ElementType::I32, ElementType::I64];
+    pub const ALL: [ElementType; 6] =
+        [ElementType::F32, ElementType::F64, ElementType::I32, ElementType::I64, ElementType::F16, ElementType::BF16];
 
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
             ElementType::F32 | ElementType::I32 => 4,
             ElementType::F64 | ElementType::I64 => 8,
+            ElementType::F16 | ElementType::BF16 => 2,
         }
     }
 
@@ -38,22 +47,41 @@ impl ElementType {
             ElementType::F64 => "f64",
             ElementType::I32 => "i32",
             ElementType::I64 => "i64",
+            ElementType::F16 => "f16",
+            ElementType::BF16 => "bf16",
         }
     }
 
-    /// numpy's little-endian type string (`<f4`, `<i8`, ...).
+    /// numpy's little-endian type string (`<f4`, `<i8`, `<f2`, ...).
+    ///
+    /// bfloat16 has no numpy type code. `np.save` of an `ml_dtypes.bfloat16`
+    /// array writes the dtype's `str`, `|V2` (two opaque bytes), and
+    /// `np.load` gives a `V2` array that `.view(ml_dtypes.bfloat16)` turns
+    /// back; so tiga writes bf16 as `|V2` and reads a `|V2` (or `<V2`)
+    /// array as bf16, the one two-byte opaque type a float field can be.
     pub fn npy_descr(self) -> &'static str {
         match self {
             ElementType::F32 => "<f4",
             ElementType::F64 => "<f8",
             ElementType::I32 => "<i4",
             ElementType::I64 => "<i8",
+            ElementType::F16 => "<f2",
+            ElementType::BF16 => "|V2",
         }
     }
 
-    /// The element type of a numpy type string, if it is one of these.
+    /// The element type of a numpy type string, if it is one of these
+    /// (`<V2` is read as bf16 too, see [`ElementType::npy_descr`]).
     pub fn from_npy_descr(descr: &str) -> Option<ElementType> {
+        if descr == "<V2" {
+            return Some(ElementType::BF16);
+        }
         ElementType::ALL.into_iter().find(|t| t.npy_descr() == descr)
+    }
+
+    /// Whether it is a floating-point type (what a kernel field can be).
+    pub fn is_float(self) -> bool {
+        !matches!(self, ElementType::I32 | ElementType::I64)
     }
 }
 
@@ -72,11 +100,23 @@ impl From<crate::DType> for ElementType {
     }
 }
 
+impl From<crate::FieldType> for ElementType {
+    fn from(d: crate::FieldType) -> ElementType {
+        match d {
+            crate::FieldType::F32 => ElementType::F32,
+            crate::FieldType::F64 => ElementType::F64,
+            crate::FieldType::F16 => ElementType::F16,
+            crate::FieldType::BF16 => ElementType::BF16,
+        }
+    }
+}
+
 /// A Rust type that is one of the [`ElementType`]s: plain bytes with no
 /// padding, any bit pattern valid, so rows can move as bytes.
 ///
 /// # Safety
-/// Implemented only for f32, f64, i32 and i64 (sealed by `private::Sealed`).
+/// Implemented only for f32, f64, i32, i64, f16 and bf16 (sealed by
+/// `private::Sealed`).
 pub unsafe trait Element: Copy + Default + PartialEq + fmt::Debug + Send + Sync + 'static + private::Sealed {
     const TYPE: ElementType;
 }
@@ -87,6 +127,8 @@ mod private {
     impl Sealed for f64 {}
     impl Sealed for i32 {}
     impl Sealed for i64 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
 }
 
 // SAFETY: no padding, every bit pattern valid.
@@ -104,6 +146,15 @@ unsafe impl Element for i32 {
 // SAFETY: as for f32.
 unsafe impl Element for i64 {
     const TYPE: ElementType = ElementType::I64;
+}
+// SAFETY: a `u16` inside (`repr(transparent)`): no padding, every bit
+// pattern a value.
+unsafe impl Element for half::f16 {
+    const TYPE: ElementType = ElementType::F16;
+}
+// SAFETY: as for f16.
+unsafe impl Element for half::bf16 {
+    const TYPE: ElementType = ElementType::BF16;
 }
 
 /// The floating-point [`Element`]s, which optimizers update (in f64).
@@ -128,6 +179,24 @@ impl Float for f64 {
     }
     fn from_f64(x: f64) -> f64 {
         x
+    }
+}
+
+impl Float for half::f16 {
+    fn to_f64(self) -> f64 {
+        half::f16::to_f64(self)
+    }
+    fn from_f64(x: f64) -> half::f16 {
+        half::f16::from_f32(crate::tensor::round_to_odd_f32(x))
+    }
+}
+
+impl Float for half::bf16 {
+    fn to_f64(self) -> f64 {
+        half::bf16::to_f64(self)
+    }
+    fn from_f64(x: f64) -> half::bf16 {
+        half::bf16::from_f32(crate::tensor::round_to_odd_f32(x))
     }
 }
 
@@ -177,6 +246,10 @@ mod tests {
             assert_eq!(ElementType::from_npy_descr(t.npy_descr()), Some(t));
         }
         assert_eq!(ElementType::from_npy_descr(">f4"), None);
+        assert_eq!(ElementType::from_npy_descr("<f2"), Some(ElementType::F16));
+        assert_eq!(ElementType::from_npy_descr("<V2"), Some(ElementType::BF16));
+        assert_eq!(ElementType::from_npy_descr("|V4"), None);
+        assert_eq!(ElementType::BF16.size(), 2);
         assert_eq!(ElementType::I32.size(), 4);
         assert_eq!(ElementType::I64.size(), 8);
     }

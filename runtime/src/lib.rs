@@ -61,4 +61,4 @@ pub use renumber::{Order, RenumberError, Renumbered, RenumberedGraph};
 pub use schedule::{Backend, Device, DeviceTimer, DeviceTimes, Progress, Renumber, Schedule, ScheduleError};
 pub use storage::tensor_store::{tensor_crc32, MappedTensor, SpilledTensor, TensorStore, TensorStoreError};
 pub use storage::{save_gfg, FieldHandle, FieldInfo, FieldRole, GfgError, GfgFile, GfgWriter, Page, PendingGfg};
-pub use tensor::{Buffer, DType, Data, DataMut, Tensor, TensorError, TensorView};
+pub use tensor::{bf16, f16, round_to_odd_f32, Buffer, DType, Data, DataMut, FieldType, Tensor, TensorError, TensorView};

@@ -1,7 +1,9 @@
 //! `.npy` files: how fields move between tiga and numpy/PyTorch peers.
 //!
 //! Kernel fields ([`read_npy`], [`write_npy`]) accept only what fields
-//! need: little-endian `<f4`/`<f8`, C order, 1-D (`[n]`) or 2-D (`[n, F]`).
+//! need: little-endian `<f4`/`<f8`, `<f2` (read as an f16 field) or a
+//! two-byte opaque `|V2` (bf16, see [`ElementType::npy_descr`]), C order,
+//! 1-D (`[n]`) or 2-D (`[n, F]`).
 //! Node and edge ids (seeds, samples) are 1-D `<i8` (or `<i4`, widened)
 //! through [`read_npy_ids`] and [`write_npy_ids`]. General arrays ([`read_npy_array`], [`NpyFile`], [`NpyWriter`]: ids,
 //! batches of gradients, partitioned tensors) accept `<f4`, `<f8`, `<i4`
@@ -57,7 +59,7 @@ pub enum NpyError {
     #[error("{path}: malformed .npy header: {message}")]
     BadHeader { path: String, message: String },
     #[error(
-        "{path}: dtype '{found}' is not supported; accepted: '<f4' (little-endian float32) or '<f8' (little-endian float64)"
+        "{path}: dtype '{found}' is not supported; accepted: '<f4' (little-endian float32), '<f8' (float64), '<f2' (float16) or '|V2' (bfloat16)"
     )]
     UnsupportedDtype { path: String, found: String },
     #[error("{path}: fortran_order is True; only C-order (row-major) arrays are accepted")]
@@ -196,7 +198,8 @@ pub fn npy_layout(bytes: &[u8], name: &str) -> Result<NpyLayout, NpyError> {
     let dtype = match info.dtype {
         ElementType::F32 => DType::F32,
         ElementType::F64 => DType::F64,
-        // `Accept::Fields` admits floats only.
+        // A row server moves f32 and f64 rows; `Accept::Fields` admits
+        // floats only.
         other => return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: other.npy_descr().to_string() }),
     };
     Ok(NpyLayout { dtype, shape: info.shape, data_at })
@@ -404,7 +407,7 @@ fn parse_head(bytes: &[u8], name: &str, accept: Accept) -> Result<(DataInfo, usi
     let dict = parse_header(header).map_err(bad)?;
 
     let dtype = match (ElementType::from_npy_descr(&dict.descr), accept) {
-        (Some(t @ (ElementType::F32 | ElementType::F64)), Accept::Fields)
+        (Some(t @ (ElementType::F32 | ElementType::F64 | ElementType::F16 | ElementType::BF16)), Accept::Fields)
         | (Some(t @ (ElementType::I32 | ElementType::I64)), Accept::Ids)
         | (Some(t), Accept::Arrays) => t,
         (_, Accept::Fields) => return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: dict.descr }),
@@ -451,6 +454,18 @@ fn tensor_of(info: DataInfo, data: &[u8], name: &str) -> Result<Tensor, NpyError
             v.try_reserve_exact(expected / 8).map_err(|_| too_large())?;
             v.extend(data.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])));
             Tensor::from_f64(info.shape, v)
+        }
+        ElementType::F16 => {
+            let mut v = Vec::new();
+            v.try_reserve_exact(expected / 2).map_err(|_| too_large())?;
+            v.extend(data.chunks_exact(2).map(|c| crate::f16::from_bits(u16::from_le_bytes([c[0], c[1]]))));
+            Tensor::from_f16(info.shape, v)
+        }
+        ElementType::BF16 => {
+            let mut v = Vec::new();
+            v.try_reserve_exact(expected / 2).map_err(|_| too_large())?;
+            v.extend(data.chunks_exact(2).map(|c| crate::bf16::from_bits(u16::from_le_bytes([c[0], c[1]]))));
+            Tensor::from_bf16(info.shape, v)
         }
         // `Accept::Fields` admits floats only.
         other => return Err(NpyError::UnsupportedDtype { path: name.to_string(), found: other.npy_descr().into() }),
@@ -663,11 +678,13 @@ fn encode_npy_named(tensor: &TensorView<'_>, name: &str) -> Result<Vec<u8>, NpyE
     if shape.len() != 1 && shape.len() != 2 {
         return Err(NpyError::WriteRank { path: name.to_string(), shape: shape.to_vec(), rank: shape.len() });
     }
-    let mut out = header_bytes(tensor.dtype().into(), shape, name)?;
-    out.reserve(tensor.len() * tensor.dtype().size());
+    let mut out = header_bytes(tensor.field_type().into(), shape, name)?;
+    out.reserve(tensor.len() * tensor.field_type().size());
     match tensor.data() {
         Data::F32(d) => d.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         Data::F64(d) => d.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::F16(d) => d.iter().for_each(|x| out.extend_from_slice(&x.to_bits().to_le_bytes())),
+        Data::BF16(d) => d.iter().for_each(|x| out.extend_from_slice(&x.to_bits().to_le_bytes())),
     }
     Ok(out)
 }
@@ -938,6 +955,39 @@ mod tests {
     }
 
     #[test]
+    fn half_fields_read_and_write() {
+        // np.save(p, np.array([1, -2.5, 65504], dtype='<f2')): f16 bits
+        // 0x3c00, 0xc100, 0x7bff.
+        let data: Vec<u8> = [0x3c00u16, 0xc100, 0x7bff].iter().flat_map(|b| b.to_le_bytes()).collect();
+        let h = "{'descr': '<f2', 'fortran_order': False, 'shape': (3,), }\n";
+        let t = parse_npy(&file(1, h, &data)).expect("f16 reads");
+        assert_eq!(t.field_type(), crate::FieldType::F16);
+        assert_eq!(t.to_f64_vec(), vec![1.0, -2.5, 65504.0]);
+        // np.save of an ml_dtypes.bfloat16 array writes '|V2'; bf16 1.0 is
+        // 0x3f80, -3.0 is 0xc040.
+        let data: Vec<u8> = [0x3f80u16, 0xc040].iter().flat_map(|b| b.to_le_bytes()).collect();
+        for descr in ["|V2", "<V2"] {
+            let h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': (2, 1), }}\n");
+            let t = parse_npy(&file(1, &h, &data)).expect("bf16 reads");
+            assert_eq!(t.field_type(), crate::FieldType::BF16);
+            assert_eq!((t.shape(), t.to_f64_vec()), (&[2usize, 1][..], vec![1.0, -3.0]));
+        }
+        // Both round-trip through tiga's writer, bit for bit.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let x = Tensor::from_f32([2, 2], vec![0.1, -7.25, 1e-6, 3.0e4]).expect("valid");
+        for ty in [crate::FieldType::F16, crate::FieldType::BF16] {
+            let t = x.converted(ty);
+            let path = dir.path().join(format!("{ty}.npy"));
+            write_npy(&path, &t.view()).expect("write");
+            let back = read_npy(&path).expect("read");
+            assert_eq!(back, t);
+            let descr = if ty == crate::FieldType::F16 { "'<f2'" } else { "'|V2'" };
+            let bytes = std::fs::read(&path).expect("bytes");
+            assert!(String::from_utf8_lossy(&bytes[..128]).contains(descr), "{ty}");
+        }
+    }
+
+    #[test]
     fn reads_versions_2_and_3_and_python2_longs() {
         let data = f32_bytes(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
         for major in [2, 3] {
@@ -959,7 +1009,7 @@ mod tests {
         let data = f32_bytes(&[0.0; 8]);
         assert_eq!(
             err(&file(1, &h("<i4", "False", "(8,)"), &data)),
-            "<memory>: dtype '<i4' is not supported; accepted: '<f4' (little-endian float32) or '<f8' (little-endian float64)"
+            "<memory>: dtype '<i4' is not supported; accepted: '<f4' (little-endian float32), '<f8' (float64), '<f2' (float16) or '|V2' (bfloat16)"
         );
         assert!(err(&file(1, &h(">f4", "False", "(8,)"), &data)).contains("dtype '>f4' is not supported"));
         assert_eq!(

@@ -2,17 +2,24 @@
 //! writes.
 //!
 //! A call runs in one dtype (f32 or f64) chosen by the fields passed, so a
-//! tensor carries its dtype at run time rather than as a type parameter; the
-//! kernel interface checks that all fields agree. Data is row-major: a
+//! tensor carries its element type at run time rather than as a type
+//! parameter; the kernel interface checks that all fields agree. A tensor
+//! of `f16` or `bf16` elements ([`FieldType`]) is a field of an f32 call,
+//! stored at half width: its [`Tensor::dtype`] is f32 (what its values are
+//! computed in), its [`Tensor::field_type`] the half type. Data is row-major: a
 //! `[n, F]` field stores node `i`'s row at `i*F..(i+1)*F`. The one invariant
 //! is that the product of the shape equals the element count, checked once
 //! at construction so that later code can slice rows without checks.
 
 use thiserror::Error;
 
+/// The half-precision element types (the `half` crate's).
+pub use half::{bf16, f16};
 /// The element type of a tensor: the one enum the compiler's variants use
 /// too.
 pub use tiga_abi::DType;
+/// How a tensor's elements are stored (its dtype, or a half type).
+pub use tiga_abi::FieldType;
 
 /// Why a tensor could not be built.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -45,6 +52,8 @@ fn check_len(shape: &[usize], actual: usize) -> Result<(), TensorError> {
 pub trait ZeroBits: Copy + Default {}
 impl ZeroBits for f32 {}
 impl ZeroBits for f64 {}
+impl ZeroBits for f16 {}
+impl ZeroBits for bf16 {}
 
 /// Transparent huge pages are 2 MiB on x86-64 and most arm64 kernels.
 const HUGE_PAGE: usize = 2 << 20;
@@ -93,6 +102,8 @@ fn advise_huge_pages(_ptr: *mut u8, _bytes: usize) {}
 pub enum Buffer {
     F32(Vec<f32>),
     F64(Vec<f64>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
 }
 
 /// Borrowed elements of one dtype.
@@ -100,13 +111,23 @@ pub enum Buffer {
 pub enum Data<'a> {
     F32(&'a [f32]),
     F64(&'a [f64]),
+    F16(&'a [f16]),
+    BF16(&'a [bf16]),
 }
 
 impl Data<'_> {
+    /// The dtype the elements are computed in (f32 for the half types).
     pub fn dtype(&self) -> DType {
+        self.field_type().dtype()
+    }
+
+    /// How the elements are stored.
+    pub fn field_type(&self) -> FieldType {
         match self {
-            Data::F32(_) => DType::F32,
-            Data::F64(_) => DType::F64,
+            Data::F32(_) => FieldType::F32,
+            Data::F64(_) => FieldType::F64,
+            Data::F16(_) => FieldType::F16,
+            Data::BF16(_) => FieldType::BF16,
         }
     }
 
@@ -114,6 +135,18 @@ impl Data<'_> {
         match self {
             Data::F32(d) => d.len(),
             Data::F64(d) => d.len(),
+            Data::F16(d) => d.len(),
+            Data::BF16(d) => d.len(),
+        }
+    }
+
+    /// The elements' first byte (what a compiled kernel is given).
+    pub fn as_ptr(&self) -> *const u8 {
+        match self {
+            Data::F32(d) => d.as_ptr() as *const u8,
+            Data::F64(d) => d.as_ptr() as *const u8,
+            Data::F16(d) => d.as_ptr() as *const u8,
+            Data::BF16(d) => d.as_ptr() as *const u8,
         }
     }
 
@@ -126,6 +159,8 @@ impl Data<'_> {
         match self {
             Data::F32(d) => Buffer::F32(d.to_vec()),
             Data::F64(d) => Buffer::F64(d.to_vec()),
+            Data::F16(d) => Buffer::F16(d.to_vec()),
+            Data::BF16(d) => Buffer::BF16(d.to_vec()),
         }
     }
 }
@@ -134,14 +169,11 @@ impl<'a> Data<'a> {
     /// The elements' bytes, in this machine's byte order (what a halo
     /// message carries: every rank of a job shares one byte order).
     pub fn as_bytes(self) -> &'a [u8] {
-        match self {
-            // SAFETY: f32 and f64 have no padding and every byte is
-            // initialized; u8 has alignment 1, and the length is the
-            // slice's size in bytes.
-            Data::F32(d) => unsafe { std::slice::from_raw_parts(d.as_ptr() as *const u8, std::mem::size_of_val(d)) },
-            // SAFETY: as above.
-            Data::F64(d) => unsafe { std::slice::from_raw_parts(d.as_ptr() as *const u8, std::mem::size_of_val(d)) },
-        }
+        let bytes = self.len() * self.field_type().size();
+        // SAFETY: f32, f64, f16 and bf16 have no padding and every byte is
+        // initialized; u8 has alignment 1, and the length is the slice's
+        // size in bytes.
+        unsafe { std::slice::from_raw_parts(self.as_ptr(), bytes) }
     }
 }
 
@@ -171,7 +203,7 @@ enum Storage {
 struct MappedBuffer {
     /// Taken in `drop` (to become a spare).
     map: std::mem::ManuallyDrop<memmap2::MmapMut>,
-    dtype: DType,
+    dtype: FieldType,
     len: usize,
     in_file: bool,
 }
@@ -231,7 +263,7 @@ impl Spares {
 }
 
 impl MappedBuffer {
-    fn new(map: memmap2::MmapMut, dtype: DType, len: usize, in_file: bool) -> MappedBuffer {
+    fn new(map: memmap2::MmapMut, dtype: FieldType, len: usize, in_file: bool) -> MappedBuffer {
         MappedBuffer { map: std::mem::ManuallyDrop::new(map), dtype, len, in_file }
     }
 
@@ -241,8 +273,10 @@ impl MappedBuffer {
         // `dtype` (its length was set so), and any bit pattern is a float.
         unsafe {
             match self.dtype {
-                DType::F32 => Data::F32(std::slice::from_raw_parts(ptr as *const f32, self.len)),
-                DType::F64 => Data::F64(std::slice::from_raw_parts(ptr as *const f64, self.len)),
+                FieldType::F32 => Data::F32(std::slice::from_raw_parts(ptr as *const f32, self.len)),
+                FieldType::F64 => Data::F64(std::slice::from_raw_parts(ptr as *const f64, self.len)),
+                FieldType::F16 => Data::F16(std::slice::from_raw_parts(ptr as *const f16, self.len)),
+                FieldType::BF16 => Data::BF16(std::slice::from_raw_parts(ptr as *const bf16, self.len)),
             }
         }
     }
@@ -252,8 +286,10 @@ impl MappedBuffer {
         // SAFETY: as in `data`, and the borrow is exclusive.
         unsafe {
             match self.dtype {
-                DType::F32 => DataMut::F32(std::slice::from_raw_parts_mut(ptr as *mut f32, self.len)),
-                DType::F64 => DataMut::F64(std::slice::from_raw_parts_mut(ptr as *mut f64, self.len)),
+                FieldType::F32 => DataMut::F32(std::slice::from_raw_parts_mut(ptr as *mut f32, self.len)),
+                FieldType::F64 => DataMut::F64(std::slice::from_raw_parts_mut(ptr as *mut f64, self.len)),
+                FieldType::F16 => DataMut::F16(std::slice::from_raw_parts_mut(ptr as *mut f16, self.len)),
+                FieldType::BF16 => DataMut::BF16(std::slice::from_raw_parts_mut(ptr as *mut bf16, self.len)),
             }
         }
     }
@@ -295,6 +331,28 @@ impl Tensor {
         Ok(Tensor { shape, data: Storage::Memory(Buffer::F64(data)) })
     }
 
+    /// A tensor of IEEE binary16 elements (a half-width field of an f32
+    /// call).
+    pub fn from_f16(shape: impl Into<Vec<usize>>, data: Vec<f16>) -> Result<Tensor, TensorError> {
+        let shape = shape.into();
+        check_len(&shape, data.len())?;
+        Ok(Tensor { shape, data: Storage::Memory(Buffer::F16(data)) })
+    }
+
+    /// A tensor of bfloat16 elements (a half-width field of an f32 call).
+    pub fn from_bf16(shape: impl Into<Vec<usize>>, data: Vec<bf16>) -> Result<Tensor, TensorError> {
+        let shape = shape.into();
+        check_len(&shape, data.len())?;
+        Ok(Tensor { shape, data: Storage::Memory(Buffer::BF16(data)) })
+    }
+
+    /// The elements converted to `to`, each rounded once to nearest, ties
+    /// to even (from f64 straight to the half type, so never rounded
+    /// twice); exact when widening.
+    pub fn converted(&self, to: FieldType) -> Tensor {
+        self.view().converted(to)
+    }
+
     /// Fails only when the shape's element count overflows `usize`.
     ///
     /// Several huge pages or more get an anonymous mapping of their own,
@@ -305,7 +363,17 @@ impl Tensor {
     /// next. A dropped mapping is kept as a spare for the next tensor of the
     /// same size (zeroed again; see [`Spares`]), else unmapped.
     pub fn zeros(dtype: DType, shape: impl Into<Vec<usize>>) -> Result<Tensor, TensorError> {
-        Tensor::alloc(dtype, shape.into(), true)
+        Tensor::alloc(dtype.into(), shape.into(), true)
+    }
+
+    /// [`Tensor::zeros`] of any element type (a half-width output).
+    pub fn zeros_of(ty: FieldType, shape: impl Into<Vec<usize>>) -> Result<Tensor, TensorError> {
+        Tensor::alloc(ty, shape.into(), true)
+    }
+
+    /// [`Tensor::for_overwrite`] of any element type.
+    pub fn for_overwrite_of(ty: FieldType, shape: impl Into<Vec<usize>>) -> Result<Tensor, TensorError> {
+        Tensor::alloc(ty, shape.into(), false)
     }
 
     /// A tensor its caller overwrites completely before anything reads it
@@ -316,10 +384,10 @@ impl Tensor {
     /// stale values are floats this process computed; nothing outside it
     /// can show through.
     pub fn for_overwrite(dtype: DType, shape: impl Into<Vec<usize>>) -> Result<Tensor, TensorError> {
-        Tensor::alloc(dtype, shape.into(), false)
+        Tensor::alloc(dtype.into(), shape.into(), false)
     }
 
-    fn alloc(dtype: DType, shape: Vec<usize>, zero_spare: bool) -> Result<Tensor, TensorError> {
+    fn alloc(dtype: FieldType, shape: Vec<usize>, zero_spare: bool) -> Result<Tensor, TensorError> {
         let n = element_count(&shape)?;
         let bytes = n.saturating_mul(dtype.size());
         if bytes >= 4 * HUGE_PAGE {
@@ -342,8 +410,10 @@ impl Tensor {
             }
         }
         let data = match dtype {
-            DType::F32 => Buffer::F32(zeroed_vec(n)),
-            DType::F64 => Buffer::F64(zeroed_vec(n)),
+            FieldType::F32 => Buffer::F32(zeroed_vec(n)),
+            FieldType::F64 => Buffer::F64(zeroed_vec(n)),
+            FieldType::F16 => Buffer::F16(zeroed_vec(n)),
+            FieldType::BF16 => Buffer::BF16(zeroed_vec(n)),
         };
         Ok(Tensor { shape, data: Storage::Memory(data) })
     }
@@ -370,7 +440,7 @@ impl Tensor {
         // SAFETY: the file is unnamed and private to this tensor: nothing
         // else can truncate or write it while it is mapped.
         let map = unsafe { memmap2::MmapOptions::new().len(bytes).map_mut(&file) }.map_err(io)?;
-        Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer::new(map, dtype, len, true)) })
+        Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer::new(map, dtype.into(), len, true)) })
     }
 
     /// Whether the elements live in a file mapping.
@@ -403,8 +473,14 @@ impl Tensor {
         TensorView { shape: self.shape.clone(), data: self.data() }
     }
 
+    /// The dtype the elements are computed in (f32 for half types).
     pub fn dtype(&self) -> DType {
         self.data().dtype()
+    }
+
+    /// How the elements are stored.
+    pub fn field_type(&self) -> FieldType {
+        self.data().field_type()
     }
 
     pub fn shape(&self) -> &[usize] {
@@ -424,6 +500,8 @@ impl Tensor {
         match &self.data {
             Storage::Memory(Buffer::F32(v)) => Data::F32(v),
             Storage::Memory(Buffer::F64(v)) => Data::F64(v),
+            Storage::Memory(Buffer::F16(v)) => Data::F16(v),
+            Storage::Memory(Buffer::BF16(v)) => Data::BF16(v),
             Storage::Mapped(f) => f.data(),
         }
     }
@@ -433,6 +511,8 @@ impl Tensor {
         match &mut self.data {
             Storage::Memory(Buffer::F32(v)) => DataMut::F32(v),
             Storage::Memory(Buffer::F64(v)) => DataMut::F64(v),
+            Storage::Memory(Buffer::F16(v)) => DataMut::F16(v),
+            Storage::Memory(Buffer::BF16(v)) => DataMut::BF16(v),
             Storage::Mapped(f) => f.data_mut(),
         }
     }
@@ -449,14 +529,28 @@ impl Tensor {
     pub fn as_f32(&self) -> Option<&[f32]> {
         match self.data() {
             Data::F32(v) => Some(v),
-            Data::F64(_) => None,
+            _ => None,
         }
     }
 
     pub fn as_f64(&self) -> Option<&[f64]> {
         match self.data() {
             Data::F64(v) => Some(v),
-            Data::F32(_) => None,
+            _ => None,
+        }
+    }
+
+    pub fn as_f16(&self) -> Option<&[f16]> {
+        match self.data() {
+            Data::F16(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn as_bf16(&self) -> Option<&[bf16]> {
+        match self.data() {
+            Data::BF16(v) => Some(v),
+            _ => None,
         }
     }
 
@@ -464,6 +558,24 @@ impl Tensor {
     pub fn to_f64_vec(&self) -> Vec<f64> {
         self.view().to_f64_vec()
     }
+}
+
+/// `x` rounded to an f32 by round-to-odd (truncate, then set the last
+/// mantissa bit when anything was cut off). An f32 has more than two bits
+/// beyond f16's and bf16's mantissas, so rounding this to a half type to
+/// nearest, ties to even, gives the correctly rounded half of `x`, where
+/// `x as f32` first would round twice (the `half` crate's own `from_f64`
+/// drops the low 32 bits of the f64 before rounding, which misplaces ties).
+pub fn round_to_odd_f32(x: f64) -> f32 {
+    let r = x as f32;
+    if !r.is_finite() || f64::from(r) == x {
+        // NaN, an exact value, or beyond f32's range (which is beyond any
+        // half type's too, so infinity rounds the same).
+        return r;
+    }
+    // Toward zero: step back one ulp when rounding went away from zero.
+    let t = if f64::from(r).abs() > x.abs() { f32::from_bits(r.to_bits() - 1) } else { r };
+    f32::from_bits(t.to_bits() | 1)
 }
 
 /// Reserve `bytes` of disk blocks for `file` (`posix_fallocate`).
@@ -497,18 +609,34 @@ pub(crate) fn os_page_size() -> usize {
 pub enum DataMut<'a> {
     F32(&'a mut [f32]),
     F64(&'a mut [f64]),
+    F16(&'a mut [f16]),
+    BF16(&'a mut [bf16]),
 }
 
 impl<'a> DataMut<'a> {
     /// The elements' bytes, writable (what a device-to-host copy fills).
     pub fn into_bytes(self) -> &'a mut [u8] {
+        let (ptr, bytes) = match self {
+            DataMut::F32(d) => (d.as_mut_ptr() as *mut u8, std::mem::size_of_val(d)),
+            DataMut::F64(d) => (d.as_mut_ptr() as *mut u8, std::mem::size_of_val(d)),
+            DataMut::F16(d) => (d.as_mut_ptr() as *mut u8, std::mem::size_of_val(d)),
+            DataMut::BF16(d) => (d.as_mut_ptr() as *mut u8, std::mem::size_of_val(d)),
+        };
+        // SAFETY: f32, f64, f16 and bf16 have no padding and every bit
+        // pattern is a valid value, so any bytes written leave valid
+        // elements; u8 has alignment 1, and the length is the slice's size
+        // in bytes, borrowed exclusively for 'a.
+        unsafe { std::slice::from_raw_parts_mut(ptr, bytes) }
+    }
+
+    /// The elements' first byte, writable (what a compiled kernel is
+    /// given).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
         match self {
-            // SAFETY: f32 and f64 have no padding and every bit pattern is
-            // a valid value, so any bytes written leave valid elements; u8
-            // has alignment 1, and the length is the slice's size in bytes.
-            DataMut::F32(d) => unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut u8, std::mem::size_of_val(d)) },
-            // SAFETY: as above.
-            DataMut::F64(d) => unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut u8, std::mem::size_of_val(d)) },
+            DataMut::F32(d) => d.as_mut_ptr() as *mut u8,
+            DataMut::F64(d) => d.as_mut_ptr() as *mut u8,
+            DataMut::F16(d) => d.as_mut_ptr() as *mut u8,
+            DataMut::BF16(d) => d.as_mut_ptr() as *mut u8,
         }
     }
 }
@@ -544,8 +672,14 @@ impl<'a> TensorView<'a> {
         self.data
     }
 
+    /// The dtype the elements are computed in (f32 for half types).
     pub fn dtype(&self) -> DType {
         self.data.dtype()
+    }
+
+    /// How the elements are stored.
+    pub fn field_type(&self) -> FieldType {
+        self.data.field_type()
     }
 
     pub fn len(&self) -> usize {
@@ -556,11 +690,37 @@ impl<'a> TensorView<'a> {
         self.len() == 0
     }
 
+    /// The elements widened to f64 (exactly: every f32, f16 and bf16 is an
+    /// f64).
     pub fn to_f64_vec(&self) -> Vec<f64> {
         match self.data {
             Data::F32(d) => d.iter().map(|&x| f64::from(x)).collect(),
             Data::F64(d) => d.to_vec(),
+            Data::F16(d) => d.iter().map(|&x| x.to_f64()).collect(),
+            Data::BF16(d) => d.iter().map(|&x| x.to_f64()).collect(),
         }
+    }
+
+    /// The elements converted to `to` (see [`Tensor::converted`]).
+    pub fn converted(&self, to: FieldType) -> Tensor {
+        let buffer = match (self.data, to) {
+            (Data::F32(d), FieldType::F32) => Buffer::F32(d.to_vec()),
+            (Data::F64(d), FieldType::F64) => Buffer::F64(d.to_vec()),
+            (Data::F16(d), FieldType::F16) => Buffer::F16(d.to_vec()),
+            (Data::BF16(d), FieldType::BF16) => Buffer::BF16(d.to_vec()),
+            (Data::F32(d), FieldType::F16) => Buffer::F16(d.iter().map(|&x| f16::from_f32(x)).collect()),
+            (Data::F32(d), FieldType::BF16) => Buffer::BF16(d.iter().map(|&x| bf16::from_f32(x)).collect()),
+            _ => {
+                let wide = self.to_f64_vec();
+                match to {
+                    FieldType::F32 => Buffer::F32(wide.iter().map(|&x| x as f32).collect()),
+                    FieldType::F64 => Buffer::F64(wide),
+                    FieldType::F16 => Buffer::F16(wide.iter().map(|&x| f16::from_f32(round_to_odd_f32(x))).collect()),
+                    FieldType::BF16 => Buffer::BF16(wide.iter().map(|&x| bf16::from_f32(round_to_odd_f32(x))).collect()),
+                }
+            }
+        };
+        Tensor { shape: self.shape.clone(), data: Storage::Memory(buffer) }
     }
 
     pub fn to_tensor(&self) -> Tensor {
@@ -632,6 +792,34 @@ mod tests {
         assert!(z.is_empty());
         let s = Tensor::zeros(DType::F64, Vec::new()).expect("scalar");
         assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn half_tensors_convert_exactly_and_round_to_nearest_even() {
+        // 1 + 2^-8 is a tie for bf16 (8 significant bits: after 1 comes 1 + 2^-7, the
+        // next): even rounds down; 1 + 3·2^-8 rounds up to 1 + 2^-6.
+        let t = Tensor::from_f32([4], vec![1.0 + 2f32.powi(-8), 1.0 + 3.0 * 2f32.powi(-8), -0.0, 65520.0]).expect("shape");
+        let b = t.converted(FieldType::BF16);
+        assert_eq!(b.field_type(), FieldType::BF16);
+        assert_eq!(b.dtype(), DType::F32);
+        assert_eq!(b.to_f64_vec(), vec![1.0, 1.0 + 2f64.powi(-6), -0.0, 65536.0]);
+        // f16: 65520 is the tie between 65504 (max) and overflow: infinity.
+        let h = t.converted(FieldType::F16);
+        assert_eq!(h.as_f16().map(|d| d[3].to_f64()), Some(f64::INFINITY));
+        assert_eq!(h.as_f16().map(|d| d[0].to_f64()), Some(1.0 + 2f64.powi(-8)));
+        // From f64 with a tie in the f32 bits and a sticky bit below them:
+        // rounding once goes up; rounding to f32 first would lose the bit.
+        let x = 1.0 + 2f64.powi(-8) + 2f64.powi(-40);
+        let w = Tensor::from_f64([1], vec![x]).expect("shape").converted(FieldType::BF16);
+        assert_eq!(w.to_f64_vec(), vec![1.0 + 2f64.powi(-7)]);
+        assert_eq!(round_to_odd_f32(x).to_bits() & 1, 1);
+        assert_eq!(round_to_odd_f32(-x), -round_to_odd_f32(x));
+        assert_eq!(round_to_odd_f32(1.5), 1.5);
+        // Bytes and zeros.
+        assert_eq!(b.data().as_bytes().len(), 8);
+        let z = Tensor::zeros_of(FieldType::F16, vec![3, 2]).expect("zeros");
+        assert_eq!(z.to_f64_vec(), vec![0.0; 6]);
+        assert_eq!(z.converted(FieldType::F32).as_f32(), Some(&[0.0f32; 6][..]));
     }
 
     #[test]

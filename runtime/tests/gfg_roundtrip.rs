@@ -19,6 +19,8 @@ fn bits(d: Data<'_>) -> Vec<u64> {
     match d {
         Data::F32(v) => v.iter().map(|x| u64::from(x.to_bits())).collect(),
         Data::F64(v) => v.iter().map(|x| x.to_bits()).collect(),
+        Data::F16(v) => v.iter().map(|x| u64::from(x.to_bits())).collect(),
+        Data::BF16(v) => v.iter().map(|x| u64::from(x.to_bits())).collect(),
     }
 }
 

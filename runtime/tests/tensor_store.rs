@@ -19,6 +19,8 @@ fn bits(t: &Tensor) -> Vec<u64> {
     match t.data() {
         tiga_runtime::Data::F32(d) => d.iter().map(|x| u64::from(x.to_bits())).collect(),
         tiga_runtime::Data::F64(d) => d.iter().map(|x| x.to_bits()).collect(),
+        tiga_runtime::Data::F16(d) => d.iter().map(|x| u64::from(x.to_bits())).collect(),
+        tiga_runtime::Data::BF16(d) => d.iter().map(|x| u64::from(x.to_bits())).collect(),
     }
 }
 

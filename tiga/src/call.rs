@@ -1,7 +1,7 @@
 //! A kernel call: binding named fields to the kernel's declaration, checking
 //! every size, and running the JIT variant over row chunks in parallel.
 
-use tiga_compiler::back::cranelift::VariantKey;
+use tiga_compiler::back::cranelift::{Storage, VariantKey};
 use tiga_compiler::bind::{bind_fields, output_shapes, Extents, Given};
 use tiga_compiler::interp::{interpret_in_order, Array};
 use tiga_compiler::ir::{self, Role};
@@ -11,7 +11,7 @@ use tiga_runtime::abi::{EntryFn, RawArgs, RawStencil};
 use tiga_runtime::exec::{self, ParamPartials, RowRunner, Side};
 use tiga_runtime::storage::{FieldHandle, FieldRole};
 use tiga_runtime::{Backend, Realization, Renumber, Rows, Schedule};
-use tiga_runtime::{DType, Data, Graph, Tensor, TensorView};
+use tiga_runtime::{DType, Data, FieldType, Graph, Tensor, TensorView};
 
 use crate::{Error, Kernel, Result};
 
@@ -122,6 +122,11 @@ impl<'a> Inputs<'a> {
         self.fields.iter().any(|(r, n, _)| *r == role && n == name)
     }
 
+    /// How the given fields are stored, in the order given.
+    pub(crate) fn field_types(&self) -> impl Iterator<Item = FieldType> + '_ {
+        self.fields.iter().map(|(_, _, v)| v.view().field_type())
+    }
+
     /// Add a field by role (for tools that read roles from flags).
     pub fn with_role(self, role: Role, name: &str, v: impl Into<Input<'a>>) -> Self {
         self.with(role, name, v)
@@ -181,7 +186,11 @@ impl std::ops::Index<&str> for Outputs {
 /// Fields in declaration order, checked against the kernel and the graph.
 pub(crate) struct Bound<'b> {
     pub views: Vec<TensorView<'b>>,
+    /// The dtype the call computes in.
     pub dtype: DType,
+    /// How each field is stored (its dtype, or a half type in an f32
+    /// call), in declaration order.
+    pub types: Vec<FieldType>,
     pub widths: Vec<usize>,
     pub extents: Extents,
 }
@@ -189,14 +198,50 @@ pub(crate) struct Bound<'b> {
 impl Bound<'_> {
     /// The fields' base pointers, in declaration order (`RawArgs::fields`).
     pub(crate) fn field_ptrs(&self) -> Vec<*const u8> {
-        self.views
-            .iter()
-            .map(|v| match v.data() {
-                Data::F32(s) => s.as_ptr() as *const u8,
-                Data::F64(s) => s.as_ptr() as *const u8,
-            })
-            .collect()
+        self.views.iter().map(|v| v.data().as_ptr()).collect()
     }
+
+    /// How `k`'s outputs are stored in this call: at half width where the
+    /// kernel declares a half type and the call computes in f32, else in
+    /// the call's dtype.
+    pub(crate) fn output_types(&self, k: &LoopKernel) -> Vec<FieldType> {
+        k.outputs.iter().map(|o| o.stored_as(self.dtype)).collect()
+    }
+
+    /// The variant's storage key: fields as given, outputs as declared.
+    pub(crate) fn storage(&self, k: &LoopKernel) -> Storage {
+        Storage::of(&self.types, &self.output_types(k))
+    }
+
+    /// An error for a way of running that has no half-width fields or
+    /// outputs yet (`what`: paged, sharded, GPU), when this call has some:
+    /// their loads and stores are compiled by the CPU back ends for calls
+    /// over rows in memory (a CSR or a generated stencil).
+    pub(crate) fn full_width_only(&self, k: &LoopKernel, what: &str) -> Result<()> {
+        let s = self.storage(k);
+        if s.has_half() {
+            return Err(Error::Unsupported(format!(
+                "kernel `{}` has half-precision fields or outputs in this call ({}); {what} calls take f32 and f64 \
+                 only (half-precision fields run over a graph or stencil in memory)",
+                k.name,
+                s.describe(k)
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// [`output_buffers`] with each output in its own element type (`types`,
+/// [`Bound::output_types`]: half width where declared).
+pub(crate) fn output_buffers_of(k: &LoopKernel, types: &[FieldType], shapes: &[Vec<usize>]) -> Result<Vec<Tensor>> {
+    (0..shapes.len())
+        .map(|o| {
+            let shape = shapes[o].clone();
+            let ty = types.get(o).copied().unwrap_or(FieldType::F32);
+            let t = if k.overwrites_output(o as u32) { Tensor::for_overwrite_of(ty, shape) } else { Tensor::zeros_of(ty, shape) };
+            t.map_err(Error::from)
+        })
+        .collect()
 }
 
 /// Output arrays for a call of `k` that runs every row: zeros, except for
@@ -227,11 +272,11 @@ pub(crate) fn bind_extents<'b>(k: &ir::Kernel, extents: Extents, inputs: &'b Inp
         .fields
         .iter()
         .zip(&views)
-        .map(|((role, name, _), v)| Given { role: *role, name, dtype: v.dtype(), shape: v.shape() })
+        .map(|((role, name, _), v)| Given { role: *role, name, ty: v.field_type(), shape: v.shape() })
         .collect();
     let b = bind_fields(k, &extents, &given)?;
     let views = b.order.iter().map(|&j| views[j].clone()).collect();
-    Ok(Bound { views, dtype: b.dtype, widths: b.widths, extents })
+    Ok(Bound { views, dtype: b.dtype, types: b.types, widths: b.widths, extents })
 }
 
 /// A kernel whose output row is the plain sum of its messages (reducer
@@ -274,20 +319,30 @@ impl Kernel {
         stencil: Option<&Stencil2d>,
         backend: Backend,
     ) -> Result<Prepared> {
-        let (entry, jit) = match (self.aot_entry(b.dtype, &b.widths, stencil.is_some(), backend), backend) {
+        let storage = b.storage(self.loop_kernel());
+        // The macro's ahead-of-time variants store every field and output
+        // in the call's dtype; a half-width call takes the JIT's.
+        let aot = if storage.has_half() { None } else { self.aot_entry(b.dtype, &b.widths, stencil.is_some(), backend) };
+        let (entry, jit) = match (aot, backend) {
             (Some(entry), _) => (entry, None),
             (None, Backend::Aot) => {
                 return Err(Error::Unsupported(format!(
                     "the schedule asks for the ahead-of-time back end, but kernel `{}` has no ahead-of-time variant for {} \
-                     at widths {:?}{}",
+                     at widths {:?}{}{}",
                     self.name(),
                     b.dtype,
                     b.widths,
-                    if stencil.is_some() { " on a generated stencil" } else { "" }
+                    if stencil.is_some() { " on a generated stencil" } else { "" },
+                    if storage.has_half() {
+                        format!(" with half-width storage ({})", storage.describe(self.loop_kernel()))
+                    } else {
+                        String::new()
+                    }
                 )))
             }
             (None, _) => {
-                let key = VariantKey { stencil: stencil.cloned(), ..self.variant_key(b.dtype, b.widths.clone(), edge_ids) };
+                let key =
+                    VariantKey { stencil: stencil.cloned(), storage, ..self.variant_key(b.dtype, b.widths.clone(), edge_ids) };
                 let v = crate::jit().variant(self.loop_kernel(), &key)?.0;
                 (v.entry(), Some(v))
             }
@@ -397,7 +452,8 @@ impl Kernel {
     fn run_memory(&self, graph: &Graph, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
         let b = bind(self.captured(), graph, inputs)?;
         let p = self.prepare(&b, graph.edge_ids().is_some(), None, schedule.backend)?;
-        let mut outs = output_buffers(self.loop_kernel(), b.dtype, &p.shapes)?;
+        let out_types = b.output_types(self.loop_kernel());
+        let mut outs = output_buffers_of(self.loop_kernel(), &out_types, &p.shapes)?;
         let field_ptrs = b.field_ptrs();
         let raw = RawArgs {
             offsets: graph.offsets().as_ptr(),
@@ -407,7 +463,10 @@ impl Kernel {
             outputs: std::ptr::null(),
             stencil: std::ptr::null(),
         };
-        let partials = ParamPartials::new(graph.num_dst(), &p.param_outs).with_split(splittable(self.captured()));
+        // A long row split in segments sums its partial outputs in the
+        // call's dtype; a half-width output is stored once, rounded.
+        let split = splittable(self.captured()) && out_types.iter().all(|t| !t.is_half());
+        let partials = ParamPartials::new(graph.num_dst(), &p.param_outs).with_split(split);
         let runner = RowRunner::new(p.entry, &p.shapes, b.dtype, &mut outs, partials);
         // SAFETY: the variant was compiled for this kernel, dtype, widths and
         // edge-order flag; `bind` checked every field's length against the
@@ -431,7 +490,7 @@ impl Kernel {
             return Err(Error::Unsupported("parameter outputs are not supported on generated stencils yet".into()));
         }
         let p = self.prepare(&b, false, Some(st), schedule.backend)?;
-        let mut outs = output_buffers(self.loop_kernel(), b.dtype, &p.shapes)?;
+        let mut outs = output_buffers_of(self.loop_kernel(), &b.output_types(self.loop_kernel()), &p.shapes)?;
         let field_ptrs = b.field_ptrs();
         let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(exec::data_ptr).collect();
         // The grid for the ahead-of-time variant (the JIT's has it baked in

@@ -99,6 +99,8 @@ impl Kernel {
         }
         let k = self.captured();
         let b = bind_extents(k, extents, inputs)?;
+        // The PTX back end has no half-width loads or stores.
+        b.full_width_only(self.loop_kernel(), "GPU")?;
         let (kernel, _) = self.device_kernel(ctx, b.dtype, &b.widths)?;
         let shapes = output_shapes(k, &b.extents, &b.widths);
         let out_of_core = matches!(rows, Rows::Pages(p) if p.out_of_core());

@@ -207,6 +207,19 @@ impl_float!(f64);
 /// Arithmetic is elementwise, with scalars broadcast; operands may be owned
 /// or borrowed (`edge.w * &src.h`, `dst.cd * agg`, `&a + &b`). Mismatched
 /// widths panic, naming both.
+/// A field declared `bf16` (`pub h: Vector<bf16>`) is stored at half width
+/// and computed with in f32: in a kernel's functions its values are f32,
+/// so for rustc `bf16` is `f32` here, and the oracle functions compute as
+/// the compiled kernel does. The stored type is the tensor's
+/// ([`crate::half::bf16`]); the front end reads this name from the source.
+#[allow(non_camel_case_types)]
+pub type bf16 = f32;
+
+/// A field declared `f16`: stored as IEEE binary16, computed in f32 (see
+/// [`bf16`]).
+#[allow(non_camel_case_types)]
+pub type f16 = f32;
+
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Vector<T>(pub Vec<T>);
 

@@ -47,8 +47,13 @@ pub use tiga_macros::message_passing;
 pub use tiga_runtime::{add_self_loops, from_edge_index, gcn_norm, in_degree, out_degree, petgraph, Batch, BatchError};
 pub use tiga_runtime::{
     balanced_row_chunks, for_each_row_chunk, read_edge_list, read_edge_list_with, read_matrix_market, read_npy, write_npy,
-    Buffer, DType, Data, EdgeListOptions, Graph, GraphError, NpyError, Tensor, TensorView,
+    Buffer, DType, Data, EdgeListOptions, FieldType, Graph, GraphError, NpyError, Tensor, TensorView,
 };
+/// The half-precision element types of tensors (the `half` crate's): a
+/// field given as `Tensor::from_bf16(..)` is stored at half width.
+pub mod half {
+    pub use tiga_runtime::{bf16, f16};
+}
 
 pub use call::{Input, Inputs, Outputs};
 pub use tiga_runtime::abi::{EntryFn, RawArgs, RawStencil, Stencil2d};
@@ -367,7 +372,14 @@ impl Kernel {
     }
 
     pub(crate) fn variant_key(&self, dtype: ir::DType, widths: Vec<usize>, edge_ids: bool) -> VariantKey {
-        VariantKey { kernel: format!("{}#{}", self.name(), self.hash), dtype, widths, edge_ids, stencil: None }
+        VariantKey {
+            kernel: format!("{}#{}", self.name(), self.hash),
+            dtype,
+            widths,
+            edge_ids,
+            stencil: None,
+            storage: Default::default(),
+        }
     }
 
     /// Compile (or fetch from the cache) the variant for these widths.

@@ -33,6 +33,7 @@ impl Kernel {
         let k = self.captured();
         let nd = extents.num_dst;
         let b = bind_extents(k, extents, inputs)?;
+        b.full_width_only(self.loop_kernel(), "paged")?;
         let p = self.prepare(&b, pages.edge_ids(), None, schedule.backend)?;
         let shapes = &p.shapes;
         let is_row_output = |i: usize| k.outputs[i].role == Role::Dst && shapes[i].first() == Some(&nd);

@@ -257,11 +257,29 @@ impl Kernel {
         Ok(())
     }
 
+    /// Refuse half-precision fields and outputs on a sharded call before
+    /// anything is exchanged: halo rows, partial sums and ghost slots are
+    /// moved and added in the call's dtype.
+    pub(crate) fn check_sharded_field_types(&self, inputs: &Inputs<'_>) -> Result<()> {
+        let half_in = inputs.field_types().any(|t| t.is_half());
+        let f64_call = inputs.field_types().any(|t| t == tiga_runtime::FieldType::F64);
+        let half_out = !f64_call && self.captured().outputs.iter().any(|o| o.declared.is_half());
+        if half_in || half_out {
+            return Err(Error::Unsupported(format!(
+                "kernel `{}`: sharded calls take f32 and f64 fields and outputs only (half-precision fields run over a \
+                 graph or stencil in memory)",
+                self.name()
+            )));
+        }
+        Ok(())
+    }
+
     /// A forward call over a sharded graph (see the module doc): this
     /// rank's outputs, destination rows in [`Sharded::owned_dst`] order,
     /// edge outputs in [`Sharded::owned_edges`] order, parameter outputs
     /// summed over the ranks.
     pub(crate) fn run_sharded(&self, sh: &Sharded, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
+        self.check_sharded_field_types(inputs)?;
         let outs = self.run_local(sh, inputs, schedule)?;
         self.owned_outputs(sh, outs)
     }
@@ -377,6 +395,7 @@ impl Kernel {
         seed: Seed<'_, '_>,
         schedule: &Schedule,
     ) -> Result<Gradients> {
+        self.check_sharded_field_types(inputs)?;
         self.check_same_kernel(sh)?;
         let l = sh.local();
         let inputs = &self.with_stored(sh, inputs)?;
@@ -457,6 +476,10 @@ impl Kernel {
                     match t.data_mut() {
                         DataMut::F32(d) => d[..ones].fill(1.0),
                         DataMut::F64(d) => d[..ones].fill(1.0),
+                        // `Tensor::zeros` of a dtype is f32 or f64.
+                        DataMut::F16(_) | DataMut::BF16(_) => {
+                            return Err(Error::Internal("a half-precision cotangent of a sharded call".into()))
+                        }
                     }
                     cots.push((o.name.clone(), t));
                 }
@@ -516,6 +539,8 @@ fn prefix_view(t: &Tensor, rows: usize) -> Result<TensorView<'_>> {
     let v = match t.data() {
         Data::F32(d) => TensorView::from_slice_f32(shape, &d[..rows * w]),
         Data::F64(d) => TensorView::from_slice_f64(shape, &d[..rows * w]),
+        Data::F16(d) => TensorView::new(shape, Data::F16(&d[..rows * w])),
+        Data::BF16(d) => TensorView::new(shape, Data::BF16(&d[..rows * w])),
     };
     v.map_err(Error::from)
 }
@@ -561,6 +586,10 @@ fn all_reduce(sh: &Sharded, mut t: Tensor) -> Result<Tensor> {
     match t.data_mut() {
         DataMut::F32(d) => comm.all_reduce_f32(d),
         DataMut::F64(d) => comm.all_reduce_f64(d),
+        // Sharded calls refuse half-precision outputs up front.
+        DataMut::F16(_) | DataMut::BF16(_) => {
+            return Err(Error::Internal("a half-precision parameter output of a sharded call".into()))
+        }
     }
     .map_err(|e| Error::Shard(e.into()))?;
     Ok(t)

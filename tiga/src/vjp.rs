@@ -90,6 +90,8 @@ fn ones_like(dtype: DType, shape: &[usize]) -> Result<Tensor> {
     match t.data_mut() {
         DataMut::F32(d) => d.par_chunks_mut(1 << 18).for_each(|c| c.fill(1.0)),
         DataMut::F64(d) => d.par_chunks_mut(1 << 17).for_each(|c| c.fill(1.0)),
+        // `Tensor::zeros` of a dtype is f32 or f64.
+        DataMut::F16(_) | DataMut::BF16(_) => return Err(Error::Internal("half-precision ones of a dtype".into())),
     }
     Ok(t)
 }
@@ -177,6 +179,8 @@ fn ranks_tensor(r: &dyn Realization, schedule: &Schedule, num_edges: usize, dtyp
                 fill(d, &v, |r| r as f32)
             }
             DataMut::F64(d) => fill(d, &v, |r| r as f64),
+            // `Tensor::zeros` of a dtype is f32 or f64.
+            DataMut::F16(_) | DataMut::BF16(_) => return Err(Error::Internal("half-precision edge ranks".into())),
         }
         Ok::<(), Error>(())
     })
@@ -410,6 +414,18 @@ impl Kernel {
         } else {
             vec![]
         };
+        // A half-precision cotangent is widened once to f32: every stage
+        // accumulates in f32 (a winner scatter adds cotangents up), and a
+        // cotangent is an output's size, not a source field's.
+        let cot32: Vec<(String, Tensor)> = if reference {
+            vec![]
+        } else {
+            cotangents
+                .iter()
+                .filter(|(_, v)| v.field_type().is_half())
+                .map(|(n, v)| ((*n).to_string(), v.converted(tiga_runtime::FieldType::F32)))
+                .collect()
+        };
         let forward_view = |role: Role, name: &str| -> Option<TensorView<'_>> {
             let i = k.field_by_name(role, name)?.0 as usize;
             if reference {
@@ -421,6 +437,8 @@ impl Kernel {
         let cot_view = |name: &str| -> Option<TensorView<'_>> {
             if reference {
                 cot64.iter().find(|(n, _)| n == name).map(|(_, t)| t.view())
+            } else if let Some((_, t)) = cot32.iter().find(|(n, _)| n == name) {
+                Some(t.view())
             } else {
                 cotangents.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone())
             }
@@ -552,6 +570,12 @@ impl Kernel {
             let acc = match acc {
                 Some(a) => a,
                 None => Tensor::zeros(dtype, shape).map_err(Error::from)?,
+            };
+            // A half-precision field's gradient, accumulated in f32, is
+            // written in the field's type (rounded once, to nearest even).
+            let acc = match b.types.get(i) {
+                Some(&t) if t.is_half() && !reference => acc.converted(t),
+                _ => acc,
             };
             items.push((gp.role, gp.name.clone(), acc));
         }

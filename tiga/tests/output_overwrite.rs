@@ -32,6 +32,8 @@ fn poison(shape: &[usize]) {
     let fill = |t: &mut Tensor| match t.data_mut() {
         DataMut::F32(s) => s.fill(f32::NAN),
         DataMut::F64(s) => s.fill(f64::NAN),
+        DataMut::F16(s) => s.fill(tiga::half::f16::NAN),
+        DataMut::BF16(s) => s.fill(tiga::half::bf16::NAN),
     };
     // A kept spare of another size would keep this one from being kept.
     tiga::runtime::tensor::release_spares();

@@ -10,8 +10,8 @@
 
 use super::plan::Binding;
 use crate::ir::{
-    BinOp, CmpOp, DType, FieldDecl, FieldId, Kernel, Op, OutputDecl, Properties, Reducer, ReducerKind, Region, Role, Span, Type,
-    UnOp, ValueId,
+    BinOp, CmpOp, FieldDecl, FieldId, FieldType, Kernel, Op, OutputDecl, Properties, Reducer, ReducerKind, Region, Role, Span,
+    Type, UnOp, ValueId,
 };
 
 /// A small builder with the verifier's typing rules.
@@ -86,7 +86,8 @@ pub(super) struct FieldSet {
 }
 
 impl FieldSet {
-    pub(super) fn add(&mut self, name: &str, role: Role, ty: Type, declared: DType, b: Binding) -> usize {
+    pub(super) fn add(&mut self, name: &str, role: Role, ty: Type, declared: impl Into<FieldType>, b: Binding) -> usize {
+        let declared = declared.into();
         self.fields.push(FieldDecl { name: name.to_string(), role, ty, declared, span: Span::default() });
         self.bindings.push(b);
         self.fields.len() - 1

@@ -4,6 +4,12 @@
 //! `tigac` is refused too, at the operation, and both paths accept the
 //! same kernels. Constants, degrees, ranks and a region's inputs take the
 //! precision of what they meet, as Rust's float literals do.
+//!
+//! A half field (`f16`, `bf16`) is loaded as f32 and computed with in f32,
+//! so it counts as f32 here: `src.h_bf16 * dst.w_f32` is one f32
+//! operation, and mixing a half field with an f64 one is refused like f32
+//! with f64. On the macro path `tiga::lang`'s `f16` and `bf16` are f32 for
+//! rustc (the values a kernel function sees), so rustc agrees.
 
 use super::{FrontError, FrontResult};
 use crate::ir::{DType, Kernel, Op, Region};
@@ -22,7 +28,7 @@ fn check_region(k: &Kernel, region: &Region) -> FrontResult<()> {
     let mut dtypes: Vec<Option<DType>> = Vec::with_capacity(region.nodes.len());
     for n in &region.nodes {
         let d = match &n.op {
-            Op::Field(f) => k.fields.get(f.0 as usize).map(|fd| fd.declared),
+            Op::Field(f) => k.fields.get(f.0 as usize).map(|fd| fd.declared.dtype()),
             op => {
                 let mut seen: Option<DType> = None;
                 for o in op.operands() {

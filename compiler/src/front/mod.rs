@@ -270,7 +270,7 @@ fn collect_fields(items: &Items<'_>, widths: &mut Widths) -> FrontResult<(Vec<Fi
                 name: ident.to_string(),
                 role,
                 ty,
-                declared: decl.dtype().unwrap_or(ir::DType::F32),
+                declared: decl.dtype().unwrap_or(ir::FieldType::F32),
                 span: span_of(ident),
             });
             decls.push(decl);
@@ -445,10 +445,12 @@ pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<K
     for r in [&mut reducer.identity, &mut reducer.combine, &mut reducer.finalize].into_iter().flatten() {
         fix_region(r);
     }
+    let declared = declared_outputs(&items, reduce.kind, out_types.len());
     let outputs = out_names
         .into_iter()
         .zip(out_types)
-        .map(|(name, ty)| ir::OutputDecl { name, ty: fix(ty), role: ir::Role::Dst })
+        .zip(declared)
+        .map(|((name, ty), declared)| ir::OutputDecl { name, ty: fix(ty), role: ir::Role::Dst, declared })
         .collect();
     let kernel = Kernel {
         name: module.ident.to_string(),
@@ -464,6 +466,38 @@ pub fn capture_module(args: TokenStream, module: &syn::ItemMod) -> FrontResult<K
     ir::verify(&kernel)
         .map_err(|e| FrontError::at(&module.ident, format!("internal error: captured IR does not verify: {e}")))?;
     Ok(kernel)
+}
+
+/// The element types the kernel declares for its `n` outputs: those of the
+/// function that makes them (`node`, else a monoid's `finalize`, else
+/// `edge`, whose softmax message is `(score, value)`), or of `struct Out`'s
+/// fields. The types were checked when the functions were lowered; where
+/// they cannot be read here, an output is declared f32 (in the call's
+/// dtype).
+fn declared_outputs(items: &Items<'_>, kind: ReducerKind, n: usize) -> Vec<ir::FieldType> {
+    let ret = |name: &str| match items.fns.get(name).map(|f| &f.sig.output) {
+        Some(syn::ReturnType::Type(_, ty)) => Some(ty.as_ref().clone()),
+        _ => None,
+    };
+    let leaves = |ty: &syn::Type| types::parse_decl_type(ty).map(|d| d.leaves()).ok();
+    let found: Option<Vec<ir::FieldType>> = if items.fns.contains_key("node") {
+        match (items.structs.get("Out"), ret("node")) {
+            (Some(s), _) => s.fields.iter().map(|f| types::parse_decl_type(&f.ty).ok().and_then(|d| d.dtype())).collect(),
+            (None, Some(ty)) => leaves(&ty),
+            (None, None) => None,
+        }
+    } else if kind == ReducerKind::Monoid {
+        ret("finalize").or_else(|| ret("identity")).and_then(|ty| leaves(&ty))
+    } else {
+        match (kind, ret("edge").and_then(|ty| leaves(&ty))) {
+            (ReducerKind::Softmax, Some(l)) => l.get(1).map(|d| vec![*d]),
+            (_, l) => l,
+        }
+    };
+    match found {
+        Some(d) if d.len() == n => d,
+        _ => vec![ir::FieldType::F32; n],
+    }
 }
 
 /// Where a function's return type is written (not the `->`), so carets land

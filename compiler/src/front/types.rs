@@ -8,31 +8,43 @@
 use syn::spanned::Spanned;
 
 use super::{FrontError, FrontResult};
-use crate::ir::{self, DType, Region, Type, WidthId};
+use crate::ir::{self, FieldType, Region, Type, WidthId};
 
-/// A type as written in the user's source.
+/// A type as written in the user's source. An element type is `f32`,
+/// `f64`, or a half type (`f16`, `bf16`): a field stored at half width
+/// whose values the kernel computes with in f32.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DeclType {
-    Scalar(DType),
-    Vector(DType),
-    Matrix(DType),
+    Scalar(FieldType),
+    Vector(FieldType),
+    Matrix(FieldType),
     Tuple(Vec<DeclType>),
 }
 
 impl DeclType {
-    pub fn dtype(&self) -> Option<DType> {
+    pub fn dtype(&self) -> Option<FieldType> {
         match self {
             DeclType::Scalar(d) | DeclType::Vector(d) | DeclType::Matrix(d) => Some(*d),
             DeclType::Tuple(_) => None,
         }
     }
+
+    /// The element types of the values it holds, a tuple's in order.
+    pub fn leaves(&self) -> Vec<FieldType> {
+        match self {
+            DeclType::Tuple(t) => t.iter().flat_map(|d| d.leaves()).collect(),
+            d => d.dtype().into_iter().collect(),
+        }
+    }
 }
 
-fn dtype_of(ty: &syn::Type) -> Option<DType> {
+fn dtype_of(ty: &syn::Type) -> Option<FieldType> {
     match ty {
         syn::Type::Path(p) if p.qself.is_none() => match p.path.get_ident()?.to_string().as_str() {
-            "f32" => Some(DType::F32),
-            "f64" => Some(DType::F64),
+            "f32" => Some(FieldType::F32),
+            "f64" => Some(FieldType::F64),
+            "f16" => Some(FieldType::F16),
+            "bf16" => Some(FieldType::BF16),
             _ => None,
         },
         _ => None,
@@ -43,7 +55,7 @@ pub fn parse_decl_type(ty: &syn::Type) -> FrontResult<DeclType> {
     let bad = || {
         FrontError::at(
             ty,
-            "unsupported type: expected f32, f64, Vector<f32>, Vector<f64>, Matrix<f32>, Matrix<f64> or a tuple of them",
+            "unsupported type: expected f32, f64, f16, bf16, Vector<..> or Matrix<..> of one of them, or a tuple of them",
         )
     };
     match ty {
@@ -64,7 +76,7 @@ pub fn parse_decl_type(ty: &syn::Type) -> FrontResult<DeclType> {
                 _ => None,
             };
             let Some(d) = inner else {
-                return Err(FrontError::at(&seg.arguments, format!("`{name}` takes one element type: f32 or f64")));
+                return Err(FrontError::at(&seg.arguments, format!("`{name}` takes one element type: f32, f64, f16 or bf16")));
             };
             match name.as_str() {
                 "Vector" => Ok(DeclType::Vector(d)),

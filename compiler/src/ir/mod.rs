@@ -31,6 +31,9 @@ pub struct Span {
 /// declared type documents intent, a call picks one dtype for all fields.
 /// The same enum as the runtime's tensors ([`tiga_abi::DType`]).
 pub use tiga_abi::DType;
+/// How a field or output is stored: its call's dtype, or a half type
+/// (`f16`, `bf16`) loaded as f32 and stored rounded to nearest even.
+pub use tiga_abi::FieldType;
 
 /// A width symbol, solved at call time from the fields passed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -113,7 +116,11 @@ pub struct FieldDecl {
     pub role: Role,
     /// `Scalar`, `Vector` or (params only) `Matrix`.
     pub ty: Type,
-    pub declared: DType,
+    /// The element type the kernel declares (`f32`, `f64`, `f16`, `bf16`).
+    /// Kernels are precision-generic: a call's tensors say how each field
+    /// is stored; this documents the intent (and types the macro path's
+    /// functions).
+    pub declared: FieldType,
     pub span: Span,
 }
 
@@ -127,10 +134,39 @@ pub struct OutputDecl {
     pub ty: Type,
     #[serde(default = "dst_role")]
     pub role: Role,
+    /// The element type the kernel declares for it. A half type (`f16`,
+    /// `bf16`) makes an f32 call store this output at half width, rounded
+    /// to nearest even; otherwise (and in an f64 call) the output is in the
+    /// call's dtype.
+    #[serde(default = "f32_type")]
+    pub declared: FieldType,
 }
 
 fn dst_role() -> Role {
     Role::Dst
+}
+
+fn f32_type() -> FieldType {
+    FieldType::F32
+}
+
+impl OutputDecl {
+    /// An output declared `f32` (as every adjoint stage's: gradients are
+    /// computed and accumulated in the call's dtype, and the facade
+    /// converts a half field's gradient at the end).
+    pub fn new(name: String, ty: Type, role: Role) -> OutputDecl {
+        OutputDecl { name, ty, role, declared: FieldType::F32 }
+    }
+
+    /// How a call in `dtype` stores it: at half width when declared half
+    /// and the call computes in f32, else in `dtype`.
+    pub fn stored_as(&self, dtype: DType) -> FieldType {
+        if self.declared.is_half() && dtype == DType::F32 {
+            self.declared
+        } else {
+            dtype.into()
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

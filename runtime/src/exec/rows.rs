@@ -196,10 +196,7 @@ fn add_into(acc: &mut Tensor, part: &Tensor) {
 
 /// An output's base pointer, for the argument block.
 pub fn data_ptr(t: &mut Tensor) -> *mut u8 {
-    match t.data_mut() {
-        DataMut::F32(s) => s.as_mut_ptr() as *mut u8,
-        DataMut::F64(s) => s.as_mut_ptr() as *mut u8,
-    }
+    t.data_mut().as_mut_ptr()
 }
 
 struct SharedPtrs(Vec<*mut u8>);

@@ -163,6 +163,12 @@ impl Sharded {
                 match h.rows(run).map_err(file_error)? {
                     Data::F32(d) => v32.extend_from_slice(d),
                     Data::F64(d) => v64.extend_from_slice(d),
+                    // A `.gfg` stores f32 and f64 fields only.
+                    Data::F16(_) | Data::BF16(_) => {
+                        return Err(ShardError::Usage(format!(
+                            "stored field `{name}` is half-precision; a .gfg holds f32 and f64"
+                        )))
+                    }
                 }
             }
             let t = match h.dtype() {

@@ -325,6 +325,8 @@ impl Sharded {
         match rows.data() {
             crate::Data::F32(d) => t.scatter(&ids, d)?,
             crate::Data::F64(d) => t.scatter(&ids, d)?,
+            crate::Data::F16(d) => t.scatter(&ids, d)?,
+            crate::Data::BF16(d) => t.scatter(&ids, d)?,
         }
         Ok(())
     }
@@ -693,6 +695,11 @@ fn write_row(t: &mut Tensor, row: usize, bytes: &[u8], add: bool) {
     match t.data_mut() {
         DataMut::F32(d) => write(d, row, bytes, add, f32::from_ne_bytes),
         DataMut::F64(d) => write(d, row, bytes, add, f64::from_ne_bytes),
+        // Sharded calls refuse half-precision fields before anything is
+        // exchanged (`check_sharded_field_types`); a half row is written
+        // as it came.
+        DataMut::F16(d) => write(d, row, bytes, add, crate::f16::from_ne_bytes),
+        DataMut::BF16(d) => write(d, row, bytes, add, crate::bf16::from_ne_bytes),
     }
 }
 

@@ -186,6 +186,8 @@ fn for_each_le_chunk(data: Data<'_>, mut f: impl FnMut(&[u8])) {
     match data {
         Data::F32(d) => go(d, f32::to_le_bytes, &mut f),
         Data::F64(d) => go(d, f64::to_le_bytes, &mut f),
+        Data::F16(d) => go(d, crate::f16::to_le_bytes, &mut f),
+        Data::BF16(d) => go(d, crate::bf16::to_le_bytes, &mut f),
     }
 }
 
@@ -344,6 +346,12 @@ impl TensorStore {
             return Err(TensorStoreError::Unsupported {
                 name: name.to_string(),
                 message: format!("rank {} is above the format's limit of {MAX_TENSOR_RANK}", shape.len()),
+            });
+        }
+        if tensor.field_type().is_half() {
+            return Err(TensorStoreError::Unsupported {
+                name: name.to_string(),
+                message: format!("{} tensors have no code in the spill format (f32 and f64 only)", tensor.field_type()),
             });
         }
         let dtype = tensor.dtype();

@@ -296,6 +296,9 @@ impl<'a> GfgWriter<'a> {
                 FieldRole::Dst => (g.num_dst(), "num_dst"),
                 FieldRole::Edge => (g.num_edges(), "num_edges"),
             };
+            if view.field_type().is_half() {
+                return Err(bad(format!("it is {}; a .gfg stores f32 and f64 fields", view.field_type())));
+            }
             let shape = view.shape();
             if shape.is_empty() || shape.len() > 2 || shape[0] != rows {
                 return Err(bad(format!(
@@ -333,6 +336,10 @@ impl<'a> GfgWriter<'a> {
             let data = match view.data() {
                 Data::F32(d) => Elems::F32(d),
                 Data::F64(d) => Elems::F64(d),
+                // Refused by `check_fields` before anything is written.
+                Data::F16(_) | Data::BF16(_) => {
+                    return Err(std::io::Error::other(format!("field `{field}` is half-precision; a .gfg stores f32 and f64")))
+                }
             };
             plan.push((role.section_name(field), shape, data));
         }

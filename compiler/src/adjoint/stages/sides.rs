@@ -149,13 +149,13 @@ fn side_stage(
     // Outputs.
     let mut outputs = Vec::new();
     for (_, f) in side.summed {
-        outputs.push(OutputDecl { name: grad_name(f.role, &f.name), ty: f.ty, role: Role::Dst });
+        outputs.push(OutputDecl::new(grad_name(f.role, &f.name), f.ty, Role::Dst));
     }
     for (_, f) in side.edges {
-        outputs.push(OutputDecl { name: grad_name(Role::Edge, &f.name), ty: f.ty, role: Role::Edge });
+        outputs.push(OutputDecl::new(grad_name(Role::Edge, &f.name), f.ty, Role::Edge));
     }
     for (_, f) in side.params {
-        outputs.push(OutputDecl { name: grad_name(Role::Param, &f.name), ty: f.ty, role: Role::Param });
+        outputs.push(OutputDecl::new(grad_name(Role::Param, &f.name), f.ty, Role::Param));
     }
     let (mut ak, ab) =
         empty_kernel(k, format!("{}.vjp.{}", k.name, side.name), fs, builtin(ReducerKind::Sum, k.reducer.span), outputs);

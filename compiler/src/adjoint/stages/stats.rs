@@ -29,18 +29,17 @@ pub(in crate::adjoint) fn stats(fwd: &Forward<'_>) -> Result<Stage, AdjointError
         .collect();
     let reducer = fwd.rule.stats_reducer(k, &fwd.state_types);
     let stats = fwd.rule.row_statistics(k, &fwd.state_types);
-    let mut outputs: Vec<OutputDecl> =
-        stats.iter().map(|s| OutputDecl { name: s.name.clone(), ty: s.ty, role: Role::Dst }).collect();
+    let mut outputs: Vec<OutputDecl> = stats.iter().map(|s| OutputDecl::new(s.name.clone(), s.ty, Role::Dst)).collect();
     for (_, f) in &fwd.dsts {
-        outputs.push(OutputDecl { name: grad_name(Role::Dst, &f.name), ty: f.ty, role: Role::Dst });
+        outputs.push(OutputDecl::new(grad_name(Role::Dst, &f.name), f.ty, Role::Dst));
     }
     if replays_fold {
         for (c, t) in fwd.state_types.iter().enumerate() {
-            outputs.push(OutputDecl { name: format!("prefix{c}"), ty: *t, role: Role::Edge });
+            outputs.push(OutputDecl::new(format!("prefix{c}"), *t, Role::Edge));
         }
     }
     for (_, f) in &fwd.params {
-        outputs.push(OutputDecl { name: grad_name(Role::Param, &f.name), ty: f.ty, role: Role::Param });
+        outputs.push(OutputDecl::new(grad_name(Role::Param, &f.name), f.ty, Role::Param));
     }
     let (mut stats_k, stats_b) = empty_kernel(k, format!("{}.vjp.stats", k.name), fs, reducer, outputs);
     {

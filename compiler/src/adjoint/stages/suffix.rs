@@ -33,7 +33,7 @@ pub(in crate::adjoint) fn suffix(fwd: &Forward<'_>) -> Result<Option<Stage>, Adj
     opp.outputs = outs;
     let red = monoid(k.reducer.span, id.clone(), opp, true, k.reducer.declared.commutative);
     let outputs: Vec<OutputDecl> =
-        mono_state.iter().enumerate().map(|(c, t)| OutputDecl { name: format!("suffix{c}"), ty: *t, role: Role::Edge }).collect();
+        mono_state.iter().enumerate().map(|(c, t)| OutputDecl::new(format!("suffix{c}"), *t, Role::Edge)).collect();
     let (mut sk, sb) = empty_kernel(k, format!("{}.vjp.suffix", k.name), fs, red, outputs);
     let mut edge = Region::new(vec![]);
     let mut outs = fwd.messages(&mut edge, &sk.fields);

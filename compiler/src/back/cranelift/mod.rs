@@ -56,7 +56,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module, ModuleError, ModuleReloc};
 
-use crate::ir::DType;
+use crate::ir::{DType, FieldType};
 use crate::loops::{LoopKernel, LoopVerifyError};
 
 use tiga_abi::EntryFn;
@@ -79,6 +79,89 @@ pub struct VariantKey {
     /// `Some`: the generated-stencil realization (neighbours computed from
     /// the node index, no CSR read); `None`: CSR rows.
     pub stencil: Option<tiga_abi::Stencil2d>,
+    /// Which fields and outputs are stored at half width (empty: all in
+    /// `dtype`).
+    pub storage: Storage,
+}
+
+/// How a variant's fields and outputs are stored: every one in the
+/// variant's dtype (the default, and the only form when none is half), or
+/// one [`FieldType`] each. Only an f32 variant has half-width ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Storage {
+    fields: Vec<FieldType>,
+    outputs: Vec<FieldType>,
+}
+
+impl Storage {
+    /// The storage of fields `fields` and outputs `outputs` (each its
+    /// call's dtype or a half type), normalized: empty when none is half,
+    /// so that an all-f32 call keys the same variant as before.
+    pub fn of(fields: &[FieldType], outputs: &[FieldType]) -> Storage {
+        if fields.iter().chain(outputs).any(|t| t.is_half()) {
+            Storage { fields: fields.to_vec(), outputs: outputs.to_vec() }
+        } else {
+            Storage::default()
+        }
+    }
+
+    /// Why `k`'s variant of `dtype` cannot have this storage: half types
+    /// compute in f32, so only an f32 variant has them, and a non-empty
+    /// storage names one type per field and per output, each the dtype or
+    /// a half type.
+    pub fn check(&self, k: &LoopKernel, dtype: DType) -> Result<(), String> {
+        if !self.has_half() {
+            return Ok(());
+        }
+        if dtype != DType::F32 {
+            return Err(format!("half-width fields and outputs compute in f32, not {dtype}"));
+        }
+        if self.fields.len() != k.fields.len() || self.outputs.len() != k.outputs.len() {
+            return Err(format!(
+                "storage names {} fields and {} outputs, the kernel has {} and {}",
+                self.fields.len(),
+                self.outputs.len(),
+                k.fields.len(),
+                k.outputs.len()
+            ));
+        }
+        match self.fields.iter().chain(&self.outputs).find(|t| !t.is_half() && t.dtype() != dtype || **t == FieldType::F64) {
+            Some(t) => Err(format!("a {t} field or output in an {dtype} variant")),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether some field or output is stored at half width.
+    pub fn has_half(&self) -> bool {
+        !self.fields.is_empty() || !self.outputs.is_empty()
+    }
+
+    /// Field `f`'s element type in a variant of `dtype`.
+    pub fn field(&self, f: usize, dtype: DType) -> FieldType {
+        self.fields.get(f).copied().unwrap_or(dtype.into())
+    }
+
+    /// Output `o`'s element type in a variant of `dtype`.
+    pub fn output(&self, o: usize, dtype: DType) -> FieldType {
+        self.outputs.get(o).copied().unwrap_or(dtype.into())
+    }
+
+    /// A short text for plans and notes (`src.h: bf16, out: f16`), empty
+    /// when nothing is half.
+    pub fn describe(&self, k: &LoopKernel) -> String {
+        let mut parts = Vec::new();
+        for (f, t) in k.fields.iter().zip(&self.fields) {
+            if t.is_half() {
+                parts.push(format!("{}.{}: {t}", f.role.name(), f.name));
+            }
+        }
+        for (o, t) in k.outputs.iter().zip(&self.outputs) {
+            if t.is_half() {
+                parts.push(format!("{}: {t}", o.name));
+            }
+        }
+        parts.join(", ")
+    }
 }
 
 /// The cap on the per-row scratch of one variant (stack memory).
@@ -104,6 +187,10 @@ pub enum BackError {
     /// lower: a bug in tiga, reported rather than panicking.
     #[error("internal error: the Cranelift back end could not lower verified loop kernel `{kernel}`: {message}")]
     Internal { kernel: String, message: String },
+    /// Half-width storage this variant cannot have: in an f64 variant, or
+    /// not one type per field and output.
+    #[error("variant of `{kernel}`: {message}")]
+    Storage { kernel: String, message: String },
     #[error("the host ISA is not supported by Cranelift: {0}")]
     Isa(String),
     #[error("cranelift codegen error in `{kernel}`: {message}")]
@@ -284,6 +371,7 @@ pub fn compile(k: &LoopKernel, key: &VariantKey) -> Result<Variant, BackError> {
     if key.widths.len() != k.widths.len() {
         return Err(BackError::Widths { kernel: kernel(), expected: k.widths.len(), got: key.widths.len() });
     }
+    key.storage.check(k, key.dtype).map_err(|message| BackError::Storage { kernel: kernel(), message })?;
     crate::loops::verify(k)?;
     let scratch = translate::scratch_sizes(k, key).map_err(|message| BackError::Internal { kernel: kernel(), message })?;
     let bytes = scratch.iter().try_fold(0u64, |a, &b| a.checked_add(b)).unwrap_or(u64::MAX);

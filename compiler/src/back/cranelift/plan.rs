@@ -287,6 +287,9 @@ pub struct CodegenPlan {
     /// the grid) take a copy of the body with no border tests and a
     /// constant degree, where the grid has an interior.
     pub untested_interior: bool,
+    /// The fields and outputs stored at half width (`src.h: bf16`; empty:
+    /// none), which loads widen and stores round.
+    pub half_width: String,
 }
 
 impl CodegenPlan {
@@ -385,6 +388,7 @@ impl<'a> Planner<'a> {
             touch_later_blocks,
             row_vectors,
             untested_interior,
+            half_width: self.key.storage.describe(self.k),
         })
     }
 
@@ -708,9 +712,9 @@ impl<'a> Planner<'a> {
         if self.edges_call_math() {
             return Vec::new();
         }
-        let size = self.key.dtype.size() as i64;
         (0..self.k.fields.len())
             .filter_map(|f| {
+                let size = self.key.storage.field(f, self.key.dtype).size() as i64;
                 let decl = &self.k.fields[f];
                 let n = match decl.ty {
                     Type::Vector(w) if decl.role == Role::Src => self.width(w).ok()?,
@@ -950,6 +954,9 @@ impl fmt::Display for CodegenPlan {
         };
         writeln!(f, "code-generation plan for {} ({dtype}, widths {:?}, {realization}):", self.kernel, self.widths)?;
         writeln!(f, "  vector: {dtype}x{} ({} bits)", v.lanes, v.bits)?;
+        if !self.half_width.is_empty() {
+            writeln!(f, "  half-width storage: {} (widened to f32 on load, rounded to nearest even on store)", self.half_width)?;
+        }
         if self.untested_interior {
             writeln!(f, "  interior rows: the body without border tests")?;
         }

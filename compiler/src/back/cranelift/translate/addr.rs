@@ -17,7 +17,8 @@ impl Translator<'_> {
                     Role::Dst => Some(self.cur.row.ok_or("row index missing")?),
                     Role::Param => None,
                 };
-                self.element(base, decl.ty, row, lanes).map_err(|e| format!("{}.{}: {e}", decl.role.name(), decl.name))
+                let shift = self.shift_of(a);
+                self.element(base, decl.ty, row, lanes, shift).map_err(|e| format!("{}.{}: {e}", decl.role.name(), decl.name))
             }
             Addr::Scratch { buf, lane } => {
                 let base = *self.scratch.get(*buf as usize).ok_or_else(|| format!("unknown scratch{buf}"))?;
@@ -39,24 +40,27 @@ impl Translator<'_> {
                     _ => Some(self.cur.row.ok_or("row index missing")?),
                 };
                 let lanes: Vec<LoopVar> = lane.iter().copied().collect();
-                self.element(base, decl.ty, row, &lanes).map_err(|e| format!("output {}: {e}", decl.name))
+                let shift = self.shift_of(a);
+                self.element(base, decl.ty, row, &lanes, shift).map_err(|e| format!("output {}: {e}", decl.name))
             }
             Addr::OutputMatrix { out, row, col } => {
                 let o = *out as usize;
                 let decl = self.k.outputs.get(o).ok_or_else(|| format!("unknown output {o}"))?;
                 let base = self.outputs.get(o).copied().flatten().ok_or_else(|| format!("output {} not loaded", decl.name))?;
-                self.element(base, decl.ty, None, &[*row, *col]).map_err(|e| format!("output {}: {e}", decl.name))
+                let shift = self.shift_of(a);
+                self.element(base, decl.ty, None, &[*row, *col], shift).map_err(|e| format!("output {}: {e}", decl.name))
             }
         }
     }
 
     /// The address of element `lanes` of row `row` of an array at `base`
-    /// with `ty` elements per row (`None`: the array's first row), as
+    /// with `ty` elements of `1 << shift` bytes per row (`None`: the
+    /// array's first row), as
     /// `(base + row · row_bytes) + lane_bytes`: the row's address is shared
     /// by every lane of the row (one multiply and add per row, not per
     /// lane), and a constant lane (an unrolled feature loop) becomes the
     /// load's displacement instead of an address computed in a register.
-    pub(super) fn element(&mut self, base: Value, ty: Type, row: Option<Value>, lanes: &[LoopVar]) -> TResult<Value> {
+    pub(super) fn element(&mut self, base: Value, ty: Type, row: Option<Value>, lanes: &[LoopVar], shift: i64) -> TResult<Value> {
         let (per_row, inner) = match (ty, lanes) {
             (Type::Scalar, []) => (1, None),
             (Type::Vector(w), [k]) => (self.width(w)?, Some(self.lane(*k)?)),
@@ -72,12 +76,12 @@ impl Translator<'_> {
         };
         let mut addr = base;
         if let Some(row) = row {
-            let row_bytes = per_row.checked_mul(1 << self.shift).ok_or("row too large")?;
+            let row_bytes = per_row.checked_mul(1 << shift).ok_or("row too large")?;
             let off = self.scale(row, row_bytes);
             addr = self.b.ins().iadd(addr, off);
         }
         if let Some(inner) = inner {
-            let off = self.b.ins().ishl_imm_u(inner, self.shift);
+            let off = self.b.ins().ishl_imm_u(inner, shift);
             addr = self.b.ins().iadd(addr, off);
         }
         Ok(addr)

@@ -20,8 +20,8 @@ impl Translator<'_> {
             },
             Inst::Load(a) => {
                 want(Num, "a load")?;
-                let a = self.addr(a)?;
-                self.b.ins().load(self.num, flags(), a, 0)
+                let addr = self.addr(a)?;
+                self.load_num(a, addr, flags())?
             }
             Inst::Copy(v) => {
                 want(self.kind(*v)?, "a copy")?;

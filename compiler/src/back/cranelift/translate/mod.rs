@@ -48,6 +48,7 @@ use cranelift_frontend::{FunctionBuilder, Variable};
 
 mod addr;
 mod edges;
+mod half;
 mod insts;
 mod stencil;
 mod touch;
@@ -580,8 +581,7 @@ impl<'a> Translator<'a> {
                 }
                 let value = self.use_var(*v)?;
                 let a = self.addr(addr)?;
-                self.b.ins().store(flags(), value, a, 0);
-                Ok(())
+                self.store_num(addr, a, value, flags())
             }
             Stmt::Loop { lane, width, body } => {
                 let at = self.next_loop;

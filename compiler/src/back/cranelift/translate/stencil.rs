@@ -142,7 +142,7 @@ impl Translator<'_> {
                     Stmt::Store(a, v) => {
                         let val = *local.get(&v.0).ok_or("a row vector stored before it was set")?;
                         let addr = t.addr(a)?;
-                        t.b.ins().store(vflags, val, addr, 0);
+                        t.store_vector(a, addr, val, vty, vflags)?;
                     }
                     Stmt::Loop { .. } => return Err("a feature loop in a row-vector pass".into()),
                 }

@@ -22,12 +22,12 @@ impl Translator<'_> {
         fields: &[TouchedField],
         chunk_end: Value,
     ) -> TResult<()> {
-        let size = self.key.dtype.size() as i64;
         // Under feature blocking each pass touches the lines of its own
         // block: a hub row's edges outrun the cache, so lines touched by
         // the first pass for a later one are gone by the time it comes.
         let mut spans = Vec::new();
         for &TouchedField { field: f, lanes: n, .. } in fields {
+            let size = self.key.storage.field(f, self.key.dtype).size() as i64;
             let Type::Vector(w) = self.k.fields[f].ty else {
                 // A scalar field's element, once per edge.
                 if self.block_start.unwrap_or(0) == 0 {
@@ -62,7 +62,7 @@ impl Translator<'_> {
     /// (`prefetch::rewrite_touch`).
     pub(super) fn touch_lines(&mut self, f: usize, j: Value, n: i64, offsets: impl IntoIterator<Item = i64>) -> TResult<()> {
         let base = self.fields.get(f).copied().flatten().ok_or("touched field not loaded")?;
-        let row = self.b.ins().imul_imm_s(j, n * self.key.dtype.size() as i64);
+        let row = self.b.ins().imul_imm_s(j, n * self.key.storage.field(f, self.key.dtype).size() as i64);
         let row = self.b.ins().iadd(base, row);
         for off in offsets {
             let off = i32::try_from(off).map_err(|_| "row too wide")?;
@@ -81,8 +81,8 @@ impl Translator<'_> {
     pub(super) fn touch_later_blocks(&mut self, j: Value) -> TResult<()> {
         let plan = self.plan;
         let (Some(b), Some(0)) = (plan.feature_blocks, self.block_start) else { return Ok(()) };
-        let size = self.key.dtype.size() as i64;
         for &TouchedField { field: f, lanes: n, .. } in &plan.touch_later_blocks {
+            let size = self.key.storage.field(f, self.key.dtype).size() as i64;
             let (first, end) = (b.block * size, n * size);
             let mut at: Vec<i64> = (first..end).step_by(64).collect();
             at.push(end - size);

@@ -128,14 +128,12 @@ impl Translator<'_> {
                         let val = self.vector_operand(*v, vty, &local)?;
                         let addr = self.addr(a)?;
                         match stride(a, lane) {
-                            Some(true) => {
-                                self.b.ins().store(vflags, val, addr, 0);
-                            }
+                            Some(true) => self.store_vector(a, addr, val, vty, vflags)?,
                             _ => {
                                 // An invariant address: every lane stores the same
                                 // value; the last store wins, as in the scalar loop.
                                 let x = self.b.ins().extractlane(val, (vl - 1) as u8);
-                                self.b.ins().store(flags(), x, addr, 0);
+                                self.store_num(a, addr, x, flags())?;
                             }
                         }
                     }
@@ -216,9 +214,9 @@ impl Translator<'_> {
             Inst::Load(a) => {
                 let addr = self.addr(a)?;
                 if axis_stride(self.k, a, axis) == Some(true) {
-                    self.b.ins().load(vty, vflags, addr, 0)
+                    self.load_vector(a, addr, vty, vflags)?
                 } else {
-                    let x = self.b.ins().load(self.num, flags(), addr, 0);
+                    let x = self.load_num(a, addr, flags())?;
                     self.b.ins().splat(vty, x)
                 }
             }
