@@ -8,7 +8,9 @@
 //! path timed with device events against a device-to-device copy
 //! (`gpu.rs`); and, as `tiga-bench partitioned`, partitioned-tensor
 //! gathers and embedding optimizer steps by memory type and rank count
-//! against a local memcpy (`partitioned.rs`).
+//! against a local memcpy (`partitioned.rs`); and, as `tiga-bench
+//! residuals`, the backward of max, min and GAT with and without the
+//! residuals its forward kept (`residuals.rs`).
 //!
 //! A number about a compiler means little alone: it needs the same
 //! computation written by hand, the tools a user would otherwise pick, and
@@ -51,6 +53,7 @@
 //! cargo run --release -p tiga-bench --features mpi,metis -- sharded   # sharded against one process
 //! cargo run --release -p tiga-bench --features cuda -- gpu             # the GPU path (bench/gpu/check.sh)
 //! cargo run --release -p tiga-bench --features mpi -- partitioned     # partitioned tensors and embeddings
+//! cargo run --release -p tiga-bench -- residuals       # backward with and without saved residuals
 //! ```
 
 mod compile_time;
@@ -63,6 +66,7 @@ mod paged;
 mod partitioned;
 mod peers;
 mod report;
+mod residuals;
 mod sharded;
 
 use std::collections::HashMap;
@@ -93,7 +97,7 @@ const CASES: [&str; 6] = ["stencil-csr", "stencil-generated", "powerlaw-sum", "p
     args_conflicts_with_subcommands = true,
     args_override_self = true,
     disable_help_subcommand = true,
-    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)\nThe GPU path: tiga-bench gpu [--device cuda:0|sim] [--nodes N] [--peers] (see tiga-bench gpu --help)\nPartitioned tensors and embeddings: tiga-bench partitioned [--quick] [--json PATH] [--table PATH] (see tiga-bench partitioned --help)"
+    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)\nThe GPU path: tiga-bench gpu [--device cuda:0|sim] [--nodes N] [--peers] (see tiga-bench gpu --help)\nPartitioned tensors and embeddings: tiga-bench partitioned [--quick] [--json PATH] [--table PATH] (see tiga-bench partitioned --help)\nBackward with and without saved residuals: tiga-bench residuals [--quick] [--json PATH] [--table PATH] (see tiga-bench residuals --help)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -128,6 +132,10 @@ enum Command {
     /// (with and without the node cache), and embedding optimizer steps (table and JSON)
     #[command(args_override_self = true)]
     Partitioned(partitioned::Args),
+    /// The backward of max, min and GAT with and without the residuals its forward kept, against
+    /// the forward, on the power-law graph at F = 64, both CPU back ends (table and JSON)
+    #[command(args_override_self = true)]
+    Residuals(residuals::Args),
 }
 
 /// The main benchmark's flags.
@@ -1133,6 +1141,7 @@ fn main() -> ExitCode {
         Some(Command::Gpu(args)) => return gpu::main(&args),
         Some(Command::GraphStore(args)) => return graph_store::main(&args),
         Some(Command::Partitioned(args)) => return partitioned::main(&args),
+        Some(Command::Residuals(args)) => return residuals::main(&args),
         None => {}
     }
     match real_main(cli.bench.into()) {

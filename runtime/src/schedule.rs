@@ -169,6 +169,13 @@ pub struct Schedule {
     /// Where GPU calls add up their launches' event times (`None`: not
     /// timed).
     pub device_timer: Option<DeviceTimer>,
+    /// A forward that will be differentiated keeps what its backward
+    /// needs (`Kernel::forward` writes the residuals into its tape, and the
+    /// backward from that tape reads them instead of refolding every row);
+    /// default off: the forward writes its outputs alone and the backward
+    /// recomputes. The residuals are row outputs of the forward, counted
+    /// with its outputs against the RAM budget.
+    pub residuals: bool,
 }
 
 /// A count of the destination rows a call's page streams have finished,
@@ -236,6 +243,9 @@ impl std::fmt::Display for Schedule {
             Some(d) => write!(f, ", spill directory {}", d.display())?,
             None => write!(f, ", spill directory: the system's temporary directory")?,
         }
+        if self.residuals {
+            write!(f, ", forward keeps residuals")?;
+        }
         if self.device != Device::Cpu {
             write!(f, ", device {}", self.device.name())?;
             if let Some(b) = self.device_budget {
@@ -301,6 +311,10 @@ impl Schedule {
     }
     pub fn device_timer(mut self, timer: DeviceTimer) -> Schedule {
         self.device_timer = Some(timer);
+        self
+    }
+    pub fn residuals(mut self, keep: bool) -> Schedule {
+        self.residuals = keep;
         self
     }
 
