@@ -9,9 +9,11 @@
 //! (`gpu.rs`); and, as `tiga-bench partitioned`, partitioned-tensor
 //! gathers and embedding optimizer steps by memory type and rank count
 //! against a local memcpy (`partitioned.rs`); as `tiga-bench renumber`,
-//! renumbered runs against the caller's numbering (`renumber.rs`); and, as
+//! renumbered runs against the caller's numbering (`renumber.rs`); as
 //! `tiga-bench half`, the power-law sum with f32, bf16 and f16 features
-//! side by side (`half.rs`).
+//! side by side (`half.rs`); and, as `tiga-bench residuals`, the backward
+//! of max, min and GAT with and without the residuals its forward kept
+//! (`residuals.rs`).
 //!
 //! A number about a compiler means little alone: it needs the same
 //! computation written by hand, the tools a user would otherwise pick, and
@@ -55,6 +57,8 @@
 //! cargo run --release -p tiga-bench --features cuda -- gpu             # the GPU path (bench/gpu/check.sh)
 //! cargo run --release -p tiga-bench --features mpi -- partitioned     # partitioned tensors and embeddings
 //! cargo run --release -p tiga-bench -- renumber                       # renumbering for locality
+//! cargo run --release -p tiga-bench -- residuals                      # backward with and without saved residuals
+//! cargo run --release -p tiga-bench -- half                           # f32 against bf16/f16 fields
 //! ```
 
 mod compile_time;
@@ -69,6 +73,7 @@ mod partitioned;
 mod peers;
 mod renumber;
 mod report;
+mod residuals;
 mod sharded;
 
 use std::collections::HashMap;
@@ -99,7 +104,7 @@ const CASES: [&str; 6] = ["stencil-csr", "stencil-generated", "powerlaw-sum", "p
     args_conflicts_with_subcommands = true,
     args_override_self = true,
     disable_help_subcommand = true,
-    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)\nThe GPU path: tiga-bench gpu [--device cuda:0|sim] [--nodes N] [--peers] (see tiga-bench gpu --help)\nPartitioned tensors and embeddings: tiga-bench partitioned [--quick] [--json PATH] [--table PATH] (see tiga-bench partitioned --help)\nRenumbering for locality: tiga-bench renumber [--quick] [--json PATH] [--table PATH] (see tiga-bench renumber --help)"
+    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)\nThe GPU path: tiga-bench gpu [--device cuda:0|sim] [--nodes N] [--peers] (see tiga-bench gpu --help)\nPartitioned tensors and embeddings: tiga-bench partitioned [--quick] [--json PATH] [--table PATH] (see tiga-bench partitioned --help)\nRenumbering for locality: tiga-bench renumber [--quick] [--json PATH] [--table PATH] (see tiga-bench renumber --help)\nBackward with and without saved residuals: tiga-bench residuals [--quick] [--json PATH] [--table PATH] (see tiga-bench residuals --help)\nHalf-precision fields: tiga-bench half [--quick] [--json PATH] [--table PATH] (see tiga-bench half --help)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -142,6 +147,10 @@ enum Command {
     /// side, forward and backward, with each one's error against its bound (table and JSON)
     #[command(args_override_self = true)]
     Half(half::Args),
+    /// The backward of max, min and GAT with and without the residuals its forward kept, against
+    /// the forward, on the power-law graph at F = 64, both CPU back ends (table and JSON)
+    #[command(args_override_self = true)]
+    Residuals(residuals::Args),
 }
 
 /// The main benchmark's flags.
@@ -1149,6 +1158,7 @@ fn main() -> ExitCode {
         Some(Command::GraphStore(args)) => return graph_store::main(&args),
         Some(Command::Partitioned(args)) => return partitioned::main(&args),
         Some(Command::Half(args)) => return half::main(&args),
+        Some(Command::Residuals(args)) => return residuals::main(&args),
         None => {}
     }
     match real_main(cli.bench.into()) {

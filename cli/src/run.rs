@@ -12,7 +12,12 @@
 //! output: the gradient of the sum of that output), and writes one `.npy`
 //! per input field, `ROLE.NAME.npy`, shaped like the field and in the
 //! inputs' dtype. `--timing` then also reports the median of the `vjp`
-//! calls alone.
+//! calls alone. With `--grads` the forward keeps what its backward needs
+//! (`Schedule::residuals`, `Kernel::forward`: a max/min's winning edges, a
+//! softmax's row maximum and denominator; `tigac explain` lists them) and
+//! the backward reads them instead of refolding every row, with the same
+//! gradients bit for bit; `--timing` says so (`"residuals": true`, and
+//! their bytes) when the kernel keeps any (on the CPU).
 //!
 //! A `.gfg` graph (by extension or content) is not loaded: the call runs
 //! paged (`Kernel::run_with` over the `GfgFile`), streaming pages of destination rows from
@@ -469,6 +474,9 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
             )))
         }
     };
+    // A forward that will be differentiated keeps its residuals (the CPU
+    // back ends; a GPU call's backward recomputes).
+    schedule.residuals = backward.is_some() && req.device == tiga::Device::Cpu;
     // On a GPU, each call's launches are timed with events.
     let timer = tiga::DeviceTimer::new();
     if req.device != tiga::Device::Cpu {
@@ -487,12 +495,12 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     for _ in 0..req.repeat.max(1) {
         timer.reset();
         let start = Instant::now();
-        let o = kernel.run_with(graph.realization(), &inputs, &schedule).map_err(explain_call)?;
+        let o = kernel.forward(graph.realization(), &inputs, &schedule).map_err(explain_call)?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
         kernel_times.push(timer.times().kernel_ms);
         outputs = Some(o);
     }
-    let outputs = outputs.ok_or_else(|| Failure::new("the kernel did not run"))?;
+    let (outputs, tape) = outputs.ok_or_else(|| Failure::new("the kernel did not run"))?;
 
     for (name, path) in &targets.outs {
         let t =
@@ -532,7 +540,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
             // --transpose`), except a max/min's scatter, which reads the
             // forward pages.
             let g = kernel
-                .vjp_with(graph.realization(), &inputs, &views, &schedule)
+                .vjp_taped(graph.realization(), &inputs, &tape, &views, &schedule)
                 .map_err(|e| Failure::new(format!("gradients of kernel `{}`: {e}", kernel.name())))?;
             vjp_times.push(start.elapsed().as_secs_f64() * 1e3);
             vjp_kernel_times.push(timer.times().kernel_ms);
@@ -561,6 +569,8 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         });
         if backward.is_some() {
             line["vjp_ms_median"] = serde_json::json!(median_ms(vjp_times));
+            line["residuals"] = serde_json::json!(!tape.is_empty());
+            line["residual_bytes"] = serde_json::json!(tape.bytes());
         }
         if let Some(ms) = renumber_ms {
             line["renumber"] = serde_json::json!(req.renumber.name());
@@ -595,11 +605,17 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
             wrote.join(", ")
         );
         if backward.is_some() {
+            let kept: Vec<&str> = tape.residuals().map(|(n, _)| n).collect();
             let _ = writeln!(
                 std::io::stderr(),
-                "gradients ({} vjp run(s), median {:.3} ms): {}",
+                "gradients ({} vjp run(s), median {:.3} ms; {}): {}",
                 vjp_times.len(),
                 median_ms(vjp_times.clone()),
+                if kept.is_empty() {
+                    "the backward recomputed its statistics".to_string()
+                } else {
+                    format!("read the forward's residuals {} ({} bytes)", kept.join(", "), tape.bytes())
+                },
                 if written_grads.is_empty() { "none (the kernel reads no fields)".to_string() } else { written_grads.join(", ") }
             );
         }

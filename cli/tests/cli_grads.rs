@@ -186,6 +186,59 @@ fn neighbor_sum_gradient_is_the_sum_of_out_edge_cotangents() {
     close("src.x", &t.to_f64_vec(), &expected, 1e-6);
 }
 
+/// `--grads` runs the forward that keeps its residuals: MaxPool's `--timing`
+/// line says `"residuals": true` with their bytes (a winner rank per row
+/// and lane, f32), and its gradient has the bits of the library's
+/// recomputing backward; the stderr summary names the residual.
+#[test]
+fn grads_keep_residuals_of_a_max() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    std::fs::write(d.join("g.txt"), EDGES).expect("write graph");
+    let f = 4;
+    // Ties across rows and lanes (values on a coarse grid), negatives.
+    let h: Vec<f32> = (0..N * f).map(|i| ((i * 7 % 5) as f32 - 1.0) * 0.5).collect();
+    let c: Vec<f32> = (0..N * f).map(|i| 0.25 + (i % 3) as f32).collect();
+    npy_f32(&d.join("h.npy"), &[N, f], &h);
+    npy_f32(&d.join("c.npy"), &[N, f], &c);
+    let gnn = gnn_path();
+    let args = [
+        "run",
+        gnn.to_str().expect("utf8"),
+        "--kernel",
+        "MaxPool",
+        "--graph",
+        "g.txt",
+        "--num-nodes",
+        "6",
+        "--src",
+        "h=h.npy",
+        "--out",
+        "y.npy",
+        "--cotangent",
+        "c.npy",
+        "--grads",
+        "gr",
+    ];
+    let o = tigac(d, &[&args[..], &["--timing"]].concat());
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("JSON");
+    assert_eq!(v["residuals"].as_bool(), Some(true), "{v}");
+    assert_eq!(v["residual_bytes"].as_u64(), Some((N * f * 4) as u64), "{v}");
+    let k = Kernel::from_source(&std::fs::read_to_string(&gnn).expect("gnn.rs"), "MaxPool").expect("kernel");
+    let g = graph(d);
+    let ht = tiga::Tensor::from_f32(vec![N, f], h).expect("h");
+    let ct = tiga::Tensor::from_f32(vec![N, f], c).expect("c");
+    let want = k.vjp(&g, &Inputs::new().src("h", &ht), &[("out", ct.view())]).expect("recomputing vjp");
+    let got = read_npy(d.join("gr/src.h.npy")).expect("read");
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(got.as_f32().expect("f32")), bits(want.src("h").expect("grad").as_f32().expect("f32")));
+    let o = tigac(d, &args);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("read the forward's residuals winner0"), "{err}");
+}
+
 #[test]
 fn multi_output_kernel_needs_a_cotangent_per_output() {
     const MULTI: &str = r#"
@@ -286,8 +339,10 @@ fn timing_with_grads_prints_one_json_line() {
     let obj = v.as_object().expect("object");
     let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
     keys.sort_unstable();
-    assert_eq!(keys, ["compile_ms", "run_ms_median", "runs", "vjp_ms_median"], "{v}");
+    assert_eq!(keys, ["compile_ms", "residual_bytes", "residuals", "run_ms_median", "runs", "vjp_ms_median"], "{v}");
     assert_eq!(v["runs"].as_u64(), Some(3), "{v}");
+    // A sum keeps no residuals: its backward reads no statistic of the fold.
+    assert_eq!((v["residuals"].as_bool(), v["residual_bytes"].as_u64()), (Some(false), Some(0)), "{v}");
     assert!(v["run_ms_median"].as_f64().expect("run_ms_median") >= 0.0, "{v}");
     assert!(v["vjp_ms_median"].as_f64().expect("vjp_ms_median") > 0.0, "{v}");
     // Out-degrees in EDGES (N = 5 here): 0→{1, 4}, 1→0, 2→1, 3→{3, 2}, 4→2 twice.
@@ -424,6 +479,14 @@ fn explain_shows_the_adjoint_stages() {
     assert!(graph_line.contains("transposed"), "{graph_line}");
     assert_eq!(adjoint.matches("capture-message-passing-udf").count(), 3, "{adjoint}");
     assert!(adjoint.contains("[applied]"), "{adjoint}");
+    // Then what a forward that keeps residuals keeps, and what it costs.
+    let saved = &text[text.find("\nsaved residuals").expect("saved-residuals section")..];
+    assert!(saved.contains("kept:      max: scalar, denominator: scalar, weighted_sum: vector<F>"), "{saved}");
+    assert!(saved.contains("cost:      2 + F values per destination row"), "{saved}");
+    assert!(saved.contains("GatAttention.vjp.saved_stats [per destination node]"), "{saved}");
+    let o = tigac(&root, &["explain", "examples/kernels/gnn.rs", "--kernel", "Top2Sum"]);
+    ok(&o);
+    assert!(stdout(&o).contains("saved residuals") && stdout(&o).contains("  none: monoid"), "{}", stdout(&o));
     // Explain for several kernels (an artifact too) keeps every adjoint section.
     let o = tigac(&root, &["explain", "examples/kernels/gnn.rs"]);
     ok(&o);

@@ -103,3 +103,64 @@ fn clif_of_canonical_kernels() {
         check(&format!("{name}.f32.F4.clif"), &v.clif);
     }
 }
+
+/// The saved-residual plan of each canonical kernel: which residuals the
+/// forward keeps (or why none), the forward that keeps them (captured,
+/// lowered and loop IR), the backward's stages and their bindings, and
+/// the node-wise stage that replaces the statistics pass where one
+/// remains (lowered and loop IR).
+#[test]
+fn residual_plans() {
+    use std::fmt::Write;
+    use tiga_compiler::adjoint::kernel::{generate_adjoint, residual_plan, GraphUse, ResidualChoice};
+    let ks = parse_kernel_file(GNN).expect("parses");
+    for name in ["Smoothing", "SageMean", "MaxPool", "GatAttention", "Top2Sum"] {
+        let k = ks.iter().find(|k| k.name == name).expect("kernel").clone();
+        let adj = generate_adjoint(&k).unwrap_or_else(|e| panic!("generate-adjoint of {name}: {e}"));
+        let mut text = String::new();
+        let plan = match residual_plan(&k, &adj).unwrap_or_else(|e| panic!("residual plan of {name}: {e}")) {
+            ResidualChoice::Recompute(why) => {
+                writeln!(text, ";; {name} keeps no residuals: {why}").expect("write");
+                check(&format!("{name}.residuals.txt"), &text);
+                continue;
+            }
+            ResidualChoice::Keep(p) => p,
+        };
+        for r in &plan.residuals {
+            writeln!(text, ";; residual {} (state component {}): {:?}", r.name, r.component, r.ty).expect("write");
+        }
+        let fwd = run_pipeline(plan.forward.clone()).unwrap_or_else(|e| panic!("passes on {}: {e}", plan.forward.name));
+        text.push_str(";; forward, captured\n");
+        text.push_str(&fwd.captured.to_string());
+        text.push_str(";; forward, lowered\n");
+        text.push_str(&fwd.lowered.to_string());
+        text.push_str(";; forward, loop\n");
+        text.push_str(&tiga_compiler::loops::schedule(&fwd.lowered).expect("schedules").to_string());
+        for g in &plan.adjoint.gradients {
+            let parts: Vec<String> = g.parts.iter().map(|(s, o)| format!("stage {s} `{o}`")).collect();
+            writeln!(text, ";; gradient {}.{} = {}", g.role.name(), g.name, parts.join(" | ")).expect("write");
+        }
+        for (stage, origin) in plan.adjoint.stages.iter().zip(&plan.origin) {
+            writeln!(
+                text,
+                ";; stage {} (graph {:?}, recomputing plan's stage {origin:?}); bindings:",
+                stage.kernel.name, stage.graph
+            )
+            .expect("write");
+            for (fd, b) in stage.kernel.fields.iter().zip(&stage.bindings) {
+                writeln!(text, ";;   {} {} <- {b:?}", fd.role.name(), fd.name).expect("write");
+            }
+            if stage.graph == GraphUse::DestinationRows {
+                let c = run_pipeline(stage.kernel.clone()).unwrap_or_else(|e| panic!("passes on {}: {e}", stage.kernel.name));
+                text.push_str(";; lowered\n");
+                text.push_str(&c.lowered.to_string());
+                text.push_str(";; loop\n");
+                text.push_str(&tiga_compiler::loops::schedule(&c.lowered).expect("schedules").to_string());
+            }
+        }
+        for n in plan.adjoint.notes.iter().filter(|n| n.starts_with("saved residuals")) {
+            writeln!(text, ";; note: {n}").expect("write");
+        }
+        check(&format!("{name}.residuals.txt"), &text);
+    }
+}

@@ -137,9 +137,21 @@ fn aot_variants(c: &tiga_compiler::passes::Compiled) -> proc_macro2::TokenStream
     // The adjoint stages (deterministic: the runtime rebuilds the same ones).
     let mut stage_fns = String::new();
     let mut stage_tables = Vec::new();
+    // Then, where the forward keeps residuals, the saved-residual forward
+    // and the node-wise stage of its backward (its other stages are the
+    // recomputing plan's): the order the runtime's `Kernel::residuals`
+    // reads them in.
     if let Ok(adj) = tiga_compiler::adjoint::kernel::generate_adjoint(&c.captured) {
-        for (i, st) in adj.stages.iter().enumerate() {
-            let lowered = match tiga_compiler::passes::run_pipeline(st.kernel.clone()) {
+        let mut kernels: Vec<tiga_compiler::ir::Kernel> = adj.stages.iter().map(|st| st.kernel.clone()).collect();
+        if let Ok(tiga_compiler::adjoint::kernel::ResidualChoice::Keep(plan)) =
+            tiga_compiler::adjoint::kernel::residual_plan(&c.captured, &adj)
+        {
+            kernels.push(plan.forward.clone());
+            let new = plan.adjoint.stages.iter().zip(&plan.origin).find(|(_, o)| o.is_none());
+            kernels.extend(new.map(|(st, _)| st.kernel.clone()));
+        }
+        for (i, kernel) in kernels.into_iter().enumerate() {
+            let lowered = match tiga_compiler::passes::run_pipeline(kernel) {
                 Ok(l) => l.lowered,
                 Err(_) => {
                     stage_tables.push(quote! { &[] });

@@ -221,6 +221,13 @@ pub struct Schedule {
     /// How an in-memory graph's nodes are renumbered for locality (default:
     /// not at all).
     pub renumber: Renumber,
+    /// A forward that will be differentiated keeps what its backward
+    /// needs (`Kernel::forward` writes the residuals into its tape, and the
+    /// backward from that tape reads them instead of refolding every row);
+    /// default off: the forward writes its outputs alone and the backward
+    /// recomputes. The residuals are row outputs of the forward, counted
+    /// with its outputs against the RAM budget.
+    pub residuals: bool,
 }
 
 /// A count of the destination rows a call's page streams have finished,
@@ -291,6 +298,9 @@ impl std::fmt::Display for Schedule {
         if self.renumber != Renumber::None {
             write!(f, ", renumbered by {}", self.renumber.name())?;
         }
+        if self.residuals {
+            write!(f, ", forward keeps residuals")?;
+        }
         if self.device != Device::Cpu {
             write!(f, ", device {}", self.device.name())?;
             if let Some(b) = self.device_budget {
@@ -360,6 +370,10 @@ impl Schedule {
     }
     pub fn renumber(mut self, method: Renumber) -> Schedule {
         self.renumber = method;
+        self
+    }
+    pub fn residuals(mut self, keep: bool) -> Schedule {
+        self.residuals = keep;
         self
     }
 

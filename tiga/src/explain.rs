@@ -108,7 +108,95 @@ pub(crate) fn explain(k: &Kernel) -> String {
     }
     let _ = writeln!(s);
     adjoint(&mut s, k);
+    let _ = writeln!(s);
+    residuals(&mut s, k);
     s
+}
+
+/// The saved-residuals section: which residuals a forward that keeps them
+/// writes, what they cost per destination row, and the backward's stages.
+fn residuals(s: &mut String, k: &Kernel) {
+    let _ = writeln!(s, "saved residuals (`Schedule::residuals`, `Kernel::forward`, `tigac run --grads`):");
+    let stages = match k.residuals() {
+        Ok(crate::Residuals::Kept(st)) => st,
+        Ok(crate::Residuals::Recomputed(why)) => {
+            let _ = writeln!(s, "  none: {why}; the backward recomputes its statistics");
+            return;
+        }
+        Err(e) => {
+            let _ = writeln!(s, "  none: {e}");
+            return;
+        }
+    };
+    let cap = k.captured();
+    let kept: Vec<String> =
+        stages.plan.residuals.iter().map(|r| format!("{}: {}", r.name, tiga_compiler::ir::print::TypeIn(cap, r.ty))).collect();
+    let _ = writeln!(s, "  kept:      {} (outputs `residual.<name>` of `{}`)", kept.join(", "), stages.forward.name());
+    let _ = writeln!(
+        s,
+        "  cost:      {} values per destination row (4 bytes each in f32, 8 in f64), held from the forward to the backward",
+        residual_values(cap, &stages.plan.residuals)
+    );
+    let plain = k.adjoint_plan().map(|p| p.adjoint.stages.len()).unwrap_or(0);
+    let names: Vec<String> =
+        stages.plan.adjoint.stages.iter().map(|st| format!("{} [{}]", st.kernel.name, graph_short(st.graph))).collect();
+    let _ = writeln!(s, "  backward:  {} stage(s) (the recomputing plan: {plain}): {}", names.len(), names.join(", "));
+    for st in stages.plan.adjoint.stages.iter().filter(|st| st.graph == GraphUse::DestinationRows) {
+        let reads: Vec<String> = st
+            .kernel
+            .fields
+            .iter()
+            .zip(&st.bindings)
+            .map(|(f, b)| format!("{}.{} <- {}", f.role.name(), f.name, b_words(b)))
+            .collect();
+        let _ = writeln!(s, "    {} reads: {}", st.kernel.name, reads.join(", "));
+    }
+    if let Some(note) = stages.plan.adjoint.notes.iter().find(|n| n.starts_with("saved residuals")) {
+        let _ = writeln!(s, "  note:      {note}");
+    }
+}
+
+/// A binding of the saved-statistics stage, in words (no stage numbers).
+fn b_words(b: &Binding) -> String {
+    match b {
+        Binding::Forward(role, name) => format!("forward {}.{name}", role.name()),
+        Binding::Cotangent(name) => format!("cotangent of `{name}`"),
+        Binding::Residual(name) => format!("residual `{name}`"),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The residuals' values per row, as a sum over width symbols (`1 + F`).
+fn residual_values(k: &tiga_compiler::ir::Kernel, rs: &[tiga_compiler::adjoint::kernel::Residual]) -> String {
+    use tiga_compiler::ir::Type;
+    let mut scalars = 0usize;
+    let mut per_width: Vec<(String, usize)> = Vec::new();
+    for r in rs {
+        let width =
+            |w: tiga_compiler::ir::WidthId| k.widths.get(w.0 as usize).map(|d| d.name.clone()).unwrap_or_else(|| "?".into());
+        let key = match r.ty {
+            Type::Vector(w) | Type::Mask(w) => width(w),
+            Type::Matrix(a, b) => format!("{}·{}", width(a), width(b)),
+            Type::Scalar | Type::Bool => {
+                scalars += 1;
+                continue;
+            }
+        };
+        match per_width.iter_mut().find(|(n, _)| *n == key) {
+            Some((_, c)) => *c += 1,
+            None => per_width.push((key, 1)),
+        }
+    }
+    let mut terms: Vec<String> = Vec::new();
+    if scalars > 0 {
+        terms.push(scalars.to_string());
+    }
+    terms.extend(per_width.into_iter().map(|(w, c)| if c == 1 { w } else { format!("{c}·{w}") }));
+    if terms.is_empty() {
+        "0".into()
+    } else {
+        terms.join(" + ")
+    }
 }
 
 /// Each pass, numbered, with every remark indented under it.
@@ -133,6 +221,7 @@ fn graph_words(g: GraphUse) -> &'static str {
         GraphUse::Transposed => "transposed graph (sources and destinations swapped, edge ids kept)",
         GraphUse::RowReversed => "row-reversed graph (each row's edges in reverse order, edge ids kept)",
         GraphUse::SelfLoops => "one row per source node (its single edge from itself): node-wise",
+        GraphUse::DestinationRows => "one row per destination node, no edges: node-wise",
     }
 }
 
@@ -142,6 +231,7 @@ fn graph_short(g: GraphUse) -> &'static str {
         GraphUse::Transposed => "transposed graph",
         GraphUse::RowReversed => "row-reversed graph",
         GraphUse::SelfLoops => "per source node",
+        GraphUse::DestinationRows => "per destination node",
     }
 }
 
@@ -166,6 +256,7 @@ fn binding_source(plan: &AdjointPlan, b: &Binding) -> String {
             binding_source(plan, value),
             binding_source(plan, winner)
         ),
+        Binding::Residual(name) => format!("the forward's residual `{name}`"),
     }
 }
 

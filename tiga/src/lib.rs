@@ -37,6 +37,7 @@ pub mod memory;
 pub mod offload;
 mod paged;
 mod renumber;
+mod residuals;
 mod sharded;
 mod vjp;
 mod winner_scatter;
@@ -74,6 +75,7 @@ pub struct AotVariant {
     pub stencil: Option<tiga_runtime::abi::EntryFn>,
 }
 pub use offload::{with_ram_budget, with_schedule, AnyGraph};
+pub use residuals::{ResidualStages, Residuals, ScopedTape, Tape};
 pub use tiga_compiler as compiler;
 pub use tiga_runtime as runtime;
 pub use tiga_runtime::comm::{CommError, Communicator, InProcess};
@@ -236,10 +238,14 @@ pub struct Kernel {
     pub(crate) hash: String,
     /// Variants compiled ahead of time by the macro (empty for kernel files).
     aot: &'static [AotVariant],
-    /// The same for each adjoint stage, in stage order.
+    /// The same for each adjoint stage, in stage order, then (where the
+    /// forward keeps residuals) for the saved-residual forward and the
+    /// node-wise stage of its backward.
     adjoint_aot: &'static [&'static [AotVariant]],
     /// The adjoint stages, built on first use (an error is kept as text).
     adjoint: std::sync::OnceLock<std::result::Result<std::sync::Arc<vjp::AdjointPlan>, String>>,
+    /// The saved-residual forward and backward, built on first use.
+    residuals: std::sync::OnceLock<std::result::Result<residuals::Residuals, String>>,
 }
 
 fn fnv1a(s: &str) -> u64 {
@@ -258,7 +264,15 @@ impl Kernel {
         ir::verify(&compiled.lowered)?;
         let loops = tiga_compiler::loops::schedule(&compiled.lowered)?;
         let hash = format!("{:016x}", fnv1a(&compiled.lowered.to_string()));
-        Ok(Kernel { compiled, loops, hash, aot: &[], adjoint_aot: &[], adjoint: std::sync::OnceLock::new() })
+        Ok(Kernel {
+            compiled,
+            loops,
+            hash,
+            aot: &[],
+            adjoint_aot: &[],
+            adjoint: std::sync::OnceLock::new(),
+            residuals: std::sync::OnceLock::new(),
+        })
     }
 
     /// Capture, check and lower one kernel from a captured IR.

@@ -326,6 +326,14 @@ impl Kernel {
         if let Some(sh) = r.shard() {
             return self.vjp_sharded(sh, inputs, Seed::SumOf(output), schedule);
         }
+        let cots = self.sum_cotangents(r, inputs, output)?;
+        let views: Vec<(&str, TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
+        self.vjp_with(r, inputs, &views, schedule)
+    }
+
+    /// The cotangents of `sum(output)`: ones for `output`, zeros for the
+    /// others.
+    pub(crate) fn sum_cotangents(&self, r: &dyn Realization, inputs: &Inputs<'_>, output: &str) -> Result<Vec<(String, Tensor)>> {
         let (dtype, shapes) = self.bound_outputs(r, inputs)?;
         if !shapes.iter().any(|(n, _)| n == output) {
             let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
@@ -340,16 +348,35 @@ impl Kernel {
             };
             cots.push((name.clone(), t));
         }
-        let views: Vec<(&str, TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
-        self.vjp_with(r, inputs, &views, schedule)
+        Ok(cots)
     }
 
+    /// The recomputing backward's plan run over `r` (the realization as
+    /// given: renumbering is decided by the caller).
     pub(crate) fn run_vjp_on(
         &self,
         r: &dyn Realization,
         inputs: &Inputs<'_>,
         cotangents: &[(&str, TensorView<'_>)],
         schedule: &Schedule,
+    ) -> Result<Gradients> {
+        let plan = self.adjoint_plan()?;
+        self.run_plan(r, inputs, cotangents, schedule, &plan.adjoint, &plan.stages, None)
+    }
+
+    /// Run an adjoint plan's stages (`stages`, compiled from `adjoint`'s),
+    /// reading the forward's residuals through `residual` where the plan
+    /// binds them (a saved-residual plan; `None` for the recomputing one).
+    #[allow(clippy::too_many_arguments)] // one call shape for both plans
+    pub(crate) fn run_plan(
+        &self,
+        r: &dyn Realization,
+        inputs: &Inputs<'_>,
+        cotangents: &[(&str, TensorView<'_>)],
+        schedule: &Schedule,
+        adjoint: &Adjoint,
+        stages: &[Kernel],
+        residual: Option<&crate::residuals::Tape>,
     ) -> Result<Gradients> {
         let reference = schedule.backend == Backend::Reference;
         let k = self.captured();
@@ -405,7 +432,6 @@ impl Kernel {
                 Some(_) => {}
             }
         }
-        let plan = self.adjoint_plan()?;
         let dtype = if reference { DType::F64 } else { b.dtype };
         // In reference mode every array travels as f64.
         let fwd64: Vec<Tensor> = if reference { b.views.iter().map(|v| to_f64(v)).collect::<Result<_>>()? } else { vec![] };
@@ -434,6 +460,31 @@ impl Kernel {
                 b.views.get(i).map(|v| (*v).clone())
             }
         };
+        // In reference mode the residuals too travel as f64.
+        let res64: Vec<(String, Tensor)> = match residual {
+            Some(tape) if reference => adjoint
+                .stages
+                .iter()
+                .flat_map(|s| s.bindings.iter())
+                .filter_map(|b| match b {
+                    Binding::Residual(n) => Some(n.clone()),
+                    _ => None,
+                })
+                .map(|n| {
+                    let v = tape.view(&n).ok_or_else(|| Error::Internal(format!("the tape holds no residual `{n}`")))?;
+                    let t = to_f64(&v)?;
+                    Ok((n, t))
+                })
+                .collect::<Result<_>>()?,
+            _ => vec![],
+        };
+        let residual_view = |name: &str| -> Option<TensorView<'_>> {
+            if reference {
+                res64.iter().find(|(n, _)| n == name).map(|(_, t)| t.view())
+            } else {
+                residual.and_then(|tape| tape.view(name))
+            }
+        };
         let cot_view = |name: &str| -> Option<TensorView<'_>> {
             if reference {
                 cot64.iter().find(|(n, _)| n == name).map(|(_, t)| t.view())
@@ -444,7 +495,7 @@ impl Kernel {
             }
         };
         // Of a max/min's two source sides, the one this call does not run.
-        let skipped = plan.adjoint.source_sides.map(|sides| {
+        let skipped = adjoint.source_sides.map(|sides| {
             let src_grad_bytes: u64 = k
                 .fields
                 .iter()
@@ -461,10 +512,8 @@ impl Kernel {
             }
         });
         let runs = |si: usize| Some(si) != skipped;
-        let needs_ranks =
-            plan.adjoint.stages.iter().enumerate().any(|(si, s)| runs(si) && s.bindings.contains(&Binding::EdgeRank));
-        let needs_inv_deg =
-            plan.adjoint.stages.iter().enumerate().any(|(si, s)| runs(si) && s.bindings.contains(&Binding::InvDegree));
+        let needs_ranks = adjoint.stages.iter().enumerate().any(|(si, s)| runs(si) && s.bindings.contains(&Binding::EdgeRank));
+        let needs_inv_deg = adjoint.stages.iter().enumerate().any(|(si, s)| runs(si) && s.bindings.contains(&Binding::InvDegree));
         let inv_deg = if needs_inv_deg {
             inv_degree_tensor(r, schedule, dtype)?
         } else {
@@ -475,8 +524,8 @@ impl Kernel {
         } else {
             Tensor::zeros(dtype, vec![0]).map_err(Error::from)?
         };
-        let mut stage_outs: Vec<Outputs> = Vec::with_capacity(plan.stages.len());
-        for (si, stage) in plan.adjoint.stages.iter().enumerate() {
+        let mut stage_outs: Vec<Outputs> = Vec::with_capacity(stages.len());
+        for (si, stage) in adjoint.stages.iter().enumerate() {
             if !runs(si) {
                 stage_outs.push(Outputs { items: Vec::new() });
                 continue;
@@ -491,6 +540,7 @@ impl Kernel {
                         Binding::EdgeRank => Some(ranks.view()),
                         Binding::InvDegree => Some(inv_deg.view()),
                         Binding::WinnerScatter { .. } => None,
+                        Binding::Residual(name) => residual_view(name),
                     }
                 };
             }
@@ -514,7 +564,7 @@ impl Kernel {
             // scattered sums, not what they were made of) go now: the next
             // buffer of their size reuses the mapping rather than faulting
             // in fresh memory (a stage output of a 64-wide graph is 256 MB).
-            release_unread(&mut stage_outs, &plan.adjoint, si, &stage.bindings, &runs);
+            release_unread(&mut stage_outs, adjoint, si, &stage.bindings, &runs);
             let outs = {
                 let mut ins = Inputs::new();
                 let mut next_scattered = scattered.iter();
@@ -532,24 +582,31 @@ impl Kernel {
                     GraphUse::Forward => Some(Side::Forward),
                     GraphUse::Transposed => Some(Side::Transposed),
                     GraphUse::RowReversed => Some(Side::RowReversed),
-                    GraphUse::SelfLoops => None,
+                    GraphUse::SelfLoops | GraphUse::DestinationRows => None,
                 };
                 match side {
-                    Some(side) => plan.stages[si].run_side(r, side, &ins, schedule)?,
+                    Some(side) => stages[si].run_side(r, side, &ins, schedule)?,
+                    // Node-wise over the destinations, in memory whatever
+                    // the realization: a row each, no edges.
+                    None if stage.graph == GraphUse::DestinationRows => {
+                        let g = Graph::from_csr(extents.num_dst, extents.num_dst, vec![0; extents.num_dst + 1], Vec::new())
+                            .map_err(Error::from)?;
+                        stages[si].run_with(&g, &ins, schedule)?
+                    }
                     // Node-wise, in memory whatever the realization: one row
                     // per source, a self-loop for each source with
                     // out-edges.
                     None => {
                         let with_edges = sources_with_edges.take().unwrap_or_else(|| vec![true; extents.num_src]);
                         let g = Graph::self_loops(&with_edges).map_err(Error::from)?;
-                        plan.stages[si].run_with(&g, &ins, schedule)?
+                        stages[si].run_with(&g, &ins, schedule)?
                     }
                 }
             };
             stage_outs.push(outs);
         }
         let mut items = Vec::new();
-        for gp in &plan.adjoint.gradients {
+        for gp in &adjoint.gradients {
             let i = k.field_by_name(gp.role, &gp.name).map(|f| f.0 as usize).unwrap_or(0);
             let shape = b.views.get(i).map(|v| v.shape().to_vec()).unwrap_or_default();
             // The first part is taken as it is (no copy); the others add in.

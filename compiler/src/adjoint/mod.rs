@@ -14,7 +14,9 @@
 //! - `stages/`: one builder per stage (stats, suffix, edge side, source
 //!   side), on the helpers of `builder`;
 //! - `rewrites`: the plan rewrites, in order (`inline_stats` and `scatter`
-//!   hold the larger two).
+//!   hold the larger two);
+//! - [`residuals`]: the forward that keeps what its backward needs, and
+//!   the plan that reads it instead of refolding the rows.
 
 pub mod operation_rules;
 
@@ -24,6 +26,7 @@ mod inline_stats;
 pub mod kernel;
 pub mod plan;
 mod reducer_rules;
+pub mod residuals;
 mod rewrites;
 mod scatter;
 mod stages;

@@ -22,6 +22,10 @@ pub enum GraphUse {
     /// node to itself: a node-wise stage over the sources (see
     /// `adjoint/scatter.rs`).
     SelfLoops,
+    /// One row per forward destination node and no edges: a node-wise
+    /// stage over the destinations (a saved-residual plan's statistics,
+    /// see `adjoint/residuals.rs`).
+    DestinationRows,
 }
 
 /// Where a stage's field comes from when the VJP runs.
@@ -44,6 +48,9 @@ pub enum Binding {
     /// += value[i][f]`, rows in increasing order. A rank that names no edge
     /// of its row (an empty row) adds nothing.
     WinnerScatter { winner: Box<Binding>, value: Box<Binding> },
+    /// A residual the forward kept (the [`ResidualPlan`]'s forward writes
+    /// it), by its [`Residual::name`].
+    Residual(String),
 }
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -73,6 +80,10 @@ pub enum StageKind {
     /// A max/min's source gradients from the scattered winners, once per
     /// source.
     PerSource,
+    /// What the row statistics stage computes from the folded state, read
+    /// from the residuals the forward kept instead of refolded (no edge
+    /// is read).
+    SavedStatistics,
 }
 
 /// A gradient: the sum of these stage outputs.
@@ -105,4 +116,41 @@ pub struct Adjoint {
 pub struct SourceSides {
     pub scatter: usize,
     pub transposed: usize,
+}
+
+/// One component of the stats stage's folded state, written per
+/// destination row by a forward that keeps residuals.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Residual {
+    /// Its name: the forward's output `residual.<name>`, and the
+    /// [`Binding::Residual`] that reads it.
+    pub name: String,
+    pub ty: crate::ir::Type,
+    /// Which component of the folded state it is.
+    pub component: usize,
+}
+
+impl Residual {
+    /// The forward output that holds it.
+    pub fn output_name(&self) -> String {
+        format!("residual.{}", self.name)
+    }
+}
+
+/// A forward that keeps what its backward needs, and the backward that
+/// reads it (see `adjoint/residuals.rs`).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct ResidualPlan {
+    /// The forward kernel's outputs, then one destination output per
+    /// residual ([`Residual::output_name`]), from the stats stage's fold.
+    pub forward: Kernel,
+    pub residuals: Vec<Residual>,
+    /// The recomputing plan with its stats stage replaced: by a node-wise
+    /// stage over the destinations that reads the residuals, or by
+    /// nothing where every statistic is a residual as it is.
+    pub adjoint: Adjoint,
+    /// For each stage of `adjoint`, the stage of the recomputing plan it
+    /// is (`None`: the node-wise stage, new), so that a stage compiled
+    /// ahead of time for one serves the other.
+    pub origin: Vec<Option<usize>>,
 }

@@ -124,6 +124,28 @@ pub(super) trait ReducerRule {
     fn message_cotangent(&self, k: &Kernel, b: &mut B<'_>, edge: &Edge<'_>) -> Result<Vec<ValueId>, AdjointError>;
     /// What the reducer's adjoint asks of the plan beyond these regions.
     fn needs(&self, k: &Kernel) -> Needs;
+    /// A name per component of the folded state, as a forward that keeps
+    /// residuals writes them (`adjoint/residuals.rs`); or why this
+    /// reducer's backward recomputes its statistics instead.
+    fn residual_names(&self, k: &Kernel, state_types: &[Type]) -> Result<Vec<String>, &'static str>;
+    /// The forward aggregate from the folded state, with the plain
+    /// forward's own arithmetic (`lower-csr-to-gather-segment`'s finish,
+    /// its empty-row test on the row's edge count `empty`), so a forward
+    /// that keeps residuals writes the plain forward's bits. Asked only of
+    /// a reducer with [`ReducerRule::residual_names`].
+    fn forward_aggregate(
+        &self,
+        k: &Kernel,
+        b: &mut B<'_>,
+        state: &[ValueId],
+        empty: ValueId,
+    ) -> Result<Vec<ValueId>, AdjointError>;
+}
+
+/// The error of [`ReducerRule::forward_aggregate`] for a reducer that keeps
+/// no residuals.
+fn keeps_no_residuals(k: &Kernel) -> AdjointError {
+    AdjointError::Unsupported { op: "a saved-residual forward of this reducer", span: k.reducer.span }
 }
 
 /// The adjoint rule of a reducer.
@@ -213,6 +235,12 @@ impl ReducerRule for Sum {
             note: "sum: each message's cotangent is the row's aggregate cotangent (linear)",
         }
     }
+    fn residual_names(&self, _: &Kernel, _: &[Type]) -> Result<Vec<String>, &'static str> {
+        Err("sum: the backward reads no statistic of the forward's fold")
+    }
+    fn forward_aggregate(&self, k: &Kernel, _: &mut B<'_>, _: &[ValueId], _: ValueId) -> Result<Vec<ValueId>, AdjointError> {
+        Err(keeps_no_residuals(k))
+    }
 }
 
 /// `mean`: a sum that also counts the row's edges; each message's
@@ -286,6 +314,12 @@ impl ReducerRule for Mean {
             copies_cotangent: false,
             note: "mean: the aggregate cotangent divided by the row's degree (empty rows contribute nothing)",
         }
+    }
+    fn residual_names(&self, _: &Kernel, _: &[Type]) -> Result<Vec<String>, &'static str> {
+        Err("mean: the backward's only statistic is the row's degree, two row offsets")
+    }
+    fn forward_aggregate(&self, k: &Kernel, _: &mut B<'_>, _: &[ValueId], _: ValueId) -> Result<Vec<ValueId>, AdjointError> {
+        Err(keeps_no_residuals(k))
     }
 }
 
@@ -378,6 +412,27 @@ impl ReducerRule for Extremum {
             copies_cotangent: k.node.is_none(),
             note: "max/min: the stats stage records, per feature, the rank of the first winning edge in CSR order; only that edge receives the cotangent",
         }
+    }
+    fn residual_names(&self, k: &Kernel, _: &[Type]) -> Result<Vec<String>, &'static str> {
+        let which = if self.max { "max" } else { "min" };
+        Ok((0..k.message_types().len()).flat_map(|c| [format!("{which}{c}"), format!("winner{c}")]).collect())
+    }
+    fn forward_aggregate(
+        &self,
+        k: &Kernel,
+        b: &mut B<'_>,
+        state: &[ValueId],
+        empty: ValueId,
+    ) -> Result<Vec<ValueId>, AdjointError> {
+        // The forward's finish: 0 for a row without edges, else the fold
+        // (a row of -inf messages keeps its -inf, where the stats stage's
+        // `aggregate` would write 0).
+        Ok((0..k.message_types().len())
+            .map(|p| {
+                let zero = b.c(0.0);
+                b.sel(empty, zero, state[2 * p])
+            })
+            .collect())
     }
 }
 
@@ -472,6 +527,15 @@ impl ReducerRule for Prod {
     fn needs(&self, k: &Kernel) -> Needs {
         Needs::row_statistics(k, "prod: the stats stage keeps the product of non-zero messages and the zero count, so zero messages differentiate exactly")
     }
+    fn residual_names(&self, _: &Kernel, _: &[Type]) -> Result<Vec<String>, &'static str> {
+        // The forward's plain product and the stats fold's (non-zero
+        // product, zero count) differ in the sign of a zero and in
+        // `inf · 0`, so the forward's outputs could not come from that fold.
+        Err("prod: the forward's product is not rebuilt bit for bit from the (non-zero product, zero count) fold")
+    }
+    fn forward_aggregate(&self, k: &Kernel, _: &mut B<'_>, _: &[ValueId], _: ValueId) -> Result<Vec<ValueId>, AdjointError> {
+        Err(keeps_no_residuals(k))
+    }
 }
 
 /// `softmax` of (score, value) messages: the Jacobian uses the row's
@@ -542,8 +606,25 @@ impl ReducerRule for Softmax {
     fn needs(&self, k: &Kernel) -> Needs {
         Needs::row_statistics(
             k,
-            "softmax: the Jacobian uses the per-row max and denominator, recomputed by the stats stage (schedule choice: recompute, not saved from the forward)",
+            "softmax: the Jacobian uses the per-row max and denominator, recomputed by the stats stage (a schedule with saved residuals reads them from the forward)",
         )
+    }
+    fn residual_names(&self, _: &Kernel, _: &[Type]) -> Result<Vec<String>, &'static str> {
+        Ok(vec!["max".into(), "denominator".into(), "weighted_sum".into()])
+    }
+    fn forward_aggregate(
+        &self,
+        _: &Kernel,
+        b: &mut B<'_>,
+        state: &[ValueId],
+        empty: ValueId,
+    ) -> Result<Vec<ValueId>, AdjointError> {
+        // The forward's finish, operation for operation.
+        let one = b.c(1.0);
+        let safe = b.sel(empty, one, state[1]);
+        let q = b.bin(BinOp::Div, state[2], safe);
+        let zero = b.c(0.0);
+        Ok(vec![b.sel(empty, zero, q)])
     }
 }
 
@@ -648,5 +729,14 @@ impl ReducerRule for Monoid {
             copies_cotangent: false,
             note: "monoid: the row's fold is replayed as prefix (stats stage) and suffix (row-reversed graph) scans; each message's cotangent is the VJP of combine(combine(prefix, m), suffix)",
         }
+    }
+    fn residual_names(&self, _: &Kernel, _: &[Type]) -> Result<Vec<String>, &'static str> {
+        // Its stats stage writes a prefix per edge as well as the row's
+        // state: a residual would be an edge tensor, the size of the
+        // graph, where the stats pass it saves reads the same edges.
+        Err("monoid: the backward replays the fold per edge (prefix and suffix scans); no per-row residual replaces that pass")
+    }
+    fn forward_aggregate(&self, k: &Kernel, _: &mut B<'_>, _: &[ValueId], _: ValueId) -> Result<Vec<ValueId>, AdjointError> {
+        Err(keeps_no_residuals(k))
     }
 }

@@ -64,7 +64,7 @@ impl<'k> Forward<'k> {
 
     /// The forward messages, recomputed into `edge` of a stage whose fields
     /// start with the forward's.
-    fn messages(&self, edge: &mut Region, fields: &[FieldDecl]) -> Vec<ValueId> {
+    pub(super) fn messages(&self, edge: &mut Region, fields: &[FieldDecl]) -> Vec<ValueId> {
         let identity: Vec<usize> = (0..self.k.fields.len()).collect();
         let msgs = inline_mapped(edge, &self.k.edge, &identity, fields, |_| None);
         msgs[..self.k.message_types().len()].to_vec()

@@ -1,0 +1,284 @@
+//! `tiga-bench residuals`: the backward of max, min and GAT with and
+//! without the residuals its forward kept, against the forward, on the
+//! power-law graph at F = 64.
+//!
+//! The recomputing backward's first stage refolds every row over the
+//! forward graph (as costly as the forward) to find a max/min's winning
+//! edges or a softmax's row maximum and denominator. A forward that keeps
+//! them (`Schedule::residuals`, `Kernel::forward`) writes them per row and
+//! the backward (`Kernel::vjp_taped`) reads them instead. Per kernel and
+//! back end (the Cranelift JIT through the kernel file; rustc/LLVM through
+//! the macro's ahead-of-time variants, `Backend::Aot`), four calls are
+//! timed side by side in rounds: the plain forward, the forward keeping
+//! residuals, the recomputing backward and the backward from the
+//! residuals (the gradient of `out.sum()` with respect to every field).
+//! Outputs and gradients are compared bit for bit (a difference fails the
+//! run). The target: the backward from residuals at most 2.5× the forward
+//! that kept them, for max, min and GAT on both back ends. A table goes to
+//! stdout (and `--table`), the JSON to `--json`.
+//!
+//! ```sh
+//! cargo run --release -p tiga-bench -- residuals [--quick] [--repeat N] [--json PATH] [--table PATH]
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::{json, Value};
+use tiga::{Backend, DType, Graph, Inputs, Kernel, Schedule, Tensor, TensorView};
+
+use crate::{graphs, Contender, Produced, WARM_UPS};
+
+/// The target: backward from residuals over the forward that kept them.
+const TARGET: f64 = 2.5;
+
+/// A min pooling kernel beside gnn.rs's max and GAT (gnn.rs has no min).
+const MIN_POOL: &str = include_str!("../../examples/kernels/min_pool.rs");
+
+/// The same, through the macro (its ahead-of-time variants).
+#[allow(clippy::all)]
+mod min_pool {
+    use tiga::message_passing;
+    include!("../../examples/kernels/min_pool.rs");
+}
+
+/// `tiga-bench residuals`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// A 16x smaller graph (62,500 nodes, 1M edges), 3 repeats unless --repeat
+    #[arg(long)]
+    quick: bool,
+    /// Timed rounds after 3 warm-ups [default: 7, or 3 with --quick]
+    #[arg(long, value_name = "N", value_parser = crate::positive)]
+    repeat: Option<usize>,
+    /// Feature width
+    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::positive)]
+    width: usize,
+    /// Where the JSON goes, written atomically
+    #[arg(long, value_name = "PATH", default_value = "bench-residuals.json")]
+    json: PathBuf,
+    /// Where the table goes too (besides stdout)
+    #[arg(long, value_name = "PATH")]
+    table: Option<PathBuf>,
+    /// Graph and field seed
+    #[arg(long, value_name = "N", default_value_t = 7)]
+    seed: u64,
+}
+
+/// One kernel on one back end.
+struct Row {
+    case: &'static str,
+    kernel: &'static str,
+    backend: &'static str,
+    residuals: Vec<String>,
+    residual_bytes: u64,
+    fwd_ms: f64,
+    fwd_keep_ms: f64,
+    bwd_recompute_ms: f64,
+    bwd_saved_ms: f64,
+}
+
+impl Row {
+    fn ratio(&self) -> f64 {
+        self.bwd_saved_ms / self.fwd_keep_ms
+    }
+    fn met(&self) -> bool {
+        self.ratio() <= TARGET
+    }
+    fn json(&self) -> Value {
+        json!({
+            "case": self.case,
+            "kernel": self.kernel,
+            "backend": self.backend,
+            "residuals": self.residuals,
+            "residual_bytes": self.residual_bytes,
+            "fwd_ms": self.fwd_ms,
+            "fwd_keeping_residuals_ms": self.fwd_keep_ms,
+            "bwd_recompute_ms": self.bwd_recompute_ms,
+            "bwd_from_residuals_ms": self.bwd_saved_ms,
+            "bwd_recompute_over_fwd": self.bwd_recompute_ms / self.fwd_ms,
+            "bwd_from_residuals_over_fwd": self.bwd_saved_ms / self.fwd_ms,
+            "bwd_from_residuals_over_fwd_keeping": self.ratio(),
+            "step_speedup": (self.fwd_ms + self.bwd_recompute_ms) / (self.fwd_keep_ms + self.bwd_saved_ms),
+            "target": { "bwd_from_residuals_over_fwd_keeping": TARGET, "value": self.ratio(), "met": self.met() },
+        })
+    }
+}
+
+pub fn main(args: &Args) -> ExitCode {
+    match run(args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(2),
+        Err(e) => {
+            eprintln!("tiga-bench residuals: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bits_equal(a: &Tensor, b: &Tensor) -> bool {
+    a.shape() == b.shape() && a.to_f64_vec().iter().zip(b.to_f64_vec()).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Times the four calls of one kernel on one back end, side by side.
+fn measure(
+    case: &'static str,
+    k: &Kernel,
+    backend: &'static str,
+    schedule: &Schedule,
+    g: &Graph,
+    ins: &Inputs<'_>,
+    repeat: usize,
+) -> Result<Row, String> {
+    let e = |e: tiga::Error| format!("{case} ({backend}): {e}");
+    let keeping = schedule.clone().residuals(true);
+    let shape = k.output_shapes(g, ins).map_err(e)?.into_iter().find(|(n, _)| n == "out").ok_or("no output `out`")?.1;
+    let ones = Tensor::from_f32(shape.clone(), vec![1.0; shape.iter().product()]).map_err(|er| er.to_string())?;
+    let cot = [("out", ones.view())];
+    let (kept_out, tape) = k.forward(g, ins, &keeping).map_err(e)?;
+    if tape.is_empty() {
+        return Err(format!("{case}: kernel `{}` kept no residuals", k.name()));
+    }
+    let mut fwd: Vec<Contender<'_>> = vec![
+        Box::new(|| k.run_with(g, ins, schedule).map(Produced::Outputs).map_err(e)),
+        Box::new(|| k.forward(g, ins, &keeping).map(|(o, _)| Produced::Outputs(o)).map_err(e)),
+        Box::new(|| k.vjp_with(g, ins, &cot, schedule).map(Produced::Grads).map_err(e)),
+        Box::new(|| k.vjp_taped(g, ins, &tape, &cot, schedule).map(Produced::Grads).map_err(e)),
+    ];
+    let timed = crate::time_rounds(repeat, &mut fwd)?;
+    let ms: Vec<f64> = timed.iter().map(|(t, _)| *t).collect();
+    let mut it = timed.into_iter().map(|(_, p)| p);
+    let (Some(Produced::Outputs(plain)), Some(Produced::Outputs(kept)), Some(Produced::Grads(gr)), Some(Produced::Grads(gs))) =
+        (it.next(), it.next(), it.next(), it.next())
+    else {
+        return Err(format!("{case}: a call produced the wrong kind of result"));
+    };
+    for ((n, a), (_, b)) in plain.items.iter().zip(&kept.items).chain(plain.items.iter().zip(&kept_out.items)) {
+        if !bits_equal(a, b) {
+            return Err(format!(
+                "{case} ({backend}): output `{n}` of the forward keeping residuals differs from the plain forward's"
+            ));
+        }
+    }
+    for ((r, n, a), (_, _, b)) in gr.items.iter().zip(&gs.items) {
+        if !bits_equal(a, b) {
+            return Err(format!(
+                "{case} ({backend}): gradient {}.{n} from residuals differs from the recomputing backward's",
+                r.name()
+            ));
+        }
+    }
+    let row = Row {
+        case,
+        kernel: match case {
+            "max" => "MaxPool",
+            "min" => "MinPool",
+            _ => "GatAttention",
+        },
+        backend,
+        residuals: tape.residuals().map(|(n, _)| n.to_string()).collect(),
+        residual_bytes: tape.bytes(),
+        fwd_ms: ms[0],
+        fwd_keep_ms: ms[1],
+        bwd_recompute_ms: ms[2],
+        bwd_saved_ms: ms[3],
+    };
+    eprintln!(
+        "[bench] residuals {case} ({backend}): fwd {:.1} ms, keeping {:.1} ms; bwd recompute {:.1} ms, from residuals {:.1} ms ({:.2}x the forward that kept them)",
+        row.fwd_ms,
+        row.fwd_keep_ms,
+        row.bwd_recompute_ms,
+        row.bwd_saved_ms,
+        row.ratio()
+    );
+    Ok(row)
+}
+
+fn run(args: &Args) -> Result<bool, String> {
+    let (nodes, edges) = if args.quick { (62_500, 1_000_000) } else { (1_000_000, 16_000_000) };
+    let repeat = args.repeat.unwrap_or(if args.quick { 3 } else { 7 });
+    let f = args.width;
+    eprintln!("[bench] residuals: power-law graph, {nodes} nodes, {edges} edges, F = {f}");
+    let g = graphs::powerlaw(nodes, edges, args.seed).map_err(|e| e.to_string())?;
+    let h = graphs::normal(nodes * f, args.seed + 1);
+    let a_src = graphs::normal(nodes, args.seed + 2);
+    let a_dst = graphs::normal(nodes, args.seed + 3);
+    let hv = TensorView::from_slice_f32(vec![nodes, f], &h).map_err(|e| e.to_string())?;
+    let gnn = include_str!("../../examples/kernels/gnn.rs");
+    let file = |src: &str, name: &str| Kernel::from_source(src, name).map_err(|e| format!("{name}: {e}"));
+    let cases: Vec<(&'static str, Kernel, &'static Kernel)> = vec![
+        ("max", file(gnn, "MaxPool")?, crate::gnn::MaxPool::kernel()),
+        ("min", file(MIN_POOL, "MinPool")?, min_pool::MinPool::kernel()),
+        ("gat", file(gnn, "GatAttention")?, crate::gnn::GatAttention::kernel()),
+    ];
+    let mut rows = Vec::new();
+    for (case, jit, aot) in &cases {
+        let ins = Inputs::new().src("h", hv.clone());
+        let ins = if *case == "gat" { ins.src("a_src", &a_src).dst("a_dst", &a_dst) } else { ins };
+        rows.push(measure(case, jit, "cranelift", &Schedule::new().backend(Backend::Jit), &g, &ins, repeat)?);
+        if aot.aot_variant(DType::F32, &[f]).is_some() {
+            rows.push(measure(case, aot, "rust-aot", &Schedule::new().backend(Backend::Aot), &g, &ins, repeat)?);
+        }
+    }
+    let mut table = String::new();
+    table.push_str(&format!(
+        "backward with and without saved residuals: power-law graph, {nodes} nodes, {edges} edges, F = {f}, f32, {} thread(s), median of {repeat} after {WARM_UPS} warm-ups\n\n",
+        rayon::current_num_threads()
+    ));
+    table.push_str(&format!(
+        "{:<5} {:<10} {:>9} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>8}  {}\n",
+        "case",
+        "backend",
+        "fwd ms",
+        "fwd+res",
+        "bwd recomp",
+        "bwd saved",
+        "recomp/f",
+        "saved/f+",
+        "residMiB",
+        "step x",
+        "target saved/f+ <= 2.5"
+    ));
+    for r in &rows {
+        table.push_str(&format!(
+            "{:<5} {:<10} {:>9.1} {:>9.1} {:>11.1} {:>11.1} {:>9.2} {:>9.2} {:>9.1} {:>8.2}  {}\n",
+            r.case,
+            r.backend,
+            r.fwd_ms,
+            r.fwd_keep_ms,
+            r.bwd_recompute_ms,
+            r.bwd_saved_ms,
+            r.bwd_recompute_ms / r.fwd_ms,
+            r.ratio(),
+            r.residual_bytes as f64 / (1u64 << 20) as f64,
+            (r.fwd_ms + r.bwd_recompute_ms) / (r.fwd_keep_ms + r.bwd_saved_ms),
+            if r.met() { "met" } else { "MISSED" }
+        ));
+    }
+    table.push_str(
+        "\nfwd+res: the forward keeping residuals; recomp/f: recomputing backward over the plain forward; saved/f+: backward from residuals over the forward that kept them (the target); step x: (fwd + bwd recompute) / (fwd+res + bwd saved)\n",
+    );
+    print!("{table}");
+    if let Some(p) = &args.table {
+        crate::report::write_atomic(p, &table)?;
+    }
+    let all_met = rows.iter().all(Row::met);
+    let doc = json!({
+        "benchmark": "residuals",
+        "graph": { "kind": "powerlaw", "nodes": nodes, "edges": edges, "seed": args.seed },
+        "width": f,
+        "dtype": "f32",
+        "threads": rayon::current_num_threads(),
+        "repeat": repeat,
+        "warm_ups": WARM_UPS,
+        "load_avg": std::fs::read_to_string("/proc/loadavg").ok().map(|s| s.trim().to_string()),
+        "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        "targets": {
+            "bwd_from_residuals_over_fwd_keeping": { "target": TARGET, "met": all_met },
+        },
+    });
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+    crate::report::write_atomic(&args.json, &text)?;
+    eprintln!("wrote {}", args.json.display());
+    Ok(all_met)
+}

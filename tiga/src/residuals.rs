@@ -1,0 +1,220 @@
+//! A forward that keeps what its backward needs.
+//!
+//! With [`Schedule::residuals`] set, [`Kernel::forward`] runs the
+//! compiler's saved-residual forward (`adjoint/residuals.rs`): the same
+//! outputs, bit for bit, and per destination row the state of the fold the
+//! backward's statistics stage would otherwise recompute (a max/min's
+//! winning edge per lane, a softmax's row maximum, denominator and weighted
+//! sum). They come back in a [`Tape`]; [`Kernel::vjp_taped`] runs the
+//! backward that reads them instead of refolding every row over the
+//! forward graph, with the recomputing backward's gradients bit for bit.
+//! Without the flag, or for a kernel that keeps none ([`Residuals`] says
+//! why), the tape is empty and the backward recomputes.
+//!
+//! The residuals are row outputs of the forward, so a paged call counts
+//! them with its outputs against the RAM budget and spills them to files
+//! like any output over it; [`Tape::keep_in`] puts them in a
+//! [`Scope`](crate::memory::Scope), whose memory report lists them and
+//! whose budget may spill them. A sharded realization's forward, and a GPU
+//! call's, keep none (their backward recomputes): the sharded backward
+//! runs its own stages per rank, and the PTX lowering of the saved-residual
+//! forward is not yet checked.
+
+use std::sync::Arc;
+
+use tiga_compiler::adjoint::kernel::{residual_plan, ResidualChoice, ResidualPlan};
+use tiga_runtime::{Realization, Schedule, Tensor, TensorView};
+
+use crate::call::{Inputs, Outputs};
+use crate::memory::{Scope, TensorHandle};
+use crate::vjp::Gradients;
+use crate::{Error, Kernel, Result};
+
+/// The saved-residual forward and the stages of the backward that reads
+/// its residuals, compiled.
+#[derive(Debug)]
+pub struct ResidualStages {
+    pub plan: ResidualPlan,
+    pub forward: Kernel,
+    pub stages: Vec<Kernel>,
+}
+
+/// Whether a kernel's forward can keep residuals.
+#[derive(Debug, Clone)]
+pub enum Residuals {
+    Kept(Arc<ResidualStages>),
+    /// Its backward always recomputes; why.
+    Recomputed(String),
+}
+
+/// What a forward kept for its backward: the residuals by name (empty
+/// when it kept none).
+#[derive(Debug, Clone, Default)]
+pub struct Tape {
+    /// The content hash of the kernel that wrote it.
+    kernel: String,
+    items: Vec<(String, Arc<Tensor>)>,
+}
+
+impl Tape {
+    /// Whether the forward kept nothing (the backward recomputes).
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    /// The residuals, by name, as the plan names them.
+    pub fn residuals(&self) -> impl Iterator<Item = (&str, &Tensor)> {
+        self.items.iter().map(|(n, t)| (n.as_str(), t.as_ref()))
+    }
+    /// Their size in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.items.iter().map(|(_, t)| (t.len() * t.dtype().size()) as u64).sum()
+    }
+    pub(crate) fn view(&self, name: &str) -> Option<TensorView<'_>> {
+        self.items.iter().find(|(n, _)| n == name).map(|(_, t)| t.view())
+    }
+
+    /// Move the residuals into `scope`, each named `<prefix>.<residual>`:
+    /// they count against its host budget, may be spilled like any of its
+    /// tensors, and appear in its memory report.
+    pub fn keep_in(self, scope: &Scope, prefix: &str) -> Result<ScopedTape> {
+        let mut handles = Vec::with_capacity(self.items.len());
+        for (name, t) in self.items {
+            let t = Arc::try_unwrap(t).unwrap_or_else(|shared| (*shared).clone());
+            handles.push((name.clone(), scope.add(&format!("{prefix}.{name}"), t)?));
+        }
+        Ok(ScopedTape { kernel: self.kernel, handles })
+    }
+}
+
+/// A [`Tape`] whose residuals live in a [`Scope`].
+#[derive(Debug, Clone)]
+pub struct ScopedTape {
+    kernel: String,
+    handles: Vec<(String, TensorHandle)>,
+}
+
+impl ScopedTape {
+    /// The tape again, its residuals brought back from wherever the scope
+    /// moved them (checksums verified).
+    pub fn tape(&self, scope: &Scope) -> Result<Tape> {
+        let items = self.handles.iter().map(|(n, h)| Ok((n.clone(), scope.get(h)?))).collect::<Result<Vec<_>>>()?;
+        Ok(Tape { kernel: self.kernel.clone(), items })
+    }
+}
+
+impl Kernel {
+    /// The saved-residual forward and backward, built and lowered on first
+    /// use (after the recomputing plan, which they start from).
+    pub fn residuals(&self) -> Result<Residuals> {
+        let cached = self.residuals.get_or_init(|| {
+            let plain = self.adjoint_plan().map_err(|e| e.to_string())?;
+            let choice = residual_plan(self.captured(), &plain.adjoint).map_err(|e| format!("saved residuals: {e}"))?;
+            let plan = match choice {
+                ResidualChoice::Keep(p) => *p,
+                ResidualChoice::Recompute(why) => return Ok(Residuals::Recomputed(why)),
+            };
+            // Where the macro compiled them ahead of time: after the
+            // recomputing plan's stages, the forward, then the new stage
+            // (a stage kept from that plan keeps its own variants).
+            let n = plain.stages.len();
+            let aot = |i: usize| self.adjoint_aot.get(i).copied().unwrap_or(&[]);
+            let mut forward = Kernel::from_ir(plan.forward.clone()).map_err(|e| format!("saved-residual forward: {e}"))?;
+            forward.aot = aot(n);
+            let stages = plan
+                .adjoint
+                .stages
+                .iter()
+                .zip(&plan.origin)
+                .map(|(s, origin)| {
+                    let mut stage =
+                        Kernel::from_ir(s.kernel.clone()).map_err(|e| format!("adjoint stage `{}`: {e}", s.kernel.name))?;
+                    stage.aot = aot(origin.unwrap_or(n + 1));
+                    Ok(stage)
+                })
+                .collect::<std::result::Result<Vec<_>, String>>()?;
+            Ok(Residuals::Kept(Arc::new(ResidualStages { plan, forward, stages })))
+        });
+        cached.clone().map_err(Error::Adjoint)
+    }
+
+    /// The forward of a call that will be differentiated: the outputs of
+    /// [`Kernel::run_with`] (the same bits) and, when `schedule` asks for
+    /// residuals and the kernel keeps any, what its backward needs
+    /// ([`Kernel::vjp_taped`]). Otherwise the tape is empty.
+    pub fn forward(&self, r: &dyn Realization, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<(Outputs, Tape)> {
+        let empty = Tape { kernel: self.hash.clone(), items: Vec::new() };
+        if !schedule.residuals || r.shard().is_some() || schedule.device != tiga_runtime::Device::Cpu {
+            return Ok((self.run_with(r, inputs, schedule)?, empty));
+        }
+        let stages = match self.residuals()? {
+            Residuals::Kept(s) => s,
+            Residuals::Recomputed(_) => return Ok((self.run_with(r, inputs, schedule)?, empty)),
+        };
+        let mut all = stages.forward.run_with(r, inputs, schedule)?.items;
+        let n = self.captured().outputs.len();
+        let kept = all.split_off(n.min(all.len()));
+        // The reference interpreter folds a built-in softmax in two passes
+        // (the row's maximum first), where the kept state is the online
+        // fold's: its outputs come from the plain forward, run beside.
+        // (The compiled back ends lower both to the same loops.)
+        if schedule.backend == tiga_runtime::Backend::Reference {
+            all = self.run_with(r, inputs, schedule)?.items;
+        }
+        // Moved, not cloned: a file-backed output (a paged call over its
+        // RAM budget) stays in its file.
+        let mut kept: Vec<Option<(String, Tensor)>> = kept.into_iter().map(Some).collect();
+        let mut items = Vec::with_capacity(kept.len());
+        for res in &stages.plan.residuals {
+            let out = res.output_name();
+            let t = kept
+                .iter_mut()
+                .find(|slot| slot.as_ref().is_some_and(|(name, _)| *name == out))
+                .and_then(Option::take)
+                .ok_or_else(|| Error::Internal(format!("the saved-residual forward wrote no `{out}`")))?;
+            items.push((res.name.clone(), Arc::new(t.1)));
+        }
+        Ok((Outputs { items: all }, Tape { kernel: self.hash.clone(), items }))
+    }
+
+    /// [`Kernel::vjp_with`] after [`Kernel::forward`]: with the residuals
+    /// of `tape` the backward reads them instead of recomputing its row
+    /// statistics (the same gradients, bit for bit); with an empty tape it
+    /// is [`Kernel::vjp_with`].
+    pub fn vjp_taped(
+        &self,
+        r: &dyn Realization,
+        inputs: &Inputs<'_>,
+        tape: &Tape,
+        cotangents: &[(&str, TensorView<'_>)],
+        schedule: &Schedule,
+    ) -> Result<Gradients> {
+        if tape.is_empty() || r.shard().is_some() {
+            return self.vjp_with(r, inputs, cotangents, schedule);
+        }
+        if tape.kernel != self.hash {
+            return Err(Error::Unsupported(format!(
+                "this tape was written by another kernel's forward, not `{}`'s: differentiate the kernel that ran it",
+                self.name()
+            )));
+        }
+        let Residuals::Kept(stages) = self.residuals()? else {
+            return Err(Error::Internal(format!("kernel `{}` keeps no residuals, but a tape holds some", self.name())));
+        };
+        self.run_plan(r, inputs, cotangents, schedule, &stages.plan.adjoint, &stages.stages, Some(tape))
+    }
+
+    /// [`Kernel::grad_with`] after [`Kernel::forward`] (see
+    /// [`Kernel::vjp_taped`]).
+    pub fn grad_taped(
+        &self,
+        r: &dyn Realization,
+        inputs: &Inputs<'_>,
+        tape: &Tape,
+        output: &str,
+        schedule: &Schedule,
+    ) -> Result<Gradients> {
+        let cots = self.sum_cotangents(r, inputs, output)?;
+        let views: Vec<(&str, TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
+        self.vjp_taped(r, inputs, tape, &views, schedule)
+    }
+}
