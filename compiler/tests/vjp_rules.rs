@@ -195,12 +195,7 @@ fn verify_region(r: &Region) {
         span: sp,
         fields: vec![FieldDecl { name: "x".into(), role: Role::Src, ty: F, declared: DType::F64.into(), span: sp }],
         widths: vec![WidthDecl { name: "F".into(), bound_by: (FieldId(0), 1) }],
-        outputs: r
-            .output_types()
-            .iter()
-            .enumerate()
-            .map(|(i, t)| OutputDecl::new(format!("o{i}"), *t, Role::Dst))
-            .collect(),
+        outputs: r.output_types().iter().enumerate().map(|(i, t)| OutputDecl::new(format!("o{i}"), *t, Role::Dst)).collect(),
         edge,
         reducer: Reducer {
             kind: ReducerKind::Sum,
