@@ -11,7 +11,7 @@ use tiga_runtime::abi::{EntryFn, RawArgs, RawStencil};
 use tiga_runtime::exec::{self, ParamPartials, RowRunner, Side};
 use tiga_runtime::storage::{FieldHandle, FieldRole};
 use tiga_runtime::{Backend, Realization, Renumber, Rows, Schedule};
-use tiga_runtime::{DType, Data, FieldType, Graph, Tensor, TensorView};
+use tiga_runtime::{DType, FieldType, Graph, Tensor, TensorView};
 
 use crate::{Error, Kernel, Result};
 

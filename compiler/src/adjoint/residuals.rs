@@ -142,7 +142,7 @@ fn residual_forward(fwd: &Forward<'_>, residuals: &[Residual]) -> Result<Kernel,
     outs.extend(residuals.iter().map(|r| state[r.component]));
     node.outputs = outs;
     let mut outputs = k.outputs.clone();
-    outputs.extend(residuals.iter().map(|r| OutputDecl { name: r.output_name(), ty: r.ty, role: Role::Dst }));
+    outputs.extend(residuals.iter().map(|r| OutputDecl::new(r.output_name(), r.ty, Role::Dst)));
     Ok(Kernel {
         name: format!("{}.residuals", k.name),
         span: sp,
