@@ -71,6 +71,8 @@ pub enum RenumberError {
     Length { expected: usize, actual: usize },
     #[error("a field of {actual} rows renumbered by an order of {expected}")]
     FieldRows { expected: usize, actual: usize },
+    #[error("a {field} field moved into a reused {buffer} buffer")]
+    BufferType { field: &'static str, buffer: &'static str },
     #[error(transparent)]
     Graph(#[from] GraphError),
     #[error(transparent)]
@@ -176,7 +178,7 @@ fn gather_rows(field: &TensorView<'_>, index: &[u32], out: Option<Tensor>) -> Re
     let width = field.shape().iter().skip(1).product::<usize>();
     let mut out = match out {
         Some(t) => t,
-        None => Tensor::for_overwrite(field.dtype(), field.shape().to_vec())?,
+        None => Tensor::for_overwrite_of(field.field_type(), field.shape().to_vec())?,
     };
     fn gather<T: Copy + Send + Sync>(out: &mut [T], src: &[T], index: &[u32], width: usize) {
         // Blocks of rows of about 16 KiB of output each: one task per row
@@ -193,8 +195,11 @@ fn gather_rows(field: &TensorView<'_>, index: &[u32], out: Option<Tensor>) -> Re
         match (out.data_mut(), field.data()) {
             (DataMut::F32(o), Data::F32(s)) => gather(o, s, index, width),
             (DataMut::F64(o), Data::F64(s)) => gather(o, s, index, width),
-            // `for_overwrite` took the field's dtype.
-            _ => unreachable!("the output has the field's dtype"),
+            (DataMut::F16(o), Data::F16(s)) => gather(o, s, index, width),
+            (DataMut::BF16(o), Data::BF16(s)) => gather(o, s, index, width),
+            // A fresh buffer takes the field's type; a reused one is the
+            // caller's, checked here rather than trusted.
+            _ => return Err(RenumberError::BufferType { field: field.field_type().name(), buffer: out.field_type().name() }),
         }
     }
     Ok(out)
@@ -429,9 +434,11 @@ impl Renumbered {
 
     /// A kept buffer of this dtype and shape, if there is one (see
     /// [`SCRATCH_BUFFERS`]); its values are stale and must be overwritten.
-    pub fn scratch(&self, dtype: crate::DType, shape: &[usize]) -> Option<Tensor> {
+    pub fn scratch(&self, ty: crate::FieldType, shape: &[usize]) -> Option<Tensor> {
         let mut kept = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
-        let i = kept.iter().position(|t| t.dtype() == dtype && t.shape() == shape)?;
+        // By stored type: an f16 and an f32 field compute alike but are
+        // stored apart.
+        let i = kept.iter().position(|t| t.field_type() == ty && t.shape() == shape)?;
         Some(kept.swap_remove(i))
     }
 

@@ -40,7 +40,7 @@ pub(crate) enum Way {
 /// `r`'s kept buffers where one fits.
 fn moved(r: &Renumbered, order: Option<&Order>, way: Way, t: &TensorView<'_>) -> Result<Option<Tensor>> {
     let Some(o) = order else { return Ok(None) };
-    let out = r.scratch(t.dtype(), t.shape());
+    let out = r.scratch(t.field_type(), t.shape());
     Ok(Some(o.moved_into(t, way == Way::ToNew, out)?))
 }
 
