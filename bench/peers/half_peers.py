@@ -51,6 +51,28 @@ def rel_diff(a, b):
     return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1.0))) if a.size else 0.0
 
 
+def by_dtype(torch, peer, dtypes, make, repeat):
+    """One peer timed in each dtype, each result against the first
+    dtype's (f32's) output; a dtype the build cannot run is skipped with
+    its reason."""
+    rows, ref = [], None
+    for dtype in dtypes:
+        name = str(dtype).replace("torch.", "")
+        try:
+            call = make(dtype)
+            with torch.no_grad():
+                ms, out = timed(call, repeat)
+            row = {"peer": peer, "dtype": name, "median_ms": ms, "runs": repeat}
+            if ref is None:
+                ref = out.float().numpy()
+            else:
+                row["max_rel_diff_vs_f32"] = rel_diff(out.float().numpy(), ref)
+            rows.append(row)
+        except Exception as e:
+            rows.append({"peer": peer, "dtype": name, "skipped": f"{type(e).__name__}: {e}"})
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("graph_dir")
@@ -101,42 +123,25 @@ def main(argv=None):
         crow = torch.from_numpy(rowptr.astype(np.int64))
         colt = torch.from_numpy(col)
         dstt = torch.from_numpy(dst)
-        ref = None
-        for dtype in (torch.float32, torch.bfloat16):
-            name = str(dtype).replace("torch.", "")
-            try:
-                a = torch.sparse_csr_tensor(crow, colt, torch.ones(len(col), dtype=dtype), size=(num_dst, num_src))
-                xd = xt.to(dtype)
-                with torch.no_grad():
-                    ms, out = timed(lambda: torch.sparse.mm(a, xd), opts.repeat)
-                row = {"peer": "torch_sparse", "dtype": name, "median_ms": ms, "runs": opts.repeat}
-                if ref is None:
-                    ref = out.float().numpy()
-                else:
-                    row["max_rel_diff_vs_f32"] = rel_diff(out.float().numpy(), ref)
-                results.append(row)
-            except Exception as e:
-                results.append({"peer": "torch_sparse", "dtype": name, "skipped": f"{type(e).__name__}: {e}"})
-        ref = None
-        for dtype in (torch.float32, torch.bfloat16, torch.float16):
-            name = str(dtype).replace("torch.", "")
-            try:
-                xd = xt.to(dtype)
 
-                def gather_scatter(xd=xd):
-                    out = torch.zeros((num_dst, xd.shape[1]), dtype=xd.dtype)
-                    return out.index_add_(0, dstt, xd.index_select(0, colt))
+        def sparse_mm(dtype):
+            a = torch.sparse_csr_tensor(crow, colt, torch.ones(len(col), dtype=dtype), size=(num_dst, num_src))
+            xd = xt.to(dtype)
+            return lambda: torch.sparse.mm(a, xd)
 
-                with torch.no_grad():
-                    ms, out = timed(gather_scatter, opts.repeat)
-                row = {"peer": "pyg_scatter", "dtype": name, "median_ms": ms, "runs": opts.repeat}
-                if ref is None:
-                    ref = out.float().numpy()
-                else:
-                    row["max_rel_diff_vs_f32"] = rel_diff(out.float().numpy(), ref)
-                results.append(row)
-            except Exception as e:
-                results.append({"peer": "pyg_scatter", "dtype": name, "skipped": f"{type(e).__name__}: {e}"})
+        def gather_scatter(dtype):
+            xd = xt.to(dtype)
+
+            def run():
+                out = torch.zeros((num_dst, xd.shape[1]), dtype=xd.dtype)
+                return out.index_add_(0, dstt, xd.index_select(0, colt))
+
+            return run
+
+        results += by_dtype(torch, "torch_sparse", (torch.float32, torch.bfloat16), sparse_mm, opts.repeat)
+        results += by_dtype(
+            torch, "pyg_scatter", (torch.float32, torch.bfloat16, torch.float16), gather_scatter, opts.repeat
+        )
     except ImportError as e:
         for peer in ("torch_sparse", "pyg_scatter"):
             results.append({"peer": peer, "dtype": "*", "skipped": f"torch does not import: {e}"})
