@@ -251,13 +251,7 @@ pub(crate) fn output_buffers_of(k: &LoopKernel, types: &[FieldType], shapes: &[V
 /// must start at zero: parameter outputs accumulate, and compiled kernels
 /// may skip writing zeros.
 pub(crate) fn output_buffers(k: &LoopKernel, dtype: DType, shapes: &[Vec<usize>]) -> Result<Vec<Tensor>> {
-    (0..shapes.len())
-        .map(|o| {
-            let shape = shapes[o].clone();
-            let t = if k.overwrites_output(o as u32) { Tensor::for_overwrite(dtype, shape) } else { Tensor::zeros(dtype, shape) };
-            t.map_err(Error::from)
-        })
-        .collect()
+    output_buffers_of(k, &vec![FieldType::from(dtype); shapes.len()], shapes)
 }
 
 pub(crate) fn bind<'b>(k: &ir::Kernel, graph: &Graph, inputs: &'b Inputs<'_>) -> Result<Bound<'b>> {
