@@ -54,7 +54,7 @@
 //!
 //! mpirun as root in a container needs `OMPI_ALLOW_RUN_AS_ROOT=1
 //! OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1` and, without CMA,
-//! `OMPI_MCA_btl_vader_single_copy_mechanism=none` (as `.ci/mpi-suite`
+//! `OMPI_MCA_btl_vader_single_copy_mechanism=none` (as `.ci/feature-suite`
 //! sets); the workers inherit the environment.
 //!
 //! ```sh

@@ -5,7 +5,7 @@
 //! mpirun -n 4 --oversubscribe target/release/deps/mpi_comm-<hash>
 //! ```
 //!
-//! (`.ci/mpi-suite` finds the binary and runs it on 2 and 4 ranks). Without
+//! (`.ci/feature-suite` finds the binary and runs it on 2 and 4 ranks). Without
 //! `mpirun` it runs as a world of one rank, so `cargo test --features mpi`
 //! passes too. Every rank runs the same collectives in the same order
 //! whatever a check finds, so a failed check never hangs the job; at the end

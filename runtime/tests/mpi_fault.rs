@@ -1,7 +1,7 @@
 //! What happens to the MPI engine when a rank dies: rank 1 kills itself
 //! (SIGKILL, no cleanup) midway through a loop of collectives while the
 //! other ranks keep calling them. MPI has no timeouts, so the engine cannot
-//! report the loss itself; the launcher must end the job. `.ci/mpi-suite`
+//! report the loss itself; the launcher must end the job. `.ci/feature-suite`
 //! runs this under `timeout 60 mpirun -n 2` and checks that `mpirun` exits
 //! non-zero, and how soon after the kill (the time of which rank 1 prints
 //! as `killing rank 1 at <unix ms>`).

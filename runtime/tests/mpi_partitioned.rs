@@ -1,5 +1,5 @@
 //! Partitioned tensors and embeddings on the MPI engine, as a program (ranks
-//! are processes started by `mpirun`; `.ci/mpi-suite` runs it on 1, 2 and
+//! are processes started by `mpirun`; `.ci/feature-suite` runs it on 1, 2 and
 //! 4 ranks, and on 4 with `TIGA_RANKS_PER_NODE=2`, two simulated nodes):
 //!
 //! ```text

@@ -7,7 +7,7 @@
 //! The example's binary is the one `cargo test` builds beside this test
 //! (`target/<profile>/examples/embedding_replay`); a filtered run
 //! (`--test embedding_replay`) needs `cargo build --example
-//! embedding_replay` first, as `.ci/mpi-suite` does.
+//! embedding_replay` first, as `.ci/feature-suite` does.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,5 +1,5 @@
 //! Every kernel of examples/kernels/gnn.rs sharded over the ranks of an
-//! MPI job (run under `mpirun -n R`; `.ci/mpi-suite` runs it on 2, 3 and 4
+//! MPI job (run under `mpirun -n R`; `.ci/feature-suite` runs it on 2, 3 and 4
 //! ranks): each rank computes the single-process answer itself and checks
 //! its own rows against it, forward bit for bit and backward within 1e-6
 //! (f32) / 1e-12 (f64); contiguous and METIS partitions (when built with

@@ -52,7 +52,7 @@
 //! `TIGA_RANKS_PER_NODE=k` in the environment (read by [`Mpi::init`]),
 //! each such group is cut further into simulated nodes of consecutive
 //! world ranks, world rank `w` on node `w / k`: two-level schemes then take
-//! their cross-node path on one host, as tests and `.ci/mpi-suite` need.
+//! their cross-node path on one host, as tests and `.ci/feature-suite` need.
 //! [`Communicator::allocate_shared`] maps one `MPI_Win_allocate_shared`
 //! window, held in a passive-target epoch (`MPI_Win_lock_all`) for its
 //! whole life, so that a fence is `MPI_Win_sync`, a barrier,
@@ -64,7 +64,7 @@
 //! use `MPI_ERRORS_RETURN`). MPI has no timeouts: a rank that dies is
 //! handled by the launcher (Open MPI's `mpirun` kills the remaining ranks of
 //! the job and exits non-zero), so a peer's death ends the job rather than
-//! returning [`CommError::PeerFailed`]; `.ci/mpi-suite` measures how fast.
+//! returning [`CommError::PeerFailed`]; `.ci/feature-suite` measures how fast.
 
 use std::ffi::c_int;
 use std::fmt;
