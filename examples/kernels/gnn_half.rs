@@ -66,3 +66,107 @@ pub mod HalfGatAttention {
         (leaky_relu(src.a_src + dst.a_dst, 0.2), src.h.clone())
     }
 }
+
+/// out[i] = Σ_{j→i} x[j], x stored as f16, out in f32.
+#[message_passing(reduce = sum)]
+pub mod HalfNeighborSum {
+    use tiga::lang::*;
+    pub struct Src {
+        pub x: f16,
+    }
+    pub fn edge(src: &Src) -> f32 {
+        src.x
+    }
+}
+
+/// out[i] = 0.25 · Σ_{j→i} x[j], x and out in bf16.
+#[message_passing(reduce = sum)]
+pub mod HalfSmoothing {
+    use tiga::lang::*;
+    pub struct Src {
+        pub x: bf16,
+    }
+    pub fn edge(src: &Src) -> f32 {
+        src.x
+    }
+    pub fn node(agg: f32) -> bf16 {
+        0.25 * agg
+    }
+}
+
+/// out[i] = mean_{j→i} h[j], h in f16, out in f16.
+#[message_passing(reduce = mean)]
+pub mod HalfSageMean {
+    use tiga::lang::*;
+    pub struct Src {
+        pub h: Vector<f16>,
+    }
+    pub fn edge(src: &Src) -> Vector<f16> {
+        src.h.clone()
+    }
+}
+
+/// out[i] = 1.1 · h[i] + Σ_{j→i} h[j]: the source rows in bf16, the
+/// destination rows in f16, out in f32.
+#[message_passing(reduce = sum)]
+pub mod HalfGinSum {
+    use tiga::lang::*;
+    pub struct Src {
+        pub h: Vector<bf16>,
+    }
+    pub struct Dst {
+        pub h: Vector<f16>,
+    }
+    pub fn edge(src: &Src) -> Vector<f32> {
+        src.h.clone()
+    }
+    pub fn node(dst: &Dst, agg: Vector<f32>) -> Vector<f32> {
+        1.1 * &dst.h + agg
+    }
+}
+
+/// The sum of the two largest x[j] over j→i (a user monoid), x in bf16.
+#[message_passing(reduce = monoid(associative, commutative))]
+pub mod HalfTop2Sum {
+    use tiga::lang::*;
+    pub struct Src {
+        pub x: bf16,
+    }
+    pub fn edge(src: &Src) -> (f32, f32) {
+        (src.x, f32::NEG_INFINITY)
+    }
+    pub fn identity() -> (f32, f32) {
+        (f32::NEG_INFINITY, f32::NEG_INFINITY)
+    }
+    pub fn combine(a: (f32, f32), b: (f32, f32)) -> (f32, f32) {
+        (max(a.0, b.0), max(min(a.0, b.0), max(a.1, b.1)))
+    }
+    pub fn finalize(s: (f32, f32)) -> f32 {
+        if s.0 == f32::NEG_INFINITY {
+            0.0
+        } else if s.1 == f32::NEG_INFINITY {
+            s.0
+        } else {
+            s.0 + s.1
+        }
+    }
+}
+
+/// out[i] = Σ_{e=j→i} sigmoid(p · h[j] + w[e]) · h[j]: h in bf16, w in
+/// f16, the parameter p in f32, out in bf16.
+#[message_passing(reduce = sum)]
+pub mod HalfEdgeGate {
+    use tiga::lang::*;
+    pub struct Src {
+        pub h: Vector<bf16>,
+    }
+    pub struct Edge {
+        pub w: f16,
+    }
+    pub struct Params {
+        pub p: Vector<f32>,
+    }
+    pub fn edge(src: &Src, edge: &Edge, params: &Params) -> Vector<bf16> {
+        sigmoid(dot(&params.p, &src.h) + edge.w) * &src.h
+    }
+}

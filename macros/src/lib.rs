@@ -187,27 +187,42 @@ fn aot_variants(c: &tiga_compiler::passes::Compiled) -> proc_macro2::TokenStream
 /// `stencil_refusal` for why only those), the generated-stencil variant
 /// beside it.
 fn variant_table(lowered: &tiga_compiler::ir::Kernel, prefix: &str) -> (String, Vec<proc_macro2::TokenStream>) {
-    use tiga_compiler::back::rust_source::{emit_stencil_variant, emit_variant, stencil_refusal, AOT_WIDTHS};
-    use tiga_compiler::ir::DType;
+    use tiga_compiler::back::rust_source::{emit_stencil_variant, emit_variant_stored, stencil_refusal, AOT_WIDTHS};
+    use tiga_compiler::ir::{DType, FieldType};
+    use tiga_compiler::loops::Storage;
     let Ok(lk) = tiga_compiler::loops::schedule(lowered) else { return (String::new(), vec![]) };
     let width_sets: Vec<Vec<usize>> = match lk.widths.len() {
         0 => vec![vec![]],
         1 => AOT_WIDTHS.iter().map(|w| vec![*w]).collect(),
         _ => return (String::new(), vec![]),
     };
+    // Every field and output in the dtype, in f32 and f64; and where the
+    // kernel declares half types, an f32 variant with them stored as
+    // declared (what a call given tensors of the declared types runs).
+    let declared = Storage::declared(&lk);
+    let mut kinds = vec![(DType::F32, "F32", Storage::default()), (DType::F64, "F64", Storage::default())];
+    if declared.has_half() {
+        kinds.push((DType::F32, "F32", declared));
+    }
+    let abi = "::tiga::runtime::abi";
     let mut fns = String::new();
     let mut entries = Vec::new();
-    for (d, dname) in [(DType::F32, "F32"), (DType::F64, "F64")] {
+    for (d, dname, storage) in &kinds {
+        let half = if storage.has_half() { "h_" } else { "" };
         for ws in &width_sets {
-            let name =
-                format!("{prefix}_{}_{}", dname.to_lowercase(), ws.iter().map(|w| w.to_string()).collect::<Vec<_>>().join("_"));
-            match emit_variant(&lk, d, ws, false, &name, "::tiga::RawArgs") {
+            let name = format!(
+                "{prefix}_{half}{}_{}",
+                dname.to_lowercase(),
+                ws.iter().map(|w| w.to_string()).collect::<Vec<_>>().join("_")
+            );
+            match emit_variant_stored(&lk, *d, ws, false, storage, &name, abi) {
                 Ok(src) => fns.push_str(&src),
                 Err(_) => return (String::new(), vec![]),
             }
-            let stencil = if stencil_refusal(&lk).is_none() {
+            // Generated-stencil variants store every field in the dtype.
+            let stencil = if stencil_refusal(&lk).is_none() && !storage.has_half() {
                 let st_name = format!("{name}_st");
-                match emit_stencil_variant(&lk, d, ws, &st_name, "::tiga::RawArgs") {
+                match emit_stencil_variant(&lk, *d, ws, &st_name, abi) {
                     Ok(src) => fns.push_str(&src),
                     Err(_) => return (String::new(), vec![]),
                 }
@@ -218,8 +233,24 @@ fn variant_table(lowered: &tiga_compiler::ir::Kernel, prefix: &str) -> (String, 
             };
             let fname = proc_macro2::Ident::new(&name, proc_macro2::Span::call_site());
             let dt = proc_macro2::Ident::new(dname, proc_macro2::Span::call_site());
+            let types = storage.types().map(|t| {
+                let n = match t {
+                    FieldType::F32 => "F32",
+                    FieldType::F64 => "F64",
+                    FieldType::F16 => "F16",
+                    FieldType::BF16 => "BF16",
+                };
+                let n = proc_macro2::Ident::new(n, proc_macro2::Span::call_site());
+                quote! { ::tiga::FieldType::#n }
+            });
             entries.push(quote! {
-                ::tiga::AotVariant { dtype: ::tiga::DType::#dt, widths: &[#(#ws),*], entry: #fname, stencil: #stencil }
+                ::tiga::AotVariant {
+                    dtype: ::tiga::DType::#dt,
+                    widths: &[#(#ws),*],
+                    storage: &[#(#types),*],
+                    entry: #fname,
+                    stencil: #stencil,
+                }
             });
         }
     }

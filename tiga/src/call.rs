@@ -1,11 +1,11 @@
 //! A kernel call: binding named fields to the kernel's declaration, checking
 //! every size, and running the JIT variant over row chunks in parallel.
 
-use tiga_compiler::back::cranelift::{Storage, VariantKey};
+use tiga_compiler::back::cranelift::VariantKey;
 use tiga_compiler::bind::{bind_fields, output_shapes, Extents, Given};
 use tiga_compiler::interp::{interpret_in_order, Array};
 use tiga_compiler::ir::{self, Role};
-use tiga_compiler::loops::LoopKernel;
+use tiga_compiler::loops::{LoopKernel, Storage};
 use tiga_runtime::abi::Stencil2d;
 use tiga_runtime::abi::{EntryFn, RawArgs, RawStencil};
 use tiga_runtime::exec::{self, ParamPartials, RowRunner, Side};
@@ -315,8 +315,9 @@ impl Kernel {
     ) -> Result<Prepared> {
         let storage = b.storage(self.loop_kernel());
         // The macro's ahead-of-time variants store every field and output
-        // in the call's dtype; a half-width call takes the JIT's.
-        let aot = if storage.has_half() { None } else { self.aot_entry(b.dtype, &b.widths, stencil.is_some(), backend) };
+        // in the call's dtype, or (f32) as the kernel declares them; a call
+        // with another mix of half-width ones takes the JIT's.
+        let aot = self.aot_entry_stored(b.dtype, &b.widths, &storage, stencil.is_some(), backend);
         let (entry, jit) = match (aot, backend) {
             (Some(entry), _) => (entry, None),
             (None, Backend::Aot) => {

@@ -46,12 +46,24 @@ pub(crate) fn explain(k: &Kernel) -> String {
             "  backend:   cranelift JIT ({isa}); one variant per (dtype, widths, edge order), cached per process (kernel files and artifacts have no ahead-of-time variants; `#[message_passing]` kernels do)"
         );
     } else {
-        let widths: Vec<String> =
-            k.aot_variants().iter().filter(|v| v.dtype == tiga_runtime::DType::F32).map(|v| format!("{:?}", v.widths)).collect();
+        let f32_widths = |half: bool| -> Vec<String> {
+            k.aot_variants()
+                .iter()
+                .filter(|v| v.dtype == tiga_runtime::DType::F32 && v.storage.is_empty() != half)
+                .map(|v| format!("{:?}", v.widths))
+                .collect()
+        };
+        let half = f32_widths(true);
+        let declared = if half.is_empty() {
+            String::new()
+        } else {
+            let storage = tiga_compiler::loops::Storage::declared(k.loop_kernel());
+            format!(", and with fields stored as declared ({}) for widths {}", storage.describe(k.loop_kernel()), half.join(" "))
+        };
         let _ = writeln!(
             s,
-            "  backend:   rust-aot (the macro's loops compiled by rustc/LLVM, AVX2+FMA chosen at run time) for f32/f64 with widths {}; cranelift JIT ({isa}) for every other width",
-            widths.join(" ")
+            "  backend:   rust-aot (the macro's loops compiled by rustc/LLVM, AVX2+FMA chosen at run time) for f32/f64 with widths {}{declared}; cranelift JIT ({isa}) for every other width or storage",
+            f32_widths(false).join(" ")
         );
     }
     let _ = writeln!(s, "  stencils:  {}", stencil_backend(k));

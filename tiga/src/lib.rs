@@ -65,6 +65,11 @@ pub use tiga_runtime::abi::{EntryFn, RawArgs, RawStencil, Stencil2d};
 pub struct AotVariant {
     pub dtype: DType,
     pub widths: &'static [usize],
+    /// How the variant stores fields and outputs, fields first
+    /// ([`tiga_compiler::loops::Storage::types`]): empty when every one is
+    /// in `dtype`, else one type each (the kernel's declared half types in
+    /// an f32 variant).
+    pub storage: &'static [FieldType],
     /// The CSR realization's variant (graphs in memory, pages of a file).
     pub entry: tiga_runtime::abi::EntryFn,
     /// The generated-stencil variant, which reads the grid from
@@ -90,7 +95,7 @@ pub use vjp::{AdjointPlan, Gradients};
 
 use tiga_compiler::back::cranelift::{Jit, VariantKey};
 use tiga_compiler::ir;
-use tiga_compiler::loops::LoopKernel;
+use tiga_compiler::loops::{LoopKernel, Storage};
 use tiga_compiler::passes::Compiled;
 
 /// Everything that can go wrong between a kernel's text and its outputs.
@@ -314,10 +319,17 @@ impl Kernel {
         Ok(k)
     }
 
-    /// The ahead-of-time variant for this dtype and these widths, if the
-    /// macro compiled one.
+    /// The ahead-of-time variant for this dtype and these widths, with
+    /// every field and output in the dtype, if the macro compiled one.
     pub fn aot_variant(&self, dtype: DType, widths: &[usize]) -> Option<&'static AotVariant> {
-        self.aot.iter().find(|v| v.dtype == dtype && v.widths == widths)
+        self.aot_variant_stored(dtype, widths, &Storage::default())
+    }
+
+    /// The ahead-of-time variant for this dtype, these widths and this
+    /// storage of fields and outputs, if the macro compiled one (it does for
+    /// the kernel's declared half types).
+    pub fn aot_variant_stored(&self, dtype: DType, widths: &[usize], storage: &Storage) -> Option<&'static AotVariant> {
+        self.aot.iter().find(|v| v.dtype == dtype && v.widths == widths && storage.is(v.storage))
     }
 
     /// The ahead-of-time variants compiled into this kernel.
@@ -352,7 +364,20 @@ impl Kernel {
     /// under [`Backend::Auto`] only where [`STENCIL_AUTO_AOT`] says it is
     /// the faster.
     pub fn aot_entry(&self, dtype: DType, widths: &[usize], stencil: bool, backend: Backend) -> Option<EntryFn> {
-        let v = self.aot_variant(dtype, widths)?;
+        self.aot_entry_stored(dtype, widths, &Storage::default(), stencil, backend)
+    }
+
+    /// [`Kernel::aot_entry`] for a call whose fields and outputs are
+    /// stored as `storage` says.
+    pub fn aot_entry_stored(
+        &self,
+        dtype: DType,
+        widths: &[usize],
+        storage: &Storage,
+        stencil: bool,
+        backend: Backend,
+    ) -> Option<EntryFn> {
+        let v = self.aot_variant_stored(dtype, widths, storage)?;
         match (backend, stencil) {
             (Backend::Jit | Backend::Reference, _) => None,
             (Backend::Aot | Backend::Auto, false) => Some(v.entry),

@@ -8,11 +8,9 @@ use tiga::{Graph, Inputs, Kernel, Tensor};
 mod common;
 use common::{random_fields, Rng};
 
-#[allow(clippy::all)]
-mod gnn {
-    use tiga::message_passing;
-    include!("../../examples/kernels/gnn.rs");
-}
+// The kernels of gnn.rs under the macro, compiled once in the
+// conformance crate rather than into every test binary.
+use tiga_conformance::gnn;
 
 /// Random graphs covering the shapes the issue names.
 fn graphs(rng: &mut Rng) -> Vec<(&'static str, Graph)> {

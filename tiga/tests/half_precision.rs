@@ -25,11 +25,9 @@ use tiga::{FieldType, Graph, Inputs, Kernel, Tensor};
 mod common;
 use common::{random_fields, Field, Rng};
 
-#[allow(clippy::all)]
-mod gnn {
-    use tiga::message_passing;
-    include!("../../examples/kernels/gnn.rs");
-}
+// The kernels of gnn.rs under the macro, compiled once in the
+// conformance crate rather than into every test binary.
+use tiga_conformance::gnn;
 
 #[allow(clippy::all)]
 mod gnn_half {
@@ -243,9 +241,10 @@ fn half_declared_kernels_store_outputs_at_half_width() {
         let f32s: Vec<Tensor> = ts.iter().map(|t| t.converted(FieldType::F32)).collect();
         let full = k.run(&g, &inputs(&fields, &f32s)).expect("f32 run");
         let out_decl = match k.name() {
-            "HalfVecSum" => FieldType::F32,
-            "HalfGcnNorm" | "HalfMaxPool" => FieldType::BF16,
-            _ => FieldType::F16,
+            "HalfVecSum" | "HalfNeighborSum" | "HalfGinSum" | "HalfTop2Sum" => FieldType::F32,
+            "HalfGcnNorm" | "HalfMaxPool" | "HalfSmoothing" | "HalfEdgeGate" => FieldType::BF16,
+            "HalfGatAttention" | "HalfSageMean" => FieldType::F16,
+            other => panic!("no declared output type for {other}"),
         };
         for (((name, a), (_, b)), (_, c)) in got.items.iter().zip(&want.items).zip(&full.items) {
             assert_eq!(a.field_type(), out_decl, "{} output {name}", k.name());
@@ -262,6 +261,93 @@ fn half_declared_kernels_store_outputs_at_half_width() {
     }
 }
 
+/// Every kernel of gnn.rs declared with half fields (gnn_half.rs), given
+/// tensors of the declared types: the macro's ahead-of-time variant runs
+/// (`Backend::Aot` refuses a call it has none for), forward and backward,
+/// within the tight bound of the f64 reference on the same stored values.
+/// Where the forward is elementwise per lane (no dot product, no
+/// exponential), its outputs are the JIT's bits: both back ends widen and
+/// round with `half_bits` and add in edge order. (A gradient's sum over
+/// lanes, such as GcnNorm's `dcs`, is added in another order by the JIT's
+/// vector lanes, so it is held to the bound only.)
+#[test]
+fn declared_half_kernels_run_ahead_of_time_within_the_bound() {
+    let kernels = [
+        gnn_half::HalfNeighborSum::kernel(),
+        gnn_half::HalfSmoothing::kernel(),
+        gnn_half::HalfVecSum::kernel(),
+        gnn_half::HalfGcnNorm::kernel(),
+        gnn_half::HalfSageMean::kernel(),
+        gnn_half::HalfMaxPool::kernel(),
+        gnn_half::HalfGinSum::kernel(),
+        gnn_half::HalfGatAttention::kernel(),
+        gnn_half::HalfTop2Sum::kernel(),
+        gnn_half::HalfEdgeGate::kernel(),
+    ];
+    let aot = tiga::Schedule::new().backend(tiga::Backend::Aot);
+    let jit = tiga::Schedule::new().backend(tiga::Backend::Jit);
+    let mut rng = Rng(0x4a1f_0021);
+    let mut checked = 0usize;
+    for (gname, g) in graphs(&mut rng).into_iter().take(2) {
+        for k in kernels {
+            let declared: Vec<FieldType> = k.fields().iter().map(|f| f.declared).collect();
+            assert!(declared.iter().any(|t| t.is_half()), "{} declares a half field", k.name());
+            let same_bits = !matches!(k.name(), "HalfGatAttention" | "HalfEdgeGate");
+            for f in [1usize, 8, 64] {
+                let what = format!("{} on {gname}, F={f}", k.name());
+                let fields = random_fields(k, &g, f, || rng.unit() * 2.0 - 1.0);
+                let ts: Vec<Tensor> = fields
+                    .iter()
+                    .zip(&declared)
+                    .map(|((_, _, s, d), t)| Tensor::from_f64(s.clone(), d.clone()).expect("shape").converted(*t))
+                    .collect();
+                let ins = inputs(&fields, &ts);
+                let got = k.run_with(&g, &ins, &aot).unwrap_or_else(|e| panic!("{what}: ahead of time: {e}"));
+                let want = k.run_reference(&g, &ins).expect("reference");
+                let by_jit = k.run_with(&g, &ins, &jit).expect("jit");
+                for (((name, a), (_, b)), (_, c)) in got.items.iter().zip(&want.items).zip(&by_jit.items) {
+                    let u = if a.field_type().is_half() { unit_roundoff(a.field_type()) } else { 0.0 };
+                    for (i, (x, y)) in a.to_f64_vec().iter().zip(b.to_f64_vec()).enumerate() {
+                        let tight = u * y.abs() + 1e-5 * y.abs().max(1.0);
+                        assert!((x - y).abs() <= tight, "{what}: {name}[{i}]: ahead of time {x}, reference {y}");
+                    }
+                    if same_bits {
+                        assert_eq!(a, c, "{what}: {name}: ahead of time against the JIT");
+                    }
+                }
+                // Backward, with random f32 cotangents.
+                let shapes = k.output_shapes(&g, &ins).expect("shapes");
+                let cots: Vec<(String, Tensor)> = shapes
+                    .iter()
+                    .map(|(n, s)| {
+                        let len: usize = s.iter().product();
+                        let v = (0..len).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect();
+                        (n.clone(), Tensor::from_f32(s.clone(), v).expect("cot"))
+                    })
+                    .collect();
+                let cot_v: Vec<(&str, tiga::TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
+                let ga = k.vjp_with(&g, &ins, &cot_v, &aot).unwrap_or_else(|e| panic!("{what}: vjp ahead of time: {e}"));
+                let gr = k.vjp_reference(&g, &ins, &cot_v).expect("vjp reference");
+                for ((role, name, _, _), t) in fields.iter().zip(&declared) {
+                    let a = ga.get(*role, name).expect("gradient");
+                    assert_eq!(a.field_type(), if t.is_half() { *t } else { FieldType::F32 }, "{what}: d{name}");
+                    let u = if t.is_half() { unit_roundoff(*t) } else { 0.0 };
+                    let b = gr.get(*role, name).expect("gradient").to_f64_vec();
+                    for (i, (x, y)) in a.to_f64_vec().iter().zip(&b).enumerate() {
+                        let tight = u * y.abs() + 1e-4 * y.abs().max(1.0);
+                        assert!((x - y).abs() <= tight, "{what}: d{name}[{i}]: ahead of time {x}, reference {y}");
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 2 * kernels.len() * 3);
+    // `explain` names the declared storage the ahead-of-time variants have.
+    let text = gnn_half::HalfGcnNorm::kernel().explain();
+    assert!(text.contains("with fields stored as declared (src.h: f16, edge.w: f16, out: bf16) for widths [1]"), "{text}");
+}
+
 #[test]
 fn half_fields_are_refused_where_they_do_not_run() {
     let k = gnn::VecSum::kernel();
@@ -275,7 +361,8 @@ fn half_fields_are_refused_where_they_do_not_run() {
     let w = cs.clone();
     let err = gcn.run(&g, &Inputs::new().src("h", &h16).src("cs", &cs).dst("cd", &cd).edge("w", &w)).expect_err("mixed");
     assert!(err.to_string().contains("is f64, but `h` is bf16"), "{err}");
-    // The ahead-of-time back end has no half variants: it says so.
+    // The ahead-of-time variants store fields as the kernel declares them
+    // (VecSum: f32); a bf16 `h` has none, and `Backend::Aot` says so.
     let aot = tiga::Schedule::new().backend(tiga::Backend::Aot);
     let err = k.run_with(&g, &Inputs::new().src("h", &h16), &aot).expect_err("no aot variant");
     assert!(err.to_string().contains("half-width storage (src.h: bf16)"), "{err}");

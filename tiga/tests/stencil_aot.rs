@@ -12,11 +12,9 @@ use tiga::{Backend, DType, Inputs, Kernel, Schedule, Tensor};
 mod common;
 use common::{cotangents, inputs_of, stencil_and_csr, stencil_fields};
 
-#[allow(clippy::all)]
-mod gnn {
-    use tiga::message_passing;
-    include!("../../examples/kernels/gnn.rs");
-}
+// The kernels of gnn.rs under the macro, compiled once in the
+// conformance crate rather than into every test binary.
+use tiga_conformance::gnn;
 
 #[allow(clippy::all)]
 mod scalar {

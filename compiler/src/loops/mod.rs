@@ -26,6 +26,7 @@ pub mod eval;
 mod never_nan;
 mod print;
 mod schedule;
+mod storage;
 mod tiles;
 mod verify;
 
@@ -35,6 +36,7 @@ use crate::ir::{BinOp, CmpOp, FieldDecl, FieldId, OutputDecl, UnOp, WidthDecl, W
 
 pub use never_nan::never_nan;
 pub use schedule::{schedule, ScheduleError};
+pub use storage::Storage;
 pub use tiles::{split_calls, SplitBody, EDGE_TILE};
 pub use verify::{verify, LoopVerifyError};
 

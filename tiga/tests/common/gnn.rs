@@ -1,22 +1,13 @@
 //! The canonical kernels (examples/kernels/gnn.rs, under the macro), and
-//! the list of them, for the suites that run every one.
-#![allow(clippy::all)]
+//! the list of them, for the suites that run every one. They are compiled
+//! once, in the conformance crate (`tests/`), and shared by every test
+//! binary here: each `#[message_passing]` kernel carries its ahead-of-time
+//! variants, and compiling gnn.rs into each binary again cost about 20 s of
+//! rustc per binary.
 
-use tiga::message_passing;
-include!("../../../examples/kernels/gnn.rs");
+pub use tiga_conformance::gnn::*;
 
 /// Every kernel of gnn.rs.
 pub fn all() -> Vec<&'static tiga::Kernel> {
-    vec![
-        NeighborSum::kernel(),
-        Smoothing::kernel(),
-        VecSum::kernel(),
-        GcnNorm::kernel(),
-        SageMean::kernel(),
-        MaxPool::kernel(),
-        GinSum::kernel(),
-        GatAttention::kernel(),
-        Top2Sum::kernel(),
-        EdgeGate::kernel(),
-    ]
+    tiga_conformance::kernels()
 }

@@ -56,8 +56,8 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module, ModuleError, ModuleReloc};
 
-use crate::ir::{DType, FieldType};
-use crate::loops::{LoopKernel, LoopVerifyError};
+use crate::ir::DType;
+use crate::loops::{LoopKernel, LoopVerifyError, Storage};
 
 use tiga_abi::EntryFn;
 pub use tiga_abi::RawArgs;
@@ -82,86 +82,6 @@ pub struct VariantKey {
     /// Which fields and outputs are stored at half width (empty: all in
     /// `dtype`).
     pub storage: Storage,
-}
-
-/// How a variant's fields and outputs are stored: every one in the
-/// variant's dtype (the default, and the only form when none is half), or
-/// one [`FieldType`] each. Only an f32 variant has half-width ones.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Storage {
-    fields: Vec<FieldType>,
-    outputs: Vec<FieldType>,
-}
-
-impl Storage {
-    /// The storage of fields `fields` and outputs `outputs` (each its
-    /// call's dtype or a half type), normalized: empty when none is half,
-    /// so that an all-f32 call keys the same variant as before.
-    pub fn of(fields: &[FieldType], outputs: &[FieldType]) -> Storage {
-        if fields.iter().chain(outputs).any(|t| t.is_half()) {
-            Storage { fields: fields.to_vec(), outputs: outputs.to_vec() }
-        } else {
-            Storage::default()
-        }
-    }
-
-    /// Why `k`'s variant of `dtype` cannot have this storage: half types
-    /// compute in f32, so only an f32 variant has them, and a non-empty
-    /// storage names one type per field and per output, each the dtype or
-    /// a half type.
-    pub fn check(&self, k: &LoopKernel, dtype: DType) -> Result<(), String> {
-        if !self.has_half() {
-            return Ok(());
-        }
-        if dtype != DType::F32 {
-            return Err(format!("half-width fields and outputs compute in f32, not {dtype}"));
-        }
-        if self.fields.len() != k.fields.len() || self.outputs.len() != k.outputs.len() {
-            return Err(format!(
-                "storage names {} fields and {} outputs, the kernel has {} and {}",
-                self.fields.len(),
-                self.outputs.len(),
-                k.fields.len(),
-                k.outputs.len()
-            ));
-        }
-        match self.fields.iter().chain(&self.outputs).find(|t| !t.is_half() && t.dtype() != dtype || **t == FieldType::F64) {
-            Some(t) => Err(format!("a {t} field or output in an {dtype} variant")),
-            None => Ok(()),
-        }
-    }
-
-    /// Whether some field or output is stored at half width.
-    pub fn has_half(&self) -> bool {
-        !self.fields.is_empty() || !self.outputs.is_empty()
-    }
-
-    /// Field `f`'s element type in a variant of `dtype`.
-    pub fn field(&self, f: usize, dtype: DType) -> FieldType {
-        self.fields.get(f).copied().unwrap_or(dtype.into())
-    }
-
-    /// Output `o`'s element type in a variant of `dtype`.
-    pub fn output(&self, o: usize, dtype: DType) -> FieldType {
-        self.outputs.get(o).copied().unwrap_or(dtype.into())
-    }
-
-    /// A short text for plans and notes (`src.h: bf16, out: f16`), empty
-    /// when nothing is half.
-    pub fn describe(&self, k: &LoopKernel) -> String {
-        let mut parts = Vec::new();
-        for (f, t) in k.fields.iter().zip(&self.fields) {
-            if t.is_half() {
-                parts.push(format!("{}.{}: {t}", f.role.name(), f.name));
-            }
-        }
-        for (o, t) in k.outputs.iter().zip(&self.outputs) {
-            if t.is_half() {
-                parts.push(format!("{}: {t}", o.name));
-            }
-        }
-        parts.join(", ")
-    }
 }
 
 /// The cap on the per-row scratch of one variant (stack memory).

@@ -21,8 +21,8 @@ mod stencil;
 
 use std::fmt::Write as _;
 
-use crate::ir::{BinOp, CmpOp, DType, Role, Type, UnOp};
-use crate::loops::{fields_read, verify, Addr, Inst, LoopKernel, LoopVar, LoopVerifyError, Stmt, Var, VarKind};
+use crate::ir::{BinOp, CmpOp, DType, FieldType, Role, Type, UnOp};
+use crate::loops::{fields_read, verify, Addr, Inst, LoopKernel, LoopVar, LoopVerifyError, Stmt, Storage, Var, VarKind};
 
 pub use stencil::{emit_stencil_variant, stencil_refusal};
 
@@ -46,12 +46,24 @@ pub enum RustSourceError {
     /// A generated-stencil variant of a kernel that cannot run on one.
     #[error("kernel `{kernel}` has no generated-stencil variant: {why}")]
     NotStencil { kernel: String, why: &'static str },
+    /// A storage the variant cannot have (half types in an f64 variant, or
+    /// one that does not name every field and output).
+    #[error("kernel `{kernel}`: {message}")]
+    Storage { kernel: String, message: String },
 }
 
 struct Emitter<'a> {
     k: &'a LoopKernel,
     widths: &'a [usize],
     t: &'static str,
+    dtype: DType,
+    /// How fields and outputs are stored (half-width ones are `u16` bits,
+    /// widened on load and rounded on store by the ABI crate's
+    /// `half_bits`, as the Cranelift back end does).
+    storage: &'a Storage,
+    /// The path of the ABI crate in the emitted code (`RawArgs`,
+    /// `half_bits`).
+    abi: &'a str,
     /// Variables that are never NaN ([`crate::loops::never_nan`]).
     not_nan: Vec<bool>,
     /// Whether statements are emitted for a block of rows at once (a
@@ -145,6 +157,35 @@ impl Emitter<'_> {
         }
     }
 
+    /// How the memory `a` addresses is stored in this variant.
+    fn stored_type(&self, a: &Addr) -> FieldType {
+        match a {
+            Addr::Field { field, .. } => self.storage.field(field.0 as usize, self.dtype),
+            Addr::Output { out, .. } | Addr::OutputMatrix { out, .. } => self.storage.output(*out as usize, self.dtype),
+            Addr::Scratch { .. } => self.dtype.into(),
+        }
+    }
+
+    /// The element type of field `f`'s or output `o`'s pointer: the
+    /// variant's number type, or `u16` for half-width bits.
+    fn elem(&self, stored: FieldType) -> &'static str {
+        if stored.is_half() {
+            "u16"
+        } else {
+            self.t
+        }
+    }
+
+    /// The value at `a`, widened (exactly) when stored at half width.
+    fn load(&self, a: &Addr) -> Result<String, RustSourceError> {
+        let place = self.addr(a)?;
+        Ok(match self.stored_type(a) {
+            FieldType::F16 => format!("{}::half_bits::f16_bits_to_f32({place})", self.abi),
+            FieldType::BF16 => format!("{}::half_bits::bf16_bits_to_f32({place})", self.abi),
+            _ => place,
+        })
+    }
+
     fn inst(&self, i: &Inst) -> Result<String, RustSourceError> {
         let t = self.t;
         let v = |x: &Var| self.var(x);
@@ -153,7 +194,7 @@ impl Emitter<'_> {
                 // A boolean constant comes from folding a comparison.
                 lit(*c, t)
             }
-            Inst::Load(a) => self.addr(a)?,
+            Inst::Load(a) => self.load(a)?,
             Inst::Copy(x) => v(x),
             Inst::Degree => format!("(deg as {t})"),
             Inst::Rank => format!("(rank as {t})"),
@@ -230,8 +271,13 @@ impl Emitter<'_> {
                     let _ = writeln!(self.out, "{pad}{} = {rhs};", self.var(x));
                 }
                 Stmt::Store(a, x) => {
-                    let a = self.addr(a)?;
-                    let _ = writeln!(self.out, "{pad}{a} = {};", self.var(x));
+                    let place = self.addr(a)?;
+                    let value = match self.stored_type(a) {
+                        FieldType::F16 => format!("{}::half_bits::f32_to_f16_bits({})", self.abi, self.var(x)),
+                        FieldType::BF16 => format!("{}::half_bits::f32_to_bf16_bits({})", self.abi, self.var(x)),
+                        _ => self.var(x),
+                    };
+                    let _ = writeln!(self.out, "{pad}{place} = {value};");
                 }
                 Stmt::Loop { lane, width, body } => {
                     let w = self.width(*width)?;
@@ -284,15 +330,16 @@ fn prefetched_rows(e: &Emitter<'_>, dtype: DType) -> Result<[Prefetched; 2], Rus
         if fd.role != Role::Src {
             continue;
         }
+        let size = e.storage.field(f, dtype).size();
         if pre[f] {
             let per = e.per_row(fd.ty)?;
-            early.push((f, per, (per * dtype.size()).div_ceil(64)));
+            early.push((f, per, (per * size).div_ceil(64)));
         }
         if !read[f] {
             continue;
         }
         let per = e.per_row(fd.ty)?;
-        let bytes = per * dtype.size();
+        let bytes = per * size;
         if bytes >= PREFETCH_MIN_ROW_BYTES {
             wide.push((f, per, bytes.div_ceil(64)));
         } else {
@@ -312,24 +359,41 @@ fn prefetched_rows(e: &Emitter<'_>, dtype: DType) -> Result<[Prefetched; 2], Rus
 }
 
 /// The source of one variant: an `unsafe extern "C" fn NAME(args, begin,
-/// end)` with the ABI of [`tiga_abi`]. `abi_path` is how the emitted
-/// code names `RawArgs` (e.g. `::tiga::RawArgs`). With `edge_ids = false`
-/// the function reads `edge_ids` only when it is non-null, so it serves
-/// graphs with and without an edge permutation.
+/// end)` with the ABI of [`tiga_abi`]. `abi` is how the emitted code names
+/// that crate (e.g. `::tiga::runtime::abi`). With `edge_ids = false` the
+/// function reads `edge_ids` only when it is non-null, so it serves graphs
+/// with and without an edge permutation. Every field and output is stored
+/// in `dtype` ([`emit_variant_stored`] for half-width ones).
 pub fn emit_variant(
     k: &LoopKernel,
     dtype: DType,
     widths: &[usize],
     edge_ids: bool,
     fn_name: &str,
-    abi_path: &str,
+    abi: &str,
+) -> Result<String, RustSourceError> {
+    emit_variant_stored(k, dtype, widths, edge_ids, &Storage::default(), fn_name, abi)
+}
+
+/// [`emit_variant`] for fields and outputs stored as `storage` says: a
+/// half-width one is read as `u16` bits and widened to f32 exactly, and
+/// stored rounded to nearest even, by `half_bits` (the Cranelift back
+/// end's sequences, so both give the same bits).
+pub fn emit_variant_stored(
+    k: &LoopKernel,
+    dtype: DType,
+    widths: &[usize],
+    edge_ids: bool,
+    storage: &Storage,
+    fn_name: &str,
+    abi: &str,
 ) -> Result<String, RustSourceError> {
     verify(k)?;
-    let mut e = Emitter::new(k, dtype, widths);
+    storage.check(k, dtype).map_err(|message| RustSourceError::Storage { kernel: k.name.clone(), message })?;
+    let mut e = Emitter::new(k, dtype, widths, storage, abi);
     let body_start = open_variant(
         &mut e,
         fn_name,
-        abi_path,
         &[("offsets: *const u64", "a.offsets"), ("cols: *const u32", "a.cols"), ("edge_ids: *const u64", "a.edge_ids")],
     );
     let t = e.t;
@@ -374,7 +438,7 @@ pub fn emit_variant(
                     let _ = writeln!(
                         e.out,
                         "{pad}        ::core::arch::x86_64::_mm_prefetch::<{{ ::core::arch::x86_64::_MM_HINT_T0 }}>(f{f}.add(ahead * {per} + {}) as *const i8);",
-                        l * 64 / dtype.size()
+                        l * 64 / e.storage.field(*f, dtype).size()
                     );
                 }
             }
@@ -426,12 +490,12 @@ pub fn emit_variant(
 }
 
 impl<'a> Emitter<'a> {
-    fn new(k: &'a LoopKernel, dtype: DType, widths: &'a [usize]) -> Emitter<'a> {
+    fn new(k: &'a LoopKernel, dtype: DType, widths: &'a [usize], storage: &'a Storage, abi: &'a str) -> Emitter<'a> {
         let t = match dtype {
             DType::F32 => "f32",
             DType::F64 => "f64",
         };
-        Emitter { k, widths, t, not_nan: crate::loops::never_nan(k), block: false, out: String::new() }
+        Emitter { k, widths, t, dtype, storage, abi, not_nan: crate::loops::never_nan(k), block: false, out: String::new() }
     }
 }
 
@@ -441,8 +505,9 @@ impl<'a> Emitter<'a> {
 /// outputs, as (parameter, expression on the argument block `a`).
 /// Returns where the part copied per target (see [`close_variant`])
 /// starts.
-fn open_variant(e: &mut Emitter<'_>, fn_name: &str, abi_path: &str, adjacency: &[(&str, &str)]) -> usize {
-    let (k, t) = (e.k, e.t);
+fn open_variant(e: &mut Emitter<'_>, fn_name: &str, adjacency: &[(&str, &str)]) -> usize {
+    let k = e.k;
+    let abi_path = format!("{}::RawArgs", e.abi);
     // The entry point dispatches once per call to a body compiled for
     // AVX2+FMA when the running CPU has them (LLVM then uses 256-bit
     // vectors), else to the same body for the baseline target. Both bodies
@@ -472,13 +537,16 @@ fn open_variant(e: &mut Emitter<'_>, fn_name: &str, abi_path: &str, adjacency: &
     let mut call: Vec<String> = adjacency.iter().map(|(_, c)| c.to_string()).collect();
     let mut params: Vec<String> = adjacency.iter().map(|(p, _)| p.to_string()).collect();
     for f in 0..k.fields.len() {
+        let t = e.elem(e.storage.field(f, e.dtype));
         call.push(format!("*a.fields.add({f}) as *const {t}"));
         params.push(format!("f{f}: *const {t}"));
     }
     for o in 0..k.outputs.len() {
+        let t = e.elem(e.storage.output(o, e.dtype));
         call.push(format!("*a.outputs.add({o}) as *mut {t}"));
         params.push(format!("o{o}: *mut {t}"));
     }
+    let t = e.t;
     let _ = writeln!(e.out, "    {fn_name}_BODY_rows({}, row_begin, row_end)", call.join(", "));
     let _ = writeln!(e.out, "}} }}");
     let _ = writeln!(e.out, "{TARGET_ATTRS}");

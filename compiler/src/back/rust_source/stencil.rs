@@ -39,7 +39,7 @@ use std::fmt::Write as _;
 
 use super::{close_variant, open_variant, Emitter, RustSourceError};
 use crate::ir::{DType, Role};
-use crate::loops::{verify, LoopKernel, Stmt, VarKind};
+use crate::loops::{verify, LoopKernel, Stmt, Storage, VarKind};
 
 /// Bytes of one scalar per row block: 32 rows in f32, 16 in f64, four
 /// 256-bit vectors per statement. Each neighbour's offset is read at run
@@ -100,17 +100,17 @@ pub fn emit_stencil_variant(
     dtype: DType,
     widths: &[usize],
     fn_name: &str,
-    abi_path: &str,
+    abi: &str,
 ) -> Result<String, RustSourceError> {
     verify(k)?;
     if let Some(why) = stencil_refusal(k) {
         return Err(RustSourceError::NotStencil { kernel: k.name.clone(), why });
     }
-    let mut e = Emitter::new(k, dtype, widths);
+    let storage = Storage::default();
+    let mut e = Emitter::new(k, dtype, widths, &storage, abi);
     let body_start = open_variant(
         &mut e,
         fn_name,
-        abi_path,
         &[
             ("st_rows: u64", "(*a.stencil).rows"),
             ("st_cols: u64", "(*a.stencil).cols"),
