@@ -32,6 +32,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use crate::median;
 use serde_json::{json, Value};
 use tiga::compiler::ir::{Role, Type};
 use tiga::runtime::gpu::{self, Stream};
@@ -94,10 +95,6 @@ pub fn main(args: &Args) -> ExitCode {
 }
 
 /// Median of the values (0 for none).
-fn median(xs: Vec<f64>) -> f64 {
-    crate::median(xs)
-}
-
 /// Device-to-device copy bandwidth: bytes read plus written per second,
 /// the median of `repeat` copies of `bytes`.
 fn copy_gbs(device: Device, bytes: usize, repeat: usize) -> Result<f64, String> {

@@ -185,11 +185,6 @@ fn worst(got: &[f64], want: &[f64], scale: &[f64], f: usize, factor: impl Fn(usi
         .reduce(|| (0.0, 0.0), |a, b| (a.0.max(b.0), a.1.max(b.1)))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 fn run(args: &Args) -> Result<ExitCode, String> {
     let nodes = if args.quick { (args.nodes / 16).max(1) } else { args.nodes };
     let repeat = if args.quick { 3 } else { args.repeat };
@@ -292,8 +287,8 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         rows.push(Row {
             ty,
             backend,
-            fwd_ms: median(fwd_t[i].clone()),
-            bwd_ms: median(bwd_t[i].clone()),
+            fwd_ms: crate::median(fwd_t[i].clone()),
+            bwd_ms: crate::median(bwd_t[i].clone()),
             fwd_err_over_bound: tight,
             fwd_err_over_loose_bound: loose,
             bwd_err_over_bound: bwd,

@@ -35,6 +35,7 @@
 //! cargo run --release -p tiga-bench -- paged [--quick] [--json bench-paged.json]
 //! ```
 
+use crate::median;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
@@ -170,15 +171,6 @@ fn status_kib(key: &str) -> u64 {
                 .and_then(|r| r.split_whitespace().next().and_then(|v| v.parse().ok()))
         })
         .unwrap_or(0)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 fn take_out(o: Outputs) -> Result<Tensor, String> {

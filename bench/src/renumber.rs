@@ -129,10 +129,6 @@ struct Row {
     bits: &'static str,
 }
 
-fn median(v: &[f64]) -> f64 {
-    crate::median(v.to_vec())
-}
-
 fn run(args: &Args) -> Result<bool, String> {
     let started = Instant::now();
     let load =
@@ -328,14 +324,20 @@ fn measure(args: &Args, name: &'static str, g: &Graph, k: &Kernel, f: usize) -> 
             }
         }
     }
-    let mut rows =
-        vec![Row { graph: name, variant: "hand".into(), fwd_ms: median(&fwd[0]), bwd_ms: None, build_ms: None, bits: "-" }];
+    let mut rows = vec![Row {
+        graph: name,
+        variant: "hand".into(),
+        fwd_ms: crate::median(fwd[0].clone()),
+        bwd_ms: None,
+        build_ms: None,
+        bits: "-",
+    }];
     for (i, m) in Renumber::ALL.iter().enumerate() {
         rows.push(Row {
             graph: name,
             variant: format!("tiga {}", m.name()),
-            fwd_ms: median(&fwd[i + 1]),
-            bwd_ms: (!args.no_backward).then(|| median(&bwd[i + 1])),
+            fwd_ms: crate::median(fwd[i + 1].clone()),
+            bwd_ms: (!args.no_backward).then(|| crate::median(bwd[i + 1].clone())),
             build_ms: (i > 0).then(|| build[i - 1]),
             bits: bits[i],
         });

@@ -66,6 +66,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::median;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tiga::runtime::shard::{edge_cut, partitions, take_rows, take_rows_padded, HEADER_BYTES};
@@ -342,15 +343,6 @@ impl CaseData {
 
 fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 fn first_output(o: tiga::Outputs) -> Result<Tensor, String> {

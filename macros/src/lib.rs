@@ -188,7 +188,7 @@ fn aot_variants(c: &tiga_compiler::passes::Compiled) -> proc_macro2::TokenStream
 /// beside it.
 fn variant_table(lowered: &tiga_compiler::ir::Kernel, prefix: &str) -> (String, Vec<proc_macro2::TokenStream>) {
     use tiga_compiler::back::rust_source::{emit_stencil_variant, emit_variant_stored, stencil_refusal, AOT_WIDTHS};
-    use tiga_compiler::ir::{DType, FieldType};
+    use tiga_compiler::ir::DType;
     use tiga_compiler::loops::Storage;
     let Ok(lk) = tiga_compiler::loops::schedule(lowered) else { return (String::new(), vec![]) };
     let width_sets: Vec<Vec<usize>> = match lk.widths.len() {
@@ -234,13 +234,7 @@ fn variant_table(lowered: &tiga_compiler::ir::Kernel, prefix: &str) -> (String, 
             let fname = proc_macro2::Ident::new(&name, proc_macro2::Span::call_site());
             let dt = proc_macro2::Ident::new(dname, proc_macro2::Span::call_site());
             let types = storage.types().map(|t| {
-                let n = match t {
-                    FieldType::F32 => "F32",
-                    FieldType::F64 => "F64",
-                    FieldType::F16 => "F16",
-                    FieldType::BF16 => "BF16",
-                };
-                let n = proc_macro2::Ident::new(n, proc_macro2::Span::call_site());
+                let n = proc_macro2::Ident::new(&t.name().to_uppercase(), proc_macro2::Span::call_site());
                 quote! { ::tiga::FieldType::#n }
             });
             entries.push(quote! {

@@ -130,11 +130,6 @@ impl Order {
     pub fn is_empty(&self) -> bool {
         self.perm.is_empty()
     }
-    /// Whether every node keeps its id.
-    pub fn is_identity(&self) -> bool {
-        self.perm.iter().enumerate().all(|(i, &p)| p as usize == i)
-    }
-
     /// The order `method` gives `g`'s rows (see the module doc); `None`
     /// for [`Renumber::None`].
     pub fn compute(g: &Graph, method: Renumber) -> Result<Option<Order>, RenumberError> {
@@ -251,10 +246,10 @@ impl Both {
 
 /// Degree, highest first, ties in old order.
 fn degree_order(g: &Graph, square: bool) -> Order {
-    let mut degree: Vec<u64> = g.offsets().windows(2).map(|w| w[1] - w[0]).collect();
+    let mut degree = crate::graph_ops::in_degree(g);
     if square {
-        for &c in g.cols() {
-            degree[c as usize] += 1;
+        for (d, out) in degree.iter_mut().zip(crate::graph_ops::out_degree(g)) {
+            *d += out;
         }
     }
     let mut sequence: Vec<u32> = (0..g.num_dst() as u32).collect();

@@ -133,7 +133,7 @@ pub struct Scope {
     state: Mutex<State>,
 }
 
-fn tensor_bytes(t: &Tensor) -> u64 {
+pub(crate) fn tensor_bytes(t: &Tensor) -> u64 {
     (t.len() * t.dtype().size()) as u64
 }
 

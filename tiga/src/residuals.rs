@@ -67,7 +67,7 @@ impl Tape {
     }
     /// Their size in bytes.
     pub fn bytes(&self) -> u64 {
-        self.items.iter().map(|(_, t)| (t.len() * t.dtype().size()) as u64).sum()
+        self.items.iter().map(|(_, t)| crate::memory::tensor_bytes(t)).sum()
     }
     pub(crate) fn view(&self, name: &str) -> Option<TensorView<'_>> {
         self.items.iter().find(|(n, _)| n == name).map(|(_, t)| t.view())
@@ -200,7 +200,12 @@ impl Kernel {
         let Residuals::Kept(stages) = self.residuals()? else {
             return Err(Error::Internal(format!("kernel `{}` keeps no residuals, but a tape holds some", self.name())));
         };
-        self.run_plan(r, inputs, cotangents, schedule, &stages.plan.adjoint, &stages.stages, Some(tape))
+        // The tape's residuals are in the caller's numbering (the forward
+        // moved them out with its outputs), and so is this backward: its
+        // stages run over `r` as given, not each renumbering its own
+        // fields in and out (the gradients are the same bits either way).
+        let stage_schedule = schedule.clone().renumber(tiga_runtime::Renumber::None);
+        self.run_plan(r, inputs, cotangents, &stage_schedule, &stages.plan.adjoint, &stages.stages, Some(tape))
     }
 
     /// [`Kernel::grad_with`] after [`Kernel::forward`] (see

@@ -133,13 +133,17 @@ pub(super) trait ReducerRule {
     /// its empty-row test on the row's edge count `empty`), so a forward
     /// that keeps residuals writes the plain forward's bits. Asked only of
     /// a reducer with [`ReducerRule::residual_names`].
+    ///
+    /// A reducer that keeps no residuals is refused (the default).
     fn forward_aggregate(
         &self,
         k: &Kernel,
-        b: &mut B<'_>,
-        state: &[ValueId],
-        empty: ValueId,
-    ) -> Result<Vec<ValueId>, AdjointError>;
+        _b: &mut B<'_>,
+        _state: &[ValueId],
+        _empty: ValueId,
+    ) -> Result<Vec<ValueId>, AdjointError> {
+        Err(keeps_no_residuals(k))
+    }
 }
 
 /// The error of [`ReducerRule::forward_aggregate`] for a reducer that keeps
@@ -238,9 +242,6 @@ impl ReducerRule for Sum {
     fn residual_names(&self, _: &Kernel, _: &[Type]) -> Result<Vec<String>, &'static str> {
         Err("sum: the backward reads no statistic of the forward's fold")
     }
-    fn forward_aggregate(&self, k: &Kernel, _: &mut B<'_>, _: &[ValueId], _: ValueId) -> Result<Vec<ValueId>, AdjointError> {
-        Err(keeps_no_residuals(k))
-    }
 }
 
 /// `mean`: a sum that also counts the row's edges; each message's
@@ -317,9 +318,6 @@ impl ReducerRule for Mean {
     }
     fn residual_names(&self, _: &Kernel, _: &[Type]) -> Result<Vec<String>, &'static str> {
         Err("mean: the backward's only statistic is the row's degree, two row offsets")
-    }
-    fn forward_aggregate(&self, k: &Kernel, _: &mut B<'_>, _: &[ValueId], _: ValueId) -> Result<Vec<ValueId>, AdjointError> {
-        Err(keeps_no_residuals(k))
     }
 }
 
@@ -533,9 +531,6 @@ impl ReducerRule for Prod {
         // `inf · 0`, so the forward's outputs could not come from that fold.
         Err("prod: the forward's product is not rebuilt bit for bit from the (non-zero product, zero count) fold")
     }
-    fn forward_aggregate(&self, k: &Kernel, _: &mut B<'_>, _: &[ValueId], _: ValueId) -> Result<Vec<ValueId>, AdjointError> {
-        Err(keeps_no_residuals(k))
-    }
 }
 
 /// `softmax` of (score, value) messages: the Jacobian uses the row's
@@ -735,8 +730,5 @@ impl ReducerRule for Monoid {
         // state: a residual would be an edge tensor, the size of the
         // graph, where the stats pass it saves reads the same edges.
         Err("monoid: the backward replays the fold per edge (prefix and suffix scans); no per-row residual replaces that pass")
-    }
-    fn forward_aggregate(&self, k: &Kernel, _: &mut B<'_>, _: &[ValueId], _: ValueId) -> Result<Vec<ValueId>, AdjointError> {
-        Err(keeps_no_residuals(k))
     }
 }

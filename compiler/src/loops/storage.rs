@@ -4,7 +4,7 @@
 //! kernel rather than in either back end.
 
 use crate::ir::{DType, FieldType};
-use crate::loops::LoopKernel;
+use crate::loops::{Addr, LoopKernel};
 
 /// How a variant's fields and outputs are stored: every one in the
 /// variant's dtype (the default, and the only form when none is half), or
@@ -61,6 +61,16 @@ impl Storage {
     /// Field `f`'s element type in a variant of `dtype`.
     pub fn field(&self, f: usize, dtype: DType) -> FieldType {
         self.fields.get(f).copied().unwrap_or(dtype.into())
+    }
+
+    /// How the memory `a` addresses is stored in a variant of `dtype`
+    /// (scratch is always in the dtype).
+    pub fn stored(&self, a: &Addr, dtype: DType) -> FieldType {
+        match a {
+            Addr::Field { field, .. } => self.field(field.0 as usize, dtype),
+            Addr::Output { out, .. } | Addr::OutputMatrix { out, .. } => self.output(*out as usize, dtype),
+            Addr::Scratch { .. } => dtype.into(),
+        }
     }
 
     /// Output `o`'s element type in a variant of `dtype`.

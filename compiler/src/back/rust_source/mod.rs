@@ -159,11 +159,7 @@ impl Emitter<'_> {
 
     /// How the memory `a` addresses is stored in this variant.
     fn stored_type(&self, a: &Addr) -> FieldType {
-        match a {
-            Addr::Field { field, .. } => self.storage.field(field.0 as usize, self.dtype),
-            Addr::Output { out, .. } | Addr::OutputMatrix { out, .. } => self.storage.output(*out as usize, self.dtype),
-            Addr::Scratch { .. } => self.dtype.into(),
-        }
+        self.storage.stored(a, self.dtype)
     }
 
     /// The element type of field `f`'s or output `o`'s pointer: the
@@ -346,7 +342,7 @@ fn prefetched_rows(e: &Emitter<'_>, dtype: DType) -> Result<[Prefetched; 2], Rus
         }
         let per = e.per_row(fd.ty)?;
         let bytes = per * size;
-        let min = if size == 2 { PREFETCH_MIN_HALF_ROW_BYTES } else { PREFETCH_MIN_ROW_BYTES };
+        let min = if e.storage.field(f, dtype).is_half() { PREFETCH_MIN_HALF_ROW_BYTES } else { PREFETCH_MIN_ROW_BYTES };
         if bytes >= min {
             wide.push((f, per, bytes.div_ceil(64)));
         } else {

@@ -14,12 +14,7 @@ use crate::ir::FieldType;
 impl Translator<'_> {
     /// How the memory `a` addresses is stored in this variant.
     pub(super) fn stored_type(&self, a: &Addr) -> FieldType {
-        let dtype = self.key.dtype;
-        match a {
-            Addr::Field { field, .. } => self.key.storage.field(field.0 as usize, dtype),
-            Addr::Output { out, .. } | Addr::OutputMatrix { out, .. } => self.key.storage.output(*out as usize, dtype),
-            Addr::Scratch { .. } => dtype.into(),
-        }
+        self.key.storage.stored(a, self.key.dtype)
     }
 
     /// log2 of the element size of what `a` addresses.
