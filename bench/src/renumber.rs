@@ -21,6 +21,14 @@
 //! call), forward. Every renumbered output and gradient is compared bit
 //! for bit with the plain call's; a difference is an error.
 //!
+//! Paged: each graph is also written to `.gfg` files (with transposes), one
+//! plain and one in each node order (`GfgWriter::renumbered`, format 3),
+//! and `VecSum` runs over them paged (`--page-rows` rows a page, warm page
+//! cache, the field given in memory in the caller's numbering). A paged
+//! renumbered row's `x plain` is against the plain file's; its `build ms`
+//! is the order and the file's writing, once; its bits are held to the
+//! in-memory plain call's.
+//!
 //! The variants take turns, round after round, so that a noisy neighbour
 //! slows them alike; medians are reported.
 //!
@@ -58,6 +66,12 @@ pub struct Args {
     /// Skip the backward
     #[arg(long)]
     no_backward: bool,
+    /// Skip the paged variants
+    #[arg(long)]
+    no_paged: bool,
+    /// Rows per page of the paged variants
+    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = crate::positive)]
+    page_rows: usize,
     /// Where the JSON goes, written atomically
     #[arg(long, value_name = "PATH", default_value = "bench-renumber.json")]
     json: PathBuf,
@@ -168,7 +182,8 @@ fn run(args: &Args) -> Result<bool, String> {
     let mut target_value = None;
     for r in &rows {
         let hand = rows.iter().find(|h| h.graph == r.graph && h.variant == "hand").map(|h| h.fwd_ms);
-        let plain = rows.iter().find(|h| h.graph == r.graph && h.variant == "tiga none").map(|h| h.fwd_ms);
+        let base = if r.variant.starts_with("paged ") { "paged none" } else { "tiga none" };
+        let plain = rows.iter().find(|h| h.graph == r.graph && h.variant == base).map(|h| h.fwd_ms);
         let over_hand = hand.map(|h| h / r.fwd_ms);
         let over_plain = plain.map(|p| p / r.fwd_ms);
         let pays_off = match (r.build_ms, plain) {
@@ -200,6 +215,7 @@ fn run(args: &Args) -> Result<bool, String> {
             "graph": r.graph, "variant": r.variant, "fwd_ms": r.fwd_ms, "bwd_ms": r.bwd_ms,
             "fwd_over_hand": over_hand, "fwd_over_plain": over_plain, "build_ms": r.build_ms,
             "pays_off_after_calls": pays_off, "never_pays_off": never, "bits": r.bits,
+            "paged": r.variant.starts_with("paged "),
         }));
     }
     let met = target_value.map(|v| v >= SPEEDUP_TARGET);
@@ -219,6 +235,7 @@ fn run(args: &Args) -> Result<bool, String> {
         "width": f,
         "rounds": args.rounds,
         "quick": args.quick,
+        "page_rows": (!args.no_paged).then_some(args.page_rows),
         "threads": rayon::current_num_threads(),
         "load_avg_start": load_start,
         "load_avg_end": load(),
@@ -276,20 +293,7 @@ fn measure(args: &Args, name: &'static str, g: &Graph, k: &Kernel, f: usize) -> 
     let hand_out = hand::csr_sum(g, &x, f, Post::None)?;
     let mut bits = Vec::new();
     for m in Renumber::ALL {
-        let s = Schedule::new().renumber(m);
-        let o = k.run_with(g, &inputs, &s).map_err(e)?;
-        let same_fwd =
-            o.f32("out").map_err(e)?.iter().map(|v| v.to_bits()).eq(plain_out.f32("out").map_err(e)?.iter().map(|v| v.to_bits()));
-        let same_bwd = match &plain_grad {
-            None => true,
-            Some(pg) => {
-                let gr = k.vjp_with(g, &inputs, &[("out", cot.clone())], &s).map_err(e)?;
-                let a = gr.src("h").and_then(|t| t.as_f32()).ok_or("no gradient of h")?;
-                let b = pg.src("h").and_then(|t| t.as_f32()).ok_or("no gradient of h")?;
-                a.iter().map(|v| v.to_bits()).eq(b.iter().map(|v| v.to_bits()))
-            }
-        };
-        bits.push(if same_fwd && same_bwd { "identical" } else { "DIFFER" });
+        bits.push(same_bits(k, g, &inputs, &cot, &Schedule::new().renumber(m), &plain_out, plain_grad.as_ref())?);
     }
     let hand_close = hand_out.iter().zip(plain_out.f32("out").map_err(e)?).all(|(a, b)| (a - b).abs() <= 1e-3 * b.abs().max(1.0));
     if !hand_close {
@@ -342,6 +346,116 @@ fn measure(args: &Args, name: &'static str, g: &Graph, k: &Kernel, f: usize) -> 
             bits: bits[i],
         });
     }
+    let mut good = bits.iter().all(|b| *b == "identical");
+    if !args.no_paged {
+        let (paged, paged_good) = measure_paged(args, name, g, k, &inputs, &cot, &plain_out, plain_grad.as_ref())?;
+        rows.extend(paged);
+        good &= paged_good;
+    }
+    Ok((rows, good))
+}
+
+/// Whether a call over `r` under `s` gives `plain_out` and (when given)
+/// `plain_grad` bit for bit: "identical" or "DIFFER".
+fn same_bits(
+    k: &Kernel,
+    r: &dyn tiga::Realization,
+    inputs: &Inputs<'_>,
+    cot: &TensorView<'_>,
+    s: &Schedule,
+    plain_out: &tiga::Outputs,
+    plain_grad: Option<&tiga::Gradients>,
+) -> Result<&'static str, String> {
+    let e = |e: tiga::Error| e.to_string();
+    let bits = |a: &[f32], b: &[f32]| a.iter().map(|v| v.to_bits()).eq(b.iter().map(|v| v.to_bits()));
+    let o = k.run_with(r, inputs, s).map_err(e)?;
+    let same_fwd = bits(o.f32("out").map_err(e)?, plain_out.f32("out").map_err(e)?);
+    let same_bwd = match plain_grad {
+        None => true,
+        Some(pg) => {
+            let gr = k.vjp_with(r, inputs, &[("out", cot.clone())], s).map_err(e)?;
+            let a = gr.src("h").and_then(|t| t.as_f32()).ok_or("no gradient of h")?;
+            let b = pg.src("h").and_then(|t| t.as_f32()).ok_or("no gradient of h")?;
+            bits(a, b)
+        }
+    };
+    Ok(if same_fwd && same_bwd { "identical" } else { "DIFFER" })
+}
+
+/// The graph written plain and in each node order, `VecSum` run paged
+/// over each file in rounds; every result checked bit for bit against the
+/// in-memory plain call's.
+#[allow(clippy::too_many_arguments)] // the call `measure` made, and its answers
+fn measure_paged(
+    args: &Args,
+    name: &'static str,
+    g: &Graph,
+    k: &Kernel,
+    inputs: &Inputs<'_>,
+    cot: &TensorView<'_>,
+    plain_out: &tiga::Outputs,
+    plain_grad: Option<&tiga::Gradients>,
+) -> Result<(Vec<Row>, bool), String> {
+    let e = |e: tiga::Error| e.to_string();
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let mut files = Vec::new();
+    for m in Renumber::ALL {
+        let path = dir.path().join(format!("{name}.{}.gfg", m.name()));
+        let t0 = Instant::now();
+        let built = match g.renumbered(m).map_err(|e| e.to_string())? {
+            None => {
+                tiga::runtime::storage::save_gfg(&path, g, !args.no_backward, &[]).map_err(|e| e.to_string())?;
+                None
+            }
+            Some(r) => {
+                tiga::runtime::storage::GfgWriter::renumbered(g, &r)
+                    .and_then(|w| w.with_transpose(!args.no_backward).save(&path))
+                    .map_err(|e| e.to_string())?;
+                Some(r.build_ms)
+            }
+        };
+        let write_ms = t0.elapsed().as_secs_f64() * 1e3;
+        eprintln!("[renumber] {name} paged {}: written in {write_ms:.0} ms", m.name());
+        let file = tiga::runtime::GfgFile::open(&path).map_err(|e| e.to_string())?;
+        files.push((m, file, built.map(|b| b + write_ms)));
+    }
+    let schedule = Schedule::new().page_rows(args.page_rows);
+    let mut bits = Vec::new();
+    for (_, file, _) in &files {
+        bits.push(same_bits(k, file, inputs, cot, &schedule, plain_out, plain_grad)?);
+    }
+    let mut fwd: Vec<Vec<f64>> = vec![Vec::new(); files.len()];
+    let mut bwd: Vec<Vec<f64>> = vec![Vec::new(); files.len()];
+    for round in 0..=args.rounds {
+        for (i, (_, file, _)) in files.iter().enumerate() {
+            let t = Instant::now();
+            std::hint::black_box(k.run_with(file, inputs, &schedule).map_err(e)?);
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            if round > 0 {
+                fwd[i].push(ms);
+            }
+            if !args.no_backward {
+                let t = Instant::now();
+                std::hint::black_box(k.vjp_with(file, inputs, &[("out", cot.clone())], &schedule).map_err(e)?);
+                let ms = t.elapsed().as_secs_f64() * 1e3;
+                if round > 0 {
+                    bwd[i].push(ms);
+                }
+            }
+        }
+    }
+    let rows = files
+        .iter()
+        .enumerate()
+        .map(|(i, (m, _, built))| Row {
+            graph: name,
+            variant: format!("paged {}", m.name()),
+            fwd_ms: crate::median(fwd[i].clone()),
+            bwd_ms: (!args.no_backward).then(|| crate::median(bwd[i].clone())),
+            build_ms: *built,
+            bits: bits[i],
+        })
+        .collect();
     let good = bits.iter().all(|b| *b == "identical");
     Ok((rows, good))
 }

@@ -35,6 +35,8 @@ pub struct ConvertRequest {
     /// The largest output to write (`None`: 64 times the input, at least
     /// 1 GiB).
     pub max_output: Option<u64>,
+    /// The node order to write the graph in (`--renumber`).
+    pub renumber: tiga::Renumber,
 }
 
 fn gfg_failure(e: tiga_runtime::storage::GfgError) -> Failure {
@@ -114,8 +116,11 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
     // file is renamed from it over OUT (one file system, so atomic).
     let work = WorkDir::new(&out_path)?;
     let staged = work.path().join(out_path.file_name().unwrap_or(std::ffi::OsStr::new("out.gfg")));
-    let mut builder =
-        GfgBuilder::new(&staged, BuildOptions { memory_bytes: memory, transpose: req.transpose }).map_err(gfg_failure)?;
+    // A graph written in a node order is built plain first (its transpose,
+    // if asked, is the renumbered one, written with the order).
+    let renumber = req.renumber != tiga::Renumber::None;
+    let mut builder = GfgBuilder::new(&staged, BuildOptions { memory_bytes: memory, transpose: req.transpose && !renumber })
+        .map_err(gfg_failure)?;
     let mut bar = crate::progress::Bar::new();
     let reading = format!("reading {}", req.input.file_name().map(|f| f.to_string_lossy()).unwrap_or_default());
     let reading: String = reading.chars().take(24).collect();
@@ -164,18 +169,20 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
         .finish(num_src, num_dst, &mut |phase: BuildPhase, done, total| bar.update(phase.name(), done, total))
         .map_err(gfg_failure)?;
     pending.commit().map_err(gfg_failure)?;
-    work.publish(&staged, &out_path)?;
+    let renumbered = if renumber { Some(renumber_staged(req, &staged, work.path())?) } else { None };
+    work.publish(renumbered.as_ref().map_or(&staged, |(p, _)| p), &out_path)?;
     bar.clear();
     let size = std::fs::metadata(&out_path).map(|m| m.len()).unwrap_or(0);
     let _ = writeln!(
         std::io::stderr(),
-        "wrote {out} ({}): {} sources, {} destinations, {} edges{}{}; {} sorted run(s) of at most {} edges, {} merge pass(es), memory budget {}, {:.2} s",
+        "wrote {out} ({}): {} sources, {} destinations, {} edges{}{}{}; {} sorted run(s) of at most {} edges, {} merge pass(es), memory budget {}, {:.2} s",
         human_bytes(size),
         stats.num_src,
         stats.num_dst,
         stats.num_edges,
         if stats.edge_ids { ", edge ids stored" } else { "" },
         if req.transpose { ", with transpose" } else { "" },
+        renumbered.as_ref().map_or(String::new(), |(_, ms)| format!(", in node order `{}` ({ms:.0} ms)", req.renumber.name())),
         stats.runs,
         stats.chunk_edges,
         stats.merge_passes,
@@ -188,6 +195,47 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
     );
     report_peak_memory();
     Ok(())
+}
+
+/// Bytes per edge and per node that renumbering a graph in memory holds at
+/// its peak: the graph, its renumbered CSR, both transposes (12 bytes an
+/// edge each: a column and an edge id) and, for `rcm` and `cluster`, the
+/// neighbour lists taken both ways; the order and row offsets per node.
+const RENUMBER_BYTES_PER_EDGE: u64 = 64;
+const RENUMBER_BYTES_PER_NODE: u64 = 48;
+
+/// The plain file `staged` read back into memory, renumbered as `--renumber`
+/// says, and written in that order into `work` (with the renumbered
+/// transpose when asked): the new file's path and the order's cost in ms.
+fn renumber_staged(req: &ConvertRequest, staged: &std::path::Path, work: &std::path::Path) -> Result<(PathBuf, f64), Failure> {
+    let method = req.renumber.name();
+    let file = tiga_runtime::storage::GfgFile::open(staged).map_err(gfg_failure)?;
+    let nodes = (file.num_src() + file.num_dst()) as u64;
+    let need = (file.num_edges() as u64).saturating_mul(RENUMBER_BYTES_PER_EDGE).saturating_add(nodes * RENUMBER_BYTES_PER_NODE);
+    if need > req.memory {
+        return Err(Failure::new(format!(
+            "--renumber {method}: renumbering holds the graph in memory, about {} for {} edges and {} nodes, over the \
+             --memory budget of {}; pass --memory {} or more, or convert without --renumber",
+            human_bytes(need),
+            file.num_edges(),
+            nodes,
+            human_bytes(req.memory),
+            need.div_ceil(1 << 20).to_string() + "M"
+        )));
+    }
+    let g = file.load_graph().map_err(gfg_failure)?;
+    drop(file);
+    let r = g
+        .renumbered(req.renumber)
+        .map_err(|e| Failure::new(format!("--renumber {method}: {}: {e}", req.input.display())))?
+        .ok_or_else(|| Failure::new(format!("--renumber {method}: no order")))?;
+    let out = work.join("renumbered.gfg");
+    tiga_runtime::storage::GfgWriter::renumbered(&g, &r)
+        .map_err(gfg_failure)?
+        .with_transpose(req.transpose)
+        .save(&out)
+        .map_err(gfg_failure)?;
+    Ok((out, r.build_ms))
 }
 
 /// The private folder of one conversion: `.tigac-convert.<pid>.<random>`

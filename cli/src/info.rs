@@ -45,6 +45,20 @@ pub fn info(path: &Path) -> Result<(), Failure> {
     ));
     text.push_str(&format!("transpose: {}\n", if file.has_transpose() { "stored" } else { "not stored" }));
     let mut first_failure: Option<Failure> = None;
+    // A stored order is checked to be a permutation as it is read.
+    let order = match file.node_order() {
+        Ok(None) => "none: node ids are the input's".to_string(),
+        Ok(Some(o)) => format!(
+            "{} (node_order maps the input's ids to the file's; {}; runs take and give fields in the input's numbering)",
+            o.method.name(),
+            if o.src_order().is_some() { "sources and destinations" } else { "destinations only, sources keep their ids" }
+        ),
+        Err(e) => {
+            first_failure = Some(Failure::new(e.to_string()));
+            format!("INVALID: {e}")
+        }
+    };
+    text.push_str(&format!("node order: {order}\n"));
     let mut checksum_lines = String::new();
     for s in &m.sections {
         if let Err(e) = file.verify_section(&s.name) {

@@ -361,6 +361,14 @@ impl PageArgs {
             (true, false) => ", edge ids not read (no edge fields or outputs)",
             _ => "",
         };
-        Ok(format!("{} page(s), {rows}{cut}, prefetch depth {}{ids}", plan.len(), schedule.prefetch_depth()))
+        let order = match file.node_order().map_err(|e| Failure::new(e.to_string()))? {
+            Some(o) => format!(
+                ", rows in the file's stored node order `{}` (node fields moved into it and outputs back; parameter sums \
+                 and a max/min backward's scatter read the rows in the caller's order)",
+                o.method.name()
+            ),
+            None => String::new(),
+        };
+        Ok(format!("{} page(s), {rows}{cut}, prefetch depth {}{ids}{order}", plan.len(), schedule.prefetch_depth()))
     }
 }

@@ -461,17 +461,38 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
     schedule.renumber = req.renumber;
     // The renumbering is built once, before the timed calls, and kept with
     // the graph (the calls reuse it): --timing reports its cost apart.
-    let renumber_ms = match (&graph, req.renumber) {
-        (_, tiga::Renumber::None) => None,
-        (GraphSource::Memory(g), method) => g
-            .renumbered(method)
-            .map_err(|e| Failure::new(format!("--renumber {}: {e}", method.name())))?
-            .map(|r| r.build_ms),
-        (GraphSource::Paged(_), method) => {
+    // A file written in a node order runs in it (its layout), and takes
+    // that method or none; a file without one runs as written.
+    let stored_order = match &graph {
+        GraphSource::Paged(f) => f.node_order().map_err(|e| Failure::new(e.to_string()))?.map(|o| o.method),
+        GraphSource::Memory(_) => None,
+    };
+    let renumber_ms = match (&graph, req.renumber, stored_order) {
+        (_, tiga::Renumber::None, _) => None,
+        (GraphSource::Paged(f), method, Some(s)) if method != s => {
             return Err(Failure::new(format!(
-                "--renumber {}: a .gfg graph runs paged in the order it was written; renumber an edge list or .mtx                  graph (read into memory), or drop --renumber",
+                "--renumber {}: {} was written in the node order `{}` and runs in it; drop --renumber (or give \
+                 --renumber {}), or convert the input again with --renumber {}",
+                method.name(),
+                f.path().display(),
+                s.name(),
+                s.name(),
                 method.name()
             )))
+        }
+        // Asked for by name: paid when the file was written.
+        (GraphSource::Paged(_), _, Some(_)) => Some(0.0),
+        (GraphSource::Paged(_), method, None) => {
+            return Err(Failure::new(format!(
+                "--renumber {}: a .gfg graph runs paged in the order it was written; write it in a node order \
+                 (`tigac convert --renumber {}`), renumber an edge list or .mtx graph (read into memory), or drop \
+                 --renumber",
+                method.name(),
+                method.name()
+            )))
+        }
+        (GraphSource::Memory(g), method, _) => {
+            g.renumbered(method).map_err(|e| Failure::new(format!("--renumber {}: {e}", method.name())))?.map(|r| r.build_ms)
         }
     };
     // A forward that will be differentiated keeps its residuals (the CPU
@@ -571,6 +592,11 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
             line["vjp_ms_median"] = serde_json::json!(median_ms(vjp_times));
             line["residuals"] = serde_json::json!(!tape.is_empty());
             line["residual_bytes"] = serde_json::json!(tape.bytes());
+        }
+        if let Some(method) = stored_order {
+            // Paid when the file was written: no renumber_ms here.
+            line["renumber"] = serde_json::json!(method.name());
+            line["renumber_stored"] = serde_json::json!(true);
         }
         if let Some(ms) = renumber_ms {
             line["renumber"] = serde_json::json!(req.renumber.name());

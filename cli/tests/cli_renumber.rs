@@ -75,3 +75,77 @@ fn what_cannot_be_renumbered_is_refused() {
     fails_with(&tigac(d, &[&bip[..], &["--renumber", "rcm"]].concat()), &["--renumber rcm", "square graph"]);
     ok(&tigac(d, &[&bip[..], &["--renumber", "degree"]].concat()));
 }
+
+/// `tigac convert --renumber` writes the graph in a node order; runs over
+/// it (paged, two rows a page) write the bytes of the runs over the plain
+/// conversion, forward and gradients: a max (winner scatter in the
+/// caller's order), a kernel with destination and edge fields, and one
+/// with a parameter (its gradient a sum over rows in the caller's order).
+#[test]
+fn graphs_written_in_a_node_order_run_with_the_plain_runs_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    setup(d);
+    let gnn = gnn_path();
+    let gnn = gnn.to_str().expect("utf8");
+    let mut rng = Rng(5);
+    let mut vec = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.uniform() as f32 + 0.1).collect() };
+    let edges = EDGES.lines().count();
+    npy_f32(&d.join("cs.npy"), &[N], &vec(N));
+    npy_f32(&d.join("cd.npy"), &[N], &vec(N));
+    npy_f32(&d.join("w.npy"), &[edges], &vec(edges));
+    npy_f32(&d.join("p.npy"), &[F], &vec(F));
+    let kernels: [(&str, &[&str]); 3] = [
+        ("MaxPool", &["--src", "h=h.npy"]),
+        ("GcnNorm", &["--src", "h=h.npy", "--src", "cs=cs.npy", "--dst", "cd=cd.npy", "--edge", "w=w.npy"]),
+        ("EdgeGate", &["--src", "h=h.npy", "--edge", "w=w.npy", "--param", "p=p.npy"]),
+    ];
+    let run = |graph: &str, kernel: &str, fields: &[&str], tag: &str, extra: &[&str]| {
+        let out = format!("{kernel}.{tag}.npy");
+        let grads = format!("{kernel}.{tag}.grads");
+        let args = [
+            &["run", gnn, "--kernel", kernel, "--graph", graph, "--out", &out, "--grads", &grads, "--page-rows", "2"][..],
+            fields,
+            extra,
+        ]
+        .concat();
+        let o = tigac(d, &args);
+        ok(&o);
+        let mut files = vec![std::fs::read(d.join(&out)).expect("output")];
+        let mut names: Vec<_> = std::fs::read_dir(d.join(&grads)).expect("grads").flatten().map(|e| e.path()).collect();
+        names.sort();
+        files.extend(names.iter().map(|p| std::fs::read(p).expect("gradient")));
+        (files, names.len(), stdout(&o))
+    };
+    ok(&tigac(d, &["convert", "g.txt", "plain.gfg", "--transpose"]));
+    for method in ["degree", "rcm", "cluster"] {
+        let file = format!("{method}.gfg");
+        let o = tigac(d, &["convert", "g.txt", &file, "--transpose", "--renumber", method]);
+        ok(&o);
+        assert!(stderr(&o).contains(&format!("in node order `{method}`")), "{}", stderr(&o));
+        let info = tigac(d, &["info", &file]);
+        ok(&info);
+        assert!(stdout(&info).contains(&format!("node order: {method} (")), "{}", stdout(&info));
+        assert!(stdout(&info).contains("format: gfg 3.0"), "{}", stdout(&info));
+        for (kernel, fields) in kernels {
+            let (plain, n, _) = run("plain.gfg", kernel, fields, "plain", &[]);
+            let (got, m, timing) = run(&file, kernel, fields, method, &["--timing"]);
+            assert!(n >= 1 && n == m, "{kernel}: {n} and {m} gradient files");
+            assert_eq!(got, plain, "{method} {kernel}: output and gradient bytes");
+            let v: serde_json::Value = serde_json::from_str(timing.trim()).expect("one JSON line");
+            assert_eq!((v["renumber"].as_str(), v["renumber_stored"].as_bool()), (Some(method), Some(true)), "{v}");
+        }
+    }
+    assert!(stdout(&tigac(d, &["info", "plain.gfg"])).contains("node order: none"));
+    // A file runs in its stored order: another method is refused by name.
+    let base = ["run", gnn, "--kernel", "VecSum", "--graph", "degree.gfg", "--src", "h=h.npy", "--out", "o.npy"];
+    fails_with(&tigac(d, &[&base[..], &["--renumber", "rcm"]].concat()), &["--renumber rcm", "node order `degree`"]);
+    let o = tigac(d, &[&base[..], &["--renumber", "degree", "--timing"]].concat());
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON line");
+    assert_eq!((v["renumber"].as_str(), v["renumber_ms"].as_f64()), (Some("degree"), Some(0.0)), "{v}");
+    // Sampling reads stored ids: refused on a file in a node order.
+    tiga_runtime::write_npy_ids(d.join("seeds.npy"), &[0, 1]).expect("seeds");
+    let o = tigac(d, &["sample", "--graph", "degree.gfg", "--seeds", "seeds.npy", "--fanout", "2", "--out", "s"]);
+    fails_with(&o, &["node order"]);
+}

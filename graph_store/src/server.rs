@@ -126,6 +126,8 @@ pub enum ServeError {
          sources and {num_dst} destinations"
     )]
     NotSquare { path: String, num_src: usize, num_dst: usize },
+    #[error("{path} is stored in a node order (written with --renumber); a graph store serves node ids as the caller numbers them: serve a .gfg written without --renumber")]
+    Renumbered { path: String },
     #[error("{path}: {num} nodes do not fit the 32-bit node ids the sampler uses")]
     TooLarge { path: String, num: usize },
     #[error("building this server's rows: {0}")]
@@ -221,6 +223,9 @@ impl Store {
         let path = opts.graph.display().to_string();
         let gfg = |source| ServeError::Graph { path: path.clone(), source };
         let file = GfgFile::open(&opts.graph).map_err(gfg)?;
+        if file.has_node_order() {
+            return Err(ServeError::Renumbered { path });
+        }
         let (n, e) = (file.num_dst(), file.num_edges());
         if file.num_src() != n {
             return Err(ServeError::NotSquare { path, num_src: file.num_src(), num_dst: n });

@@ -72,11 +72,21 @@ pub trait Realization: Sync {
     /// This realization with its nodes renumbered by `method`, for a call
     /// whose schedule asks for it ([`Schedule::renumber`]): `None` where
     /// this realization runs in its own order (a generated stencil, whose
-    /// index order is already local; a file, which stores its order when
-    /// written; a shard, whose partition renumbers its rows already).
+    /// index order is already local; a file written without an order; a
+    /// shard, whose partition renumbers its rows already). A file written
+    /// in a node order gives that order's view whatever `method` is,
+    /// except another method, which is an error.
     fn renumbered(&self, method: crate::Renumber) -> Result<Option<crate::RenumberedGraph<'_>>, crate::RenumberError> {
         let _ = method;
         Ok(None)
+    }
+
+    /// Whether this realization is laid out in a renumbering of the
+    /// caller's numbering (a `.gfg` written with a node order), so that
+    /// every call over it, on every side, goes through
+    /// [`Realization::renumbered`], whatever the schedule asks.
+    fn renumbered_layout(&self) -> bool {
+        false
     }
 
     /// When this realization is a renumbered view: the renumbering its rows
@@ -219,7 +229,7 @@ impl Realization for Graph {
         }))
     }
     fn renumbered(&self, method: crate::Renumber) -> Result<Option<crate::RenumberedGraph<'_>>, crate::RenumberError> {
-        Ok(Graph::renumbered(self, method)?.map(|renumbered| crate::RenumberedGraph { base: self, renumbered }))
+        Ok(Graph::renumbered(self, method)?.map(|renumbered| crate::RenumberedGraph::of_graph(self, renumbered)))
     }
     fn describe(&self) -> String {
         format!("in_memory (CSR in RAM; {} sources, {} destinations, {} edges)", self.num_src(), self.num_dst(), self.num_edges())
@@ -238,8 +248,13 @@ impl Realization for GfgFile {
     }
     fn rows(&self, side: Side, edge_ids: bool) -> Result<Rows<'_>, ExecError> {
         if side == Side::Transposed && !self.has_transpose() {
+            // A file in a node order is rebuilt in that order, or it loses it.
+            let again = match self.node_order() {
+                Ok(Some(o)) => format!(" --renumber {}", o.method.name()),
+                _ => String::new(),
+            };
             return Err(ExecError::Unavailable(format!(
-                "{} has no transposed CSR, which a paged backward reads: rebuild it with `tigac convert --transpose` (or save with a transpose)",
+                "{} has no transposed CSR, which a paged backward reads: rebuild it with `tigac convert --transpose{again}` (or save with a transpose)",
                 self.path().display()
             )));
         }
@@ -250,6 +265,20 @@ impl Realization for GfgFile {
     }
     fn stored_field(&self, role: FieldRole, name: &str) -> Option<FieldHandle> {
         self.field(role, name).ok()
+    }
+    fn renumbered(&self, method: crate::Renumber) -> Result<Option<crate::RenumberedGraph<'_>>, crate::RenumberError> {
+        let Some(order) = self.node_order()? else { return Ok(None) };
+        if method != crate::Renumber::None && method != order.method {
+            return Err(crate::RenumberError::StoredOrder {
+                path: self.path().display().to_string(),
+                stored: order.method.name(),
+                asked: method.name(),
+            });
+        }
+        Ok(Some(crate::RenumberedGraph::of_file(self, order)))
+    }
+    fn renumbered_layout(&self) -> bool {
+        self.has_node_order()
     }
     fn describe(&self) -> String {
         format!(

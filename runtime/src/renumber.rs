@@ -28,6 +28,11 @@
 //! - A graph keeps its renumberings, one per method, built on first use
 //!   ([`Graph::renumbered`]): a second call pays only for permuting its
 //!   fields.
+//! - A `.gfg` can be written in an order ([`crate::GfgWriter::renumbered`],
+//!   format version 3): its CSRs are the renumbered ones and it stores the
+//!   order, read back as a [`Renumbered`] without in-memory rows
+//!   ([`crate::GfgFile::node_order`]); a [`RenumberedGraph`] over it reads
+//!   its pages, and its base reads them in the caller's order.
 //!
 //! The orders:
 //! - `degree`: in- plus out-degree, highest first, ties in old order
@@ -49,9 +54,10 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use crate::exec::{ExecError, Side};
+use crate::exec::{ExecError, Side, UserOrderFile};
 use crate::realization::{GraphRows, Realization, Rows};
 use crate::schedule::Renumber;
+use crate::storage::GfgFile;
 use crate::tensor::{Data, DataMut, Tensor, TensorError, TensorView};
 use crate::{Graph, GraphError};
 
@@ -73,6 +79,14 @@ pub enum RenumberError {
     FieldRows { expected: usize, actual: usize },
     #[error("a {field} field moved into a reused {buffer} buffer")]
     BufferType { field: &'static str, buffer: &'static str },
+    #[error("{path} is laid out in its stored node order (by {stored}); it cannot be renumbered by {asked} as well: run it with renumbering `none` or `{stored}`, or convert the input again with `--renumber {asked}`")]
+    StoredOrder { path: String, stored: &'static str, asked: &'static str },
+    #[error("a renumbering made for a graph of {made_for:?} (sources, destinations, edges) given with a graph of {given:?}")]
+    OtherGraph { made_for: (usize, usize, usize), given: (usize, usize, usize) },
+    #[error("this renumbering is a file's stored layout: its rows are read from the file, not built in memory")]
+    StoredLayout,
+    #[error(transparent)]
+    File(#[from] crate::GfgError),
     #[error(transparent)]
     Graph(#[from] GraphError),
     #[error(transparent)]
@@ -155,10 +169,11 @@ impl Order {
     }
 
     /// [`Order::to_new`] or [`Order::to_old`] (`to_new`), into `out` when
-    /// it has the field's dtype and shape (a reused buffer; see
-    /// [`Renumbered::scratch`]), else into a new tensor.
+    /// it has the field's dtype and shape (a reused buffer, see
+    /// [`Renumbered::scratch`]; or a tensor in a file, for a field over a
+    /// RAM budget), else into a new tensor.
     pub fn moved_into(&self, field: &TensorView<'_>, to_new: bool, out: Option<Tensor>) -> Result<Tensor, RenumberError> {
-        let out = out.filter(|t| t.dtype() == field.dtype() && t.shape() == field.shape() && !t.is_file_backed());
+        let out = out.filter(|t| t.field_type() == field.field_type() && t.shape() == field.shape());
         gather_rows(field, if to_new { &self.inv } else { &self.perm }, out)
     }
 }
@@ -387,15 +402,17 @@ fn permute_csr(g: &Graph, rows: &Order, cols: Option<&Order>) -> Result<Graph, R
 
 /// A graph in a new numbering, with what a call needs to run on it and to
 /// move fields in and out (see the module doc). Built by
-/// [`Graph::renumbered`], which keeps it.
+/// [`Graph::renumbered`], which keeps it, or read from a `.gfg` written in
+/// that numbering ([`crate::storage::GfgFile::node_order`]).
 #[derive(Debug)]
 pub struct Renumbered {
     pub method: Renumber,
     /// The rows' order (a square graph's one order).
     pub dst: Order,
-    pub forward: Arc<Graph>,
-    /// The renumbered old transpose, built on first use.
-    transposed: std::sync::OnceLock<Arc<Graph>>,
+    /// Whether the sources share the rows' order (a square graph's do; a
+    /// non-square graph's keep their ids).
+    square: bool,
+    rows: RenumberedRows,
     /// Milliseconds to compute the order and to build the renumbered graph.
     pub build_ms: f64,
     /// Buffers that held fields in the new numbering during a call (moved
@@ -413,6 +430,17 @@ pub struct Renumbered {
 /// memory, held with the graph's renumbering.
 pub const SCRATCH_BUFFERS: usize = 4;
 
+/// Where a renumbered graph's rows are.
+#[derive(Debug)]
+enum RenumberedRows {
+    /// Built in memory from the caller's graph: the renumbered CSR, and the
+    /// renumbered old transpose, built on first use.
+    Memory { forward: Arc<Graph>, transposed: std::sync::OnceLock<Arc<Graph>> },
+    /// A file written in this numbering: its own CSRs are the renumbered
+    /// ones.
+    Stored,
+}
+
 impl Renumbered {
     /// `g` renumbered by `method` (`None` for [`Renumber::None`]).
     pub fn build(g: &Graph, method: Renumber) -> Result<Option<Renumbered>, RenumberError> {
@@ -424,7 +452,24 @@ impl Renumbered {
         let forward = Arc::new(permute_csr(g, &dst, square.then_some(&dst))?);
         let build_ms = start.elapsed().as_secs_f64() * 1e3;
         let scratch = std::sync::Mutex::new(Vec::new());
-        Ok(Some(Renumbered { method, dst, forward, transposed: std::sync::OnceLock::new(), build_ms, scratch }))
+        let rows = RenumberedRows::Memory { forward, transposed: std::sync::OnceLock::new() };
+        Ok(Some(Renumbered { method, dst, square, rows, build_ms, scratch }))
+    }
+
+    /// The renumbering a file was written in (its rows are the file's):
+    /// `dst` for the rows, and for the sources too when `square`.
+    pub fn stored(method: Renumber, dst: Order, square: bool) -> Renumbered {
+        let scratch = std::sync::Mutex::new(Vec::new());
+        Renumbered { method, dst, square, rows: RenumberedRows::Stored, build_ms: 0.0, scratch }
+    }
+
+    /// The renumbered CSR, when it was built in memory (`None` for a
+    /// file's stored order, whose rows are the file's).
+    pub fn forward(&self) -> Option<&Arc<Graph>> {
+        match &self.rows {
+            RenumberedRows::Memory { forward, .. } => Some(forward),
+            RenumberedRows::Stored => None,
+        }
     }
 
     /// A kept buffer of this dtype and shape, if there is one (see
@@ -452,12 +497,13 @@ impl Renumbered {
     /// The sources' order: the rows' on a square graph, none (ids kept)
     /// otherwise.
     pub fn src_order(&self) -> Option<&Order> {
-        (self.forward.num_src() == self.forward.num_dst()).then_some(&self.dst)
+        self.square.then_some(&self.dst)
     }
 
     /// The renumbered transpose of `base` (the graph this was built from).
     pub fn transposed(&self, base: &Graph) -> Result<Arc<Graph>, RenumberError> {
-        if let Some(t) = self.transposed.get() {
+        let RenumberedRows::Memory { transposed, .. } = &self.rows else { return Err(RenumberError::StoredLayout) };
+        if let Some(t) = transposed.get() {
             return Ok(t.clone());
         }
         let t = base.try_transposed()?;
@@ -467,7 +513,7 @@ impl Renumbered {
             // columns (old rows) take the new row ids.
             None => permute_csr(&t, &identity(t.num_dst()), Some(&self.dst))?,
         };
-        Ok(self.transposed.get_or_init(|| Arc::new(built)).clone())
+        Ok(transposed.get_or_init(|| Arc::new(built)).clone())
     }
 
     /// The orders of the sources and destinations of `side`'s rows
@@ -489,33 +535,92 @@ fn identity(n: usize) -> Order {
 /// over it takes fields in the new numbering; the facade moves them.
 #[derive(Debug, Clone)]
 pub struct RenumberedGraph<'g> {
-    pub base: &'g Graph,
+    base: Base<'g>,
     pub renumbered: Arc<Renumbered>,
+}
+
+/// The graph in the caller's numbering, which the renumbering was made
+/// from: rows for the sums that add rows in the caller's order.
+#[derive(Debug, Clone)]
+enum Base<'g> {
+    Memory(&'g Graph),
+    /// A file written in the new numbering, read back in the caller's
+    /// order a page at a time.
+    File(UserOrderFile<'g>),
+}
+
+impl<'g> RenumberedGraph<'g> {
+    /// `base` renumbered in memory as `renumbered` says.
+    pub fn of_graph(base: &'g Graph, renumbered: Arc<Renumbered>) -> RenumberedGraph<'g> {
+        RenumberedGraph { base: Base::Memory(base), renumbered }
+    }
+
+    /// A file laid out in its stored order `renumbered`.
+    pub fn of_file(file: &'g GfgFile, renumbered: Arc<Renumbered>) -> RenumberedGraph<'g> {
+        let base = UserOrderFile { file, renumbered: renumbered.clone() };
+        RenumberedGraph { base: Base::File(base), renumbered }
+    }
+
+    /// The graph in the caller's numbering (a call over it takes fields in
+    /// that numbering).
+    pub fn base(&self) -> &(dyn Realization + 'g) {
+        match &self.base {
+            Base::Memory(g) => *g,
+            Base::File(f) => f,
+        }
+    }
+
+    /// Whether the renumbering is the realization's own layout (a file
+    /// written in a node order), which every call goes through, rather
+    /// than a choice a schedule made for a forward.
+    pub fn is_layout(&self) -> bool {
+        matches!(self.base, Base::File(_))
+    }
 }
 
 impl Realization for RenumberedGraph<'_> {
     fn num_src(&self) -> usize {
-        self.base.num_src()
+        self.base().num_src()
     }
     fn num_dst(&self) -> usize {
-        self.base.num_dst()
+        self.base().num_dst()
     }
     fn num_edges(&self) -> usize {
-        self.base.num_edges()
+        self.base().num_edges()
     }
-    fn rows(&self, side: Side, _edge_ids: bool) -> Result<Rows<'_>, ExecError> {
+    fn rows(&self, side: Side, edge_ids: bool) -> Result<Rows<'_>, ExecError> {
+        let g = match &self.base {
+            Base::File(f) => return f.file.rows(side, edge_ids),
+            Base::Memory(g) => *g,
+        };
         let r = &self.renumbered;
+        let forward = r.forward().ok_or_else(|| ExecError::Unavailable(RenumberError::StoredLayout.to_string()))?;
         Ok(Rows::Memory(GraphRows::Shared(match side {
-            Side::Forward => r.forward.clone(),
-            Side::Transposed => r.transposed(self.base).map_err(|e| ExecError::Unavailable(e.to_string()))?,
-            Side::RowReversed => r.forward.row_reversed(),
+            Side::Forward => forward.clone(),
+            Side::Transposed => r.transposed(g).map_err(|e| ExecError::Unavailable(e.to_string()))?,
+            Side::RowReversed => forward.row_reversed(),
         })))
+    }
+    fn has_side(&self, side: Side) -> bool {
+        self.base().has_side(side)
+    }
+    /// A file's stored fields, which it holds in its stored numbering.
+    fn stored_field(&self, role: crate::storage::FieldRole, name: &str) -> Option<crate::storage::FieldHandle> {
+        match &self.base {
+            Base::File(f) => f.file.stored_field(role, name),
+            Base::Memory(_) => None,
+        }
     }
     fn renumbering(&self) -> Option<&RenumberedGraph<'_>> {
         Some(self)
     }
     fn describe(&self) -> String {
-        format!("{}, renumbered by {}", Realization::describe(self.base), self.renumbered.method.name())
+        let what = if self.is_layout() { "stored in the node order of" } else { "renumbered by" };
+        let base = match &self.base {
+            Base::Memory(g) => Realization::describe(*g),
+            Base::File(f) => Realization::describe(f.file),
+        };
+        format!("{base}, {what} {}", self.renumbered.method.name())
     }
 }
 
@@ -555,7 +660,8 @@ mod tests {
             for i in 0..g.num_dst() {
                 let new = o.perm()[i] as usize;
                 let want: Vec<(u32, u64)> = g.row(i).map(|p| (o.perm()[g.cols()[p] as usize], g.edge_id(p))).collect();
-                let got: Vec<(u32, u64)> = r.forward.row(new).map(|p| (r.forward.cols()[p], r.forward.edge_id(p))).collect();
+                let f = r.forward().expect("built in memory");
+                let got: Vec<(u32, u64)> = f.row(new).map(|p| (f.cols()[p], f.edge_id(p))).collect();
                 assert_eq!(got, want, "{method:?} row {i}");
             }
             // The transpose: row perm[j] holds the old transpose's row j.
@@ -648,7 +754,7 @@ mod tests {
         let r = g.renumbered(Renumber::Degree).expect("ok").expect("order");
         assert_eq!(r.dst.perm(), &[1, 0]);
         assert!(r.src_order().is_none());
-        assert_eq!(r.forward.cols(), &[0, 1, 2, 2]);
+        assert_eq!(r.forward().expect("in memory").cols(), &[0, 1, 2, 2]);
         assert!(matches!(g.renumbered(Renumber::Rcm), Err(RenumberError::NotSquare { .. })));
     }
 }

@@ -53,6 +53,11 @@ pub enum SampleError {
     NotSquare { num_src: usize, num_dst: usize },
     #[error("a generated stencil has no stored rows to sample; build its CSR (Graph::stencil)")]
     Generated,
+    #[error(
+        "{0} is stored in a node order (a .gfg written with --renumber), and sampling reads node ids as stored: \
+         sample a graph written without --renumber"
+    )]
+    RenumberedLayout(String),
     #[error("reading rows: {0}")]
     Rows(#[from] ExecError),
     #[error("ranks disagree: {0}")]
@@ -193,6 +198,9 @@ enum RowReader<'r> {
 
 impl<'r> RowReader<'r> {
     fn new(r: &'r dyn Realization) -> Result<RowReader<'r>, SampleError> {
+        if r.renumbered_layout() {
+            return Err(SampleError::RenumberedLayout(r.describe()));
+        }
         Ok(match r.shard() {
             Some(sh) => {
                 let local = sh.local();

@@ -139,6 +139,17 @@ impl Renumber {
 
     /// Every method, `None` first.
     pub const ALL: [Renumber; 4] = [Renumber::None, Renumber::Degree, Renumber::Rcm, Renumber::Cluster];
+
+    /// The method's number in a `.gfg`'s `node_order_method` section: its
+    /// place in [`Renumber::ALL`] (`none` is 0, and never stored).
+    pub fn code(self) -> u32 {
+        Renumber::ALL.iter().position(|&m| m == self).unwrap_or(0) as u32
+    }
+
+    /// [`Renumber::code`]'s inverse; `None` for a number no method has.
+    pub fn from_code(code: u32) -> Option<Renumber> {
+        Renumber::ALL.get(usize::try_from(code).ok()?).copied()
+    }
 }
 
 /// Device time that a call's launches took, as events measured it, added

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use tiga::compiler::ir::{ReducerKind, Role};
-use tiga::runtime::storage::{save_gfg, FieldRole, GfgFile};
+use tiga::runtime::storage::{save_gfg, FieldRole, GfgFile, GfgWriter};
 use tiga::{DType, InProcess, Kernel, PartitionChoice, Renumber, Schedule, ShardOptions, Sharded, Tensor, TensorView};
 
 use crate::case::{tensor, Call, Case};
@@ -47,6 +47,11 @@ pub enum Realizer {
     /// (`Schedule::renumber`): forward and backward bit-identical to the
     /// plain in-memory run ([`Realizer::backward_bits`]).
     Renumbered(Renumber),
+    /// A `.gfg` written in a node order (`GfgWriter::renumbered`, with its
+    /// renumbered transpose and node fields), read 3 rows at a time, the
+    /// call's fields and results in the caller's numbering: bit-identical
+    /// to the plain in-memory run, forward and backward.
+    PagedRenumbered(Renumber),
 }
 
 /// What a realization is expected to refuse for a call: a substring of the
@@ -65,6 +70,7 @@ impl std::fmt::Display for Realizer {
             Realizer::Paged { page_rows } => write!(f, "paged({page_rows} rows)"),
             Realizer::Sharded { ranks, cut } => write!(f, "sharded({ranks} ranks, {cut:?})"),
             Realizer::Renumbered(m) => write!(f, "renumbered({})", m.name()),
+            Realizer::PagedRenumbered(m) => write!(f, "paged, stored renumbered({})", m.name()),
         }
     }
 }
@@ -83,6 +89,9 @@ impl Realizer {
             Realizer::Renumbered(Renumber::Degree),
             Realizer::Renumbered(Renumber::Rcm),
             Realizer::Renumbered(Renumber::Cluster),
+            Realizer::PagedRenumbered(Renumber::Degree),
+            Realizer::PagedRenumbered(Renumber::Rcm),
+            Realizer::PagedRenumbered(Renumber::Cluster),
         ]
     }
 
@@ -90,7 +99,7 @@ impl Realizer {
     /// backward's bits (a renumbering keeps every sum's order; the others
     /// are held to the reference's tolerance).
     pub fn backward_bits(&self) -> bool {
-        matches!(self, Realizer::Renumbered(_))
+        matches!(self, Realizer::Renumbered(_) | Realizer::PagedRenumbered(_))
     }
 
     /// Whether this realization can hold `case` at all (a generated stencil
@@ -98,7 +107,11 @@ impl Realizer {
     pub fn holds(&self, case: &Case) -> bool {
         match self {
             Realizer::Generated => case.stencil.is_some(),
-            Realizer::InMemory | Realizer::Paged { .. } | Realizer::Sharded { .. } | Realizer::Renumbered(_) => true,
+            Realizer::InMemory
+            | Realizer::Paged { .. }
+            | Realizer::Sharded { .. }
+            | Realizer::Renumbered(_)
+            | Realizer::PagedRenumbered(_) => true,
         }
     }
 
@@ -123,12 +136,17 @@ impl Realizer {
             }
             // RCM and clusters need one node set; `degree` renumbers the
             // rows of any graph.
-            Realizer::Renumbered(Renumber::Rcm | Renumber::Cluster) if case.graph.num_src() != case.graph.num_dst() => {
+            Realizer::Renumbered(Renumber::Rcm | Renumber::Cluster)
+            | Realizer::PagedRenumbered(Renumber::Rcm | Renumber::Cluster)
+                if case.graph.num_src() != case.graph.num_dst() =>
+            {
                 Refusals { forward: Some("needs a square graph"), backward: Some("needs a square graph") }
             }
-            Realizer::InMemory | Realizer::Paged { .. } | Realizer::Sharded { .. } | Realizer::Renumbered(_) => {
-                Refusals::default()
-            }
+            Realizer::InMemory
+            | Realizer::Paged { .. }
+            | Realizer::Sharded { .. }
+            | Realizer::Renumbered(_)
+            | Realizer::PagedRenumbered(_) => Refusals::default(),
         }
     }
 
@@ -154,7 +172,8 @@ impl Realizer {
                     backward: k.vjp_with(st, &ins, &cots, schedule).map(|g| g.items).map_err(|e| e.to_string()),
                 }
             }
-            Realizer::Paged { page_rows } => paged(k, case, call, &schedule.clone().page_rows(*page_rows).prefetch(1)),
+            Realizer::Paged { page_rows } => paged(k, case, call, None, &schedule.clone().page_rows(*page_rows).prefetch(1)),
+            Realizer::PagedRenumbered(m) => paged(k, case, call, Some(*m), &schedule.clone().page_rows(3).prefetch(1)),
             Realizer::Sharded { ranks, cut } => sharded(k, case, call, *ranks, *cut, schedule),
             Realizer::Renumbered(m) => {
                 let schedule = schedule.clone().renumber(*m);
@@ -169,8 +188,9 @@ impl Realizer {
 }
 
 /// The graph (with its transpose) and every node and edge field saved to a
-/// `.gfg`; the call passes only the parameters, the rest comes from the file.
-fn paged(k: &Kernel, case: &Case, call: &Call, schedule: &Schedule) -> Results {
+/// `.gfg`, in the node order `method` gives when there is one; the call
+/// passes only the parameters, the rest comes from the file.
+fn paged(k: &Kernel, case: &Case, call: &Call, method: Option<Renumber>, schedule: &Schedule) -> Results {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("a temporary directory: {e}"));
     let path = dir.path().join("case.gfg");
     let on_disk: Vec<(FieldRole, &str, TensorView<'_>)> = call
@@ -186,7 +206,19 @@ fn paged(k: &Kernel, case: &Case, call: &Call, schedule: &Schedule) -> Results {
             Some((role, n.as_str(), t.view()))
         })
         .collect();
-    save_gfg(&path, &case.graph, true, &on_disk).unwrap_or_else(|e| panic!("saving {}: {e}", case.name));
+    let renumbered = match method.map(|m| case.graph.renumbered(m)) {
+        None | Some(Ok(None)) => None,
+        Some(Ok(Some(r))) => Some(r),
+        // The renumbering's refusal is this realization's answer.
+        Some(Err(e)) => return Results { forward: Err(e.to_string()), backward: Err(e.to_string()) },
+    };
+    let saved = match &renumbered {
+        None => save_gfg(&path, &case.graph, true, &on_disk),
+        Some(r) => GfgWriter::renumbered(&case.graph, r).and_then(|w| {
+            on_disk.iter().fold(w.with_transpose(true), |w, (role, name, v)| w.field(*role, *name, v.clone())).save(&path)
+        }),
+    };
+    saved.unwrap_or_else(|e| panic!("saving {}: {e}", case.name));
     let file = GfgFile::open(&path).unwrap_or_else(|e| panic!("opening {}: {e}", case.name));
     let params = call.params();
     Results {

@@ -55,7 +55,8 @@ fn bipartite_graphs() {
     for r in Realizer::all() {
         let want = match r {
             Realizer::Generated => Count { not_held: calls, ..Count::default() },
-            Realizer::Renumbered(Renumber::Rcm | Renumber::Cluster) => {
+            Realizer::Renumbered(Renumber::Rcm | Renumber::Cluster)
+            | Realizer::PagedRenumbered(Renumber::Rcm | Renumber::Cluster) => {
                 Count { forward_refused: calls, backward_refused: calls, ..Count::default() }
             }
             _ => Count { forward_ran: calls, backward_ran: calls, ..Count::default() },

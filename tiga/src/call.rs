@@ -10,7 +10,7 @@ use tiga_runtime::abi::Stencil2d;
 use tiga_runtime::abi::{EntryFn, RawArgs, RawStencil};
 use tiga_runtime::exec::{self, ParamPartials, RowRunner, Side};
 use tiga_runtime::storage::{FieldHandle, FieldRole};
-use tiga_runtime::{Backend, Realization, Renumber, Rows, Schedule};
+use tiga_runtime::{Backend, Realization, Rows, Schedule};
 use tiga_runtime::{DType, FieldType, Graph, Tensor, TensorView};
 
 use crate::{Error, Kernel, Result};
@@ -384,38 +384,41 @@ impl Kernel {
         if let (Side::Forward, Some(sh)) = (side, r.shard()) {
             return self.run_sharded(sh, inputs, schedule);
         }
-        // Renumbered for locality, where the schedule asks and the
+        // Renumbered for locality: a forward where the schedule asks and the
         // realization can (a forward with parameter sums is not: they would
-        // add rows in another order; see `crate::renumber`).
-        let renumber = schedule.renumber != Renumber::None && r.renumbering().is_none();
-        if side == Side::Forward && renumber && !self.has_param_outputs() {
-            if let Some(view) = r.renumbered(schedule.renumber)? {
-                return self.run_renumbered(&view, inputs, schedule);
-            }
-        }
-        // An adjoint stage with parameter sums over a renumbered graph adds
-        // its rows in the caller's order.
-        if let (Some(view), true) = (r.renumbering(), self.has_param_outputs()) {
-            return self.run_in_user_order(view, side, inputs, schedule);
+        // add rows in another order; see `crate::renumber`), and every call
+        // over a realization laid out in a node order (a file written
+        // renumbered).
+        let wanted = side == Side::Forward && !self.has_param_outputs();
+        if let Some(view) = crate::renumber::view_for(r, schedule, wanted)? {
+            return self.run_renumbered(&view, side, inputs, schedule);
         }
         // Fields not given are the realization's own (a forward run's;
         // adjoint stages get theirs from the VJP).
         let handles = if side == Side::Forward { stored_fields(self.captured(), r, inputs) } else { Vec::new() };
         let all = with_stored_fields(inputs, &handles)?;
-        let (ns, nd) = match side {
-            Side::Transposed => (r.num_dst(), r.num_src()),
-            _ => (r.num_src(), r.num_dst()),
+        let out = match r.renumbering() {
+            // Parameter sums over a renumbered graph (an adjoint stage's;
+            // a forward's over a file laid out in a node order) add their
+            // rows in the caller's order.
+            Some(view) if self.has_param_outputs() => self.run_in_user_order(view, side, &all, schedule),
+            _ => self.run_over(r, side, &all, schedule),
         };
-        let extents = Extents { num_src: ns, num_dst: nd, num_edges: r.num_edges() };
-        let out = r
-            .rows(side, self.reads_edge_ids())
-            .map_err(Error::from)
-            .and_then(|rows| self.run_rows(&rows, extents, &all, schedule));
         // A field read from the file does not stay resident after the call.
         for (_, _, h) in &handles {
             h.release();
         }
         out
+    }
+
+    /// Run over the rows of `side` of `r` as they are, every field given.
+    fn run_over(&self, r: &dyn Realization, side: Side, all: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
+        let (ns, nd) = match side {
+            Side::Transposed => (r.num_dst(), r.num_src()),
+            _ => (r.num_src(), r.num_dst()),
+        };
+        let extents = Extents { num_src: ns, num_dst: nd, num_edges: r.num_edges() };
+        r.rows(side, self.reads_edge_ids()).map_err(Error::from).and_then(|rows| self.run_rows(&rows, extents, all, schedule))
     }
 
     /// The one shape of a call, once its rows are known: bind, pick the

@@ -168,7 +168,13 @@ pub(crate) fn output_spill_dir(bytes: u64, schedule: &Schedule) -> Option<PathBu
     if bytes <= budget {
         return None;
     }
-    Some(schedule.spill_dir.clone().or_else(ambient_spill_dir).unwrap_or_else(std::env::temp_dir))
+    Some(spill_dir(schedule))
+}
+
+/// Where a call's spilled tensors go: the schedule's spill directory, else
+/// the ambient one, else the system's temporary directory.
+pub(crate) fn spill_dir(schedule: &Schedule) -> PathBuf {
+    schedule.spill_dir.clone().or_else(ambient_spill_dir).unwrap_or_else(std::env::temp_dir)
 }
 
 /// Bytes a CSR graph holds in memory.
@@ -416,6 +422,12 @@ impl Realization for AnyGraph {
         match self {
             AnyGraph::Memory(g) => Realization::renumbered(g.as_ref(), method),
             AnyGraph::Paged(p) => p.file.renumbered(method),
+        }
+    }
+    fn renumbered_layout(&self) -> bool {
+        match self {
+            AnyGraph::Memory(g) => g.renumbered_layout(),
+            AnyGraph::Paged(p) => p.file.renumbered_layout(),
         }
     }
     fn describe(&self) -> String {

@@ -17,15 +17,31 @@
 //! - the winner scatter of a max/min backward, which adds each source's
 //!   terms in row order (`vjp::winner_sums`).
 //!
-//! A forward with parameter outputs is not renumbered at all.
+//! A forward with parameter outputs is not renumbered at all in memory.
+//! A `.gfg` written in a node order is laid out renumbered: every call over
+//! it, on every side, goes through its order, and a call with parameter
+//! sums reads its rows in the caller's order, copied through the order a
+//! page at a time (`tiga_runtime::exec::user_order`).
 
 use tiga_compiler::ir::Role;
 use tiga_runtime::exec::Side;
-use tiga_runtime::{Order, Renumber, Renumbered, RenumberedGraph, Schedule, Tensor, TensorView};
+use tiga_runtime::{Order, Realization, Renumber, Renumbered, RenumberedGraph, Schedule, Tensor, TensorView};
 
 use crate::call::{Inputs, Outputs};
 use crate::vjp::Gradients;
 use crate::{Error, Kernel, Result};
+
+/// The renumbered view a call over `r` goes through: always where `r` is
+/// laid out in a node order (a file written renumbered), else the
+/// schedule's renumbering where the call `wants` one (`None` over a view
+/// already, or where neither applies; built on first use).
+pub(crate) fn view_for<'r>(r: &'r dyn Realization, schedule: &Schedule, wants: bool) -> Result<Option<RenumberedGraph<'r>>> {
+    let asked = wants && schedule.renumber != Renumber::None;
+    if r.renumbering().is_some() || !(asked || r.renumbered_layout()) {
+        return Ok(None);
+    }
+    Ok(r.renumbered(schedule.renumber)?)
+}
 
 /// Which way fields move.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -42,6 +58,25 @@ fn moved(r: &Renumbered, order: Option<&Order>, way: Way, t: &TensorView<'_>) ->
     let Some(o) = order else { return Ok(None) };
     let out = r.scratch(t.field_type(), t.shape());
     Ok(Some(o.moved_into(t, way == Way::ToNew, out)?))
+}
+
+/// [`moved`] for a result of a call: one in a file (a paged call's row
+/// output or gradient over its RAM budget) is moved into a file too, in
+/// the schedule's spill directory, so that the budget still holds.
+pub(crate) fn moved_result(
+    r: &Renumbered,
+    order: Option<&Order>,
+    way: Way,
+    t: &Tensor,
+    schedule: &Schedule,
+) -> Result<Option<Tensor>> {
+    let Some(o) = order else { return Ok(None) };
+    if !t.is_file_backed() {
+        return moved(r, Some(o), way, &t.view());
+    }
+    let dir = crate::offload::spill_dir(schedule);
+    let out = Tensor::zeros_in_file(t.dtype(), t.shape().to_vec(), &dir).map_err(Error::from)?;
+    Ok(Some(o.moved_into(&t.view(), way == Way::ToNew, Some(out))?))
 }
 
 /// The order a field of `role` moves by, given the orders of the sources
@@ -83,9 +118,16 @@ fn with_moved<'a>(inputs: &'a Inputs<'_>, moved: &'a [Option<Tensor>]) -> Inputs
 impl Kernel {
     /// The destination-row outputs of a call over rows whose destinations
     /// are in `dst`'s numbering, moved the `way` asked.
-    fn move_outputs(&self, r: &Renumbered, mut outs: Outputs, dst: Option<&Order>, way: Way) -> Result<Outputs> {
+    fn move_outputs(
+        &self,
+        r: &Renumbered,
+        mut outs: Outputs,
+        dst: Option<&Order>,
+        way: Way,
+        schedule: &Schedule,
+    ) -> Result<Outputs> {
         for (o, (_, t)) in self.captured().outputs.iter().zip(outs.items.iter_mut()) {
-            if let Some(m) = moved(r, order_of(o.role, None, dst), way, &t.view())? {
+            if let Some(m) = moved_result(r, order_of(o.role, None, dst), way, t, schedule)? {
                 r.keep(std::mem::replace(t, m));
             }
         }
@@ -97,15 +139,16 @@ impl Kernel {
         self.captured().outputs.iter().any(|o| o.role == Role::Param)
     }
 
-    /// The forward over `view`: fields in, the call, outputs out.
-    pub(crate) fn run_renumbered(&self, view: &RenumberedGraph<'_>, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
-        let r = &view.renumbered;
-        let m = move_inputs(r, inputs, r.src_order(), Some(&r.dst), Way::ToNew)?;
-        let inner = schedule.clone().renumber(Renumber::None);
-        let outs = self.run_side(view, Side::Forward, &with_moved(inputs, &m), &inner)?;
-        let outs = self.move_outputs(r, outs, Some(&r.dst), Way::ToOld);
-        keep_all(r, m);
-        outs
+    /// A call over `side` of `view` with fields in the caller's numbering:
+    /// fields in, the call, row outputs out.
+    pub(crate) fn run_renumbered(
+        &self,
+        view: &RenumberedGraph<'_>,
+        side: Side,
+        inputs: &Inputs<'_>,
+        schedule: &Schedule,
+    ) -> Result<Outputs> {
+        self.run_moved(view, side, view, Way::ToNew, inputs, &schedule.clone().renumber(Renumber::None))
     }
 
     /// A call over `side` of `view` whose inputs are in the renumbered
@@ -119,11 +162,42 @@ impl Kernel {
         inputs: &Inputs<'_>,
         schedule: &Schedule,
     ) -> Result<Outputs> {
+        self.run_moved(view, side, view.base(), Way::ToOld, inputs, schedule)
+    }
+
+    /// A node-wise call over `rows` (a graph of one row per destination,
+    /// built for the call, in no numbering of its own) whose inputs are in
+    /// `view`'s numbering: run in the caller's order, so that its
+    /// parameter sums add the rows in that order, its row outputs moved
+    /// back.
+    pub(crate) fn run_over_nodes_in_user_order(
+        &self,
+        view: &RenumberedGraph<'_>,
+        rows: &tiga_runtime::Graph,
+        inputs: &Inputs<'_>,
+        schedule: &Schedule,
+    ) -> Result<Outputs> {
+        self.run_moved(view, Side::Forward, rows, Way::ToOld, inputs, schedule)
+    }
+
+    /// A call over `side` of `over` (`view` or its base) with the node
+    /// fields moved `way` by `view`'s orders, and its row outputs moved
+    /// back.
+    fn run_moved(
+        &self,
+        view: &RenumberedGraph<'_>,
+        side: Side,
+        over: &dyn tiga_runtime::Realization,
+        way: Way,
+        inputs: &Inputs<'_>,
+        schedule: &Schedule,
+    ) -> Result<Outputs> {
         let r = &view.renumbered;
         let (src, dst) = r.side_orders(side);
-        let m = move_inputs(r, inputs, src, dst, Way::ToOld)?;
-        let outs = self.run_side(view.base, side, &with_moved(inputs, &m), schedule)?;
-        let outs = self.move_outputs(r, outs, dst, Way::ToNew);
+        let m = move_inputs(r, inputs, src, dst, way)?;
+        let outs = self.run_side(over, side, &with_moved(inputs, &m), schedule)?;
+        let back = if way == Way::ToNew { Way::ToOld } else { Way::ToNew };
+        let outs = self.move_outputs(r, outs, dst, back, schedule);
         keep_all(r, m);
         outs
     }
@@ -136,6 +210,19 @@ impl Kernel {
         inputs: &Inputs<'_>,
         cotangents: &[(&str, TensorView<'_>)],
         schedule: &Schedule,
+    ) -> Result<Gradients> {
+        self.vjp_renumbered_by(view, inputs, cotangents, schedule, |ins, cots, s| self.run_vjp_on(view, ins, cots, s))
+    }
+
+    /// [`Kernel::vjp_renumbered`] with the stages run by `stages` (over
+    /// `view`, given the moved fields and cotangents).
+    pub(crate) fn vjp_renumbered_by(
+        &self,
+        view: &RenumberedGraph<'_>,
+        inputs: &Inputs<'_>,
+        cotangents: &[(&str, TensorView<'_>)],
+        schedule: &Schedule,
+        stages: impl FnOnce(&Inputs<'_>, &[(&str, TensorView<'_>)], &Schedule) -> Result<Gradients>,
     ) -> Result<Gradients> {
         let r = &view.renumbered;
         let (src, dst) = (r.src_order(), Some(&r.dst));
@@ -151,13 +238,13 @@ impl Kernel {
         let cot_views: Vec<(&str, TensorView<'_>)> =
             cotangents.iter().zip(&cots).map(|((n, v), c)| (*n, c.as_ref().map_or_else(|| v.clone(), |t| t.view()))).collect();
         let inner = schedule.clone().renumber(Renumber::None);
-        let grads = self.run_vjp_on(view, &with_moved(inputs, &m), &cot_views, &inner);
+        let grads = stages(&with_moved(inputs, &m), &cot_views, &inner);
         drop(cot_views);
         keep_all(r, m);
         keep_all(r, cots);
         let mut grads = grads?;
         for (role, _, t) in grads.items.iter_mut() {
-            if let Some(back) = moved(r, order_of(*role, src, dst), Way::ToOld, &t.view())? {
+            if let Some(back) = moved_result(r, order_of(*role, src, dst), Way::ToOld, t, schedule)? {
                 r.keep(std::mem::replace(t, back));
             }
         }

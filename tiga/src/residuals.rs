@@ -200,12 +200,34 @@ impl Kernel {
         let Residuals::Kept(stages) = self.residuals()? else {
             return Err(Error::Internal(format!("kernel `{}` keeps no residuals, but a tape holds some", self.name())));
         };
+        let (adjoint, stage_kernels) = (&stages.plan.adjoint, &stages.stages);
+        // A file laid out in a node order: the stages run over it in its
+        // numbering, the tape's residuals (per destination row, in the
+        // caller's numbering, as the forward moved them out) moved in with
+        // the fields and cotangents.
+        // (Not the schedule's renumbering: the tape is in the caller's
+        // numbering, and so is this backward, below.)
+        if let Some(view) = crate::renumber::view_for(r, schedule, false)? {
+            let (r, dst) = (&view.renumbered, Some(&view.renumbered.dst));
+            let items = tape
+                .items
+                .iter()
+                .map(|(n, t)| {
+                    let moved = crate::renumber::moved_result(r, dst, crate::renumber::Way::ToNew, t, schedule)?;
+                    Ok((n.clone(), Arc::new(moved.unwrap_or_else(|| (**t).clone()))))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let moved = Tape { kernel: tape.kernel.clone(), items };
+            return self.vjp_renumbered_by(&view, inputs, cotangents, schedule, |ins, cots, s| {
+                self.run_plan(&view, ins, cots, s, adjoint, stage_kernels, Some(&moved))
+            });
+        }
         // The tape's residuals are in the caller's numbering (the forward
         // moved them out with its outputs), and so is this backward: its
         // stages run over `r` as given, not each renumbering its own
         // fields in and out (the gradients are the same bits either way).
         let stage_schedule = schedule.clone().renumber(tiga_runtime::Renumber::None);
-        self.run_plan(r, inputs, cotangents, &stage_schedule, &stages.plan.adjoint, &stages.stages, Some(tape))
+        self.run_plan(r, inputs, cotangents, &stage_schedule, adjoint, stage_kernels, Some(tape))
     }
 
     /// [`Kernel::grad_with`] after [`Kernel::forward`] (see

@@ -8,7 +8,7 @@ use tiga_compiler::adjoint::kernel::{generate_adjoint, Adjoint, Binding, GraphUs
 use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
 use tiga_runtime::exec::{PageView, Side};
-use tiga_runtime::{Backend, DType, Data, DataMut, Graph, Realization, Renumber, Rows, Schedule, Tensor, TensorView};
+use tiga_runtime::{Backend, DType, Data, DataMut, Graph, Realization, Rows, Schedule, Tensor, TensorView};
 
 use crate::call::{Inputs, Outputs};
 use crate::{Error, Kernel, Result};
@@ -136,7 +136,7 @@ fn winner_sums(
     // caller's.
     if let Some(view) = r.renumbering() {
         return crate::renumber::winner_sums_in_user_order(view, &winner, &value, |w, v| {
-            winner_sums(view.base, schedule, extents, w, v)
+            winner_sums(view.base(), schedule, extents, w, v)
         });
     }
     let mut sc = crate::winner_scatter::WinnerScatter::new(extents.num_src, extents.num_dst, winner, value)?;
@@ -297,10 +297,8 @@ impl Kernel {
         if let Some(sh) = r.shard() {
             return self.vjp_sharded(sh, inputs, Seed::Cotangents(cotangents), schedule);
         }
-        if schedule.renumber != Renumber::None && r.renumbering().is_none() {
-            if let Some(view) = r.renumbered(schedule.renumber)? {
-                return self.vjp_renumbered(&view, inputs, cotangents, schedule);
-            }
+        if let Some(view) = crate::renumber::view_for(r, schedule, true)? {
+            return self.vjp_renumbered(&view, inputs, cotangents, schedule);
         }
         self.run_vjp_on(r, inputs, cotangents, schedule)
     }
@@ -589,9 +587,17 @@ impl Kernel {
                     // Node-wise over the destinations, in memory whatever
                     // the realization: a row each, no edges.
                     None if stage.graph == GraphUse::DestinationRows => {
-                        let g = Graph::from_csr(extents.num_dst, extents.num_dst, vec![0; extents.num_dst + 1], Vec::new())
-                            .map_err(Error::from)?;
-                        stages[si].run_with(&g, &ins, schedule)?
+                        let g = Graph::self_loops(&vec![false; extents.num_dst]).map_err(Error::from)?;
+                        match r.renumbering() {
+                            // Its parameter sums add the rows in the
+                            // caller's order (a file laid out in a node
+                            // order gives this stage its inputs in the
+                            // file's).
+                            Some(view) if stages[si].has_param_outputs() => {
+                                stages[si].run_over_nodes_in_user_order(view, &g, &ins, schedule)?
+                            }
+                            _ => stages[si].run_with(&g, &ins, schedule)?,
+                        }
                     }
                     // Node-wise, in memory whatever the realization: one row
                     // per source, a self-loop for each source with

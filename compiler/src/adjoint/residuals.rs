@@ -72,6 +72,20 @@ pub fn residual_plan(k: &Kernel, plain: &Adjoint) -> Result<ResidualChoice, Adjo
     let Some(node) = stats.kernel.node.as_ref().filter(|_| stats.kernel.outputs.iter().all(|o| o.role != Role::Edge)) else {
         return Ok(ResidualChoice::Recompute("the row-statistics stage writes per-edge values".into()));
     };
+    // A softmax whose node function reads a parameter (its gradient summed
+    // in the stats stage): the saved statistics gave gradients a few ulps
+    // from the recomputing ones (and finite values where those are NaN,
+    // for infinite inputs), so such a kernel recomputes until the saved
+    // stage is shown to rebuild them bit for bit. (A max's or min's kept
+    // their bits; `tiga/tests/residuals.rs` holds both.)
+    let param_sums = stats.kernel.outputs.iter().any(|o| o.role == Role::Param);
+    if param_sums && k.reducer.kind == crate::ir::ReducerKind::Softmax {
+        return Ok(ResidualChoice::Recompute(
+            "a softmax whose node function reads a parameter: the saved statistics do not rebuild its gradients bit \
+             for bit yet"
+                .into(),
+        ));
+    }
     // The state components the stats node still reads.
     let live = node.live_from(node.outputs.iter().copied());
     let mut components: Vec<usize> = node

@@ -18,6 +18,7 @@ pub mod chunks;
 pub mod gfg;
 pub mod pages;
 pub mod rows;
+pub mod user_order;
 
 pub use chunks::{balanced_row_chunks, for_each_row_chunk, row_chunks};
 pub use gfg::{GfgPages, Side};
@@ -25,6 +26,7 @@ pub use pages::{check_plan, plan_bytes, plan_rows, run_pages, PageData, PageSour
 pub use rows::{
     data_ptr, execute_generated, execute_row_runs, execute_rows, ExecError, ParamPartials, RowRunner, Work, SPLIT_EDGES,
 };
+pub use user_order::UserOrderFile;
 
 /// Runs `f` on a rayon pool of `threads` workers (`None`: the current
 /// pool). Pools are built once per thread count and kept for the process:

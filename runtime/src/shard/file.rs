@@ -96,6 +96,13 @@ impl Sharded {
     /// [`Sharded::from_gfg`] with the rows cut as `choice` says (see the
     /// module doc for what each partition reads).
     pub fn from_gfg_with(file: GfgFile, comm: Arc<dyn Communicator>, choice: &PartitionChoice) -> Result<Sharded, ShardError> {
+        if file.has_node_order() {
+            return Err(ShardError::Usage(format!(
+                "{} is stored in a node order (written with --renumber); a sharded run partitions the caller's numbering: \
+                 shard a .gfg written without --renumber (each rank's partition orders its rows already)",
+                file.path().display()
+            )));
+        }
         check_same(comm.as_ref(), "graph file", manifest_checksum(&file))?;
         let (world, rank) = (comm.size(), comm.rank());
         let (ns, nd) = (file.num_src(), file.num_dst());

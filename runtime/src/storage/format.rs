@@ -24,6 +24,17 @@ pub const FORMAT_MAJOR: u16 = 2;
 /// The first version: whole-section checksums only, so a paged run over a
 /// version 1 file cannot check the blocks it reads (only `verify` can).
 pub const FORMAT_MAJOR_V1: u16 = 1;
+/// Version 2 plus a stored node order (`node_order`): the file's node ids
+/// are a renumbering of the caller's. A new major version, not a minor
+/// one, because a reader that ignored the order would read every node
+/// field and output in the wrong numbering; files without an order are
+/// still written as version 2.
+pub const FORMAT_MAJOR_ORDERED: u16 = 3;
+/// The section that holds a file's node order (`perm[old] = new`, u32,
+/// `[num_dst]`), and the one that says which method made it (u32 `[1]`,
+/// [`crate::Renumber::code`]).
+pub const NODE_ORDER: &str = "node_order";
+pub const NODE_ORDER_METHOD: &str = "node_order_method";
 /// The minor version this crate writes (of either major).
 pub const FORMAT_MINOR: u16 = 0;
 /// Version 2 checksums every block of this many bytes (log2) of every
@@ -324,7 +335,7 @@ pub fn decode_header(bytes: &[u8], file_len: u64) -> Result<Header, Problem> {
     }
     if bytes.len() >= 12 {
         let (major, minor) = (le_u16(bytes, 8), le_u16(bytes, 10));
-        if major != FORMAT_MAJOR && major != FORMAT_MAJOR_V1 {
+        if ![FORMAT_MAJOR_V1, FORMAT_MAJOR, FORMAT_MAJOR_ORDERED].contains(&major) {
             return Err(Problem::UnsupportedVersion { major, minor });
         }
     }
@@ -640,6 +651,18 @@ pub fn check_manifest(m: &Manifest, header: &Header, file_len: u64) -> Result<()
     if has("t_edge_ids") && !has("t_offsets") {
         return bad("`t_edge_ids` is present without `t_offsets` and `t_cols`".into());
     }
+    let ordered = m.major == FORMAT_MAJOR_ORDERED;
+    if ordered != has(NODE_ORDER) || ordered != has(NODE_ORDER_METHOD) {
+        return bad(if ordered {
+            format!("a version {FORMAT_MAJOR_ORDERED} file stores its node order: `{NODE_ORDER}` and `{NODE_ORDER_METHOD}` are required")
+        } else {
+            format!(
+                "`{NODE_ORDER}` and `{NODE_ORDER_METHOD}` belong to version {FORMAT_MAJOR_ORDERED} files (a version {} reader would \
+                 ignore the order and read the nodes in the wrong numbering)",
+                m.major
+            )
+        });
+    }
     let manifest_end = header.manifest_offset + header.manifest_len;
     ranges.push((0, HEADER_LEN as u64, "the header"));
     if header.manifest_len > 0 {
@@ -682,6 +705,8 @@ fn expectation(m: &Manifest, name: &str) -> Result<Option<Expect>, Problem> {
         "t_offsets" => fixed(&[U64], m.num_src + 1, "the transposed row offsets (num_src + 1)"),
         "t_cols" => fixed(&[U32], m.num_edges, "the transposed column indices (num_edges)"),
         "t_edge_ids" => fixed(&[U64], m.num_edges, "the transposed edge ids (num_edges)"),
+        NODE_ORDER => fixed(&[U32], m.num_dst, "the node order (num_dst)"),
+        NODE_ORDER_METHOD => fixed(&[U32], 1, "the node order's method"),
         _ => match parse_field_name(name) {
             None => Ok(None),
             Some(Err(message)) => Err(Problem::Manifest(message)),

@@ -57,7 +57,8 @@ use crate::graph::GraphError;
 
 pub use external::{BuildOptions, BuildPhase, BuildStats, GfgBuilder};
 pub use format::{
-    ElemType, Manifest, SectionInfo, BLOCK_LOG2, FORMAT_MAJOR, FORMAT_MAJOR_V1, FORMAT_MINOR, HEADER_LEN, MAGIC, SECTION_ALIGN,
+    ElemType, Manifest, SectionInfo, BLOCK_LOG2, FORMAT_MAJOR, FORMAT_MAJOR_ORDERED, FORMAT_MAJOR_V1, FORMAT_MINOR, HEADER_LEN,
+    MAGIC, NODE_ORDER, NODE_ORDER_METHOD, SECTION_ALIGN,
 };
 pub use invariants::{CheckReport, Checked, Invariant, Violation, PERMUTATION_BITMAP_MAX_EDGES, TRANSPOSE_COUNTS_MAX_SOURCES};
 pub use reader::{FieldHandle, FieldInfo, GfgFile, Page};
@@ -118,7 +119,7 @@ pub enum GfgError {
     },
     #[error("{path}: not a .gfg file (it does not start with the magic bytes TIGAGFG\\0)")]
     BadMagic { path: String },
-    #[error("{path}: .gfg format version {major}.{minor} is not supported: this reader reads major versions {FORMAT_MAJOR_V1} and {FORMAT_MAJOR}{hint}", hint = if *.major > FORMAT_MAJOR { " (the file was written by a newer tiga)" } else { "" })]
+    #[error("{path}: .gfg format version {major}.{minor} is not supported: this reader reads major versions {FORMAT_MAJOR_V1}, {FORMAT_MAJOR} and {FORMAT_MAJOR_ORDERED}{hint}", hint = if *.major > FORMAT_MAJOR_ORDERED { " (the file was written by a newer tiga)" } else { "" })]
     UnsupportedVersion { path: String, major: u16, minor: u16 },
     #[error("{path}: truncated: {what} needs the file to be at least {needed} bytes long, but it has {actual}")]
     Truncated { path: String, what: String, needed: u64, actual: u64 },
@@ -157,6 +158,8 @@ pub enum GfgError {
     BadField { path: String, role: FieldRole, name: String, message: String },
     #[error("{path}: rows {start}..{end} are out of range for {what} with {len} rows")]
     RowsOutOfRange { path: String, what: String, start: usize, end: usize, len: usize },
+    #[error("cannot write a graph in a node order: {0}")]
+    Renumber(#[source] Box<crate::RenumberError>),
     #[error("{path}: cannot write section `{section}`: {message}")]
     Write { path: String, section: String, message: String },
     #[error("{path}: {message}")]

@@ -65,6 +65,8 @@ struct Inner {
     transpose_checked: Mutex<bool>,
     /// Whether open checked the offsets' ends (else every page does).
     ends_checked: bool,
+    /// The stored node order, read and checked on first use.
+    node_order: OnceLock<Arc<crate::Renumbered>>,
 }
 
 /// How a mapped byte range will be used (a hint: a kernel that refuses it
@@ -331,6 +333,7 @@ impl GfgFile {
                 ends_checked: check_ends,
                 ids_checked: Default::default(),
                 transpose_checked: Default::default(),
+                node_order: OnceLock::new(),
             }),
         })
     }
@@ -396,6 +399,36 @@ impl GfgFile {
 
     pub fn has_transpose(&self) -> bool {
         self.inner.index.contains_key("t_offsets")
+    }
+
+    /// Whether the file was written in a node order (format version 3).
+    pub fn has_node_order(&self) -> bool {
+        self.inner.index.contains_key(super::NODE_ORDER)
+    }
+
+    /// The node order the file was written in (`perm[old] = new`; the
+    /// sources share it when the graph is square, else keep their ids),
+    /// read and checked to be a permutation on first use and kept; `None`
+    /// for a file in the caller's numbering. Its CSRs, its transpose and
+    /// its node fields are in the new numbering; edge fields and edge ids
+    /// stay the caller's.
+    pub fn node_order(&self) -> Result<Option<Arc<crate::Renumbered>>, GfgError> {
+        if let Some(o) = self.inner.node_order.get() {
+            return Ok(Some(o.clone()));
+        }
+        let Some(perm) = self.inner.verified_typed_opt::<u32>(super::NODE_ORDER)? else { return Ok(None) };
+        let code = self.inner.verified_typed::<u32>(super::NODE_ORDER_METHOD)?.first().copied().unwrap_or(0);
+        let method = crate::Renumber::from_code(code).filter(|&m| m != crate::Renumber::None).ok_or_else(|| {
+            self.inner
+                .corrupt(super::NODE_ORDER_METHOD, format!("{code} is not a renumbering method (1 degree, 2 rcm, 3 cluster)"))
+        })?;
+        let order = crate::Order::from_perm(perm.to_vec()).map_err(|e| self.inner.corrupt(super::NODE_ORDER, e.to_string()))?;
+        // Read once into RAM: the mapping can go.
+        if let Ok(k) = self.inner.section_index(super::NODE_ORDER) {
+            self.inner.advise(k, 0..usize::MAX, Advice::Done);
+        }
+        let stored = crate::Renumbered::stored(method, order, self.num_src() == self.num_dst());
+        Ok(Some(self.inner.node_order.get_or_init(|| Arc::new(stored)).clone()))
     }
 
     /// The stored fields, in file order.
@@ -548,7 +581,9 @@ impl GfgFile {
         Ok(FieldHandle { file: self.inner.clone(), index, role, name: name.to_string(), dtype, shape })
     }
 
-    /// Reads the whole graph into memory (checking every CSR invariant).
+    /// Reads the whole graph into memory (checking every CSR invariant), in
+    /// the file's numbering: a file written in a node order gives the
+    /// renumbered graph ([`GfgFile::node_order`] says how to get back).
     pub fn load_graph(&self) -> Result<Graph, GfgError> {
         self.inner.load(Side::Forward)
     }
@@ -586,6 +621,19 @@ impl GfgFile {
     /// twice the column indices.
     pub fn page_without_ids(&self, rows: Range<usize>, transposed: bool) -> Result<Page<'_>, GfgError> {
         self.inner.page(if transposed { Side::Transposed } else { Side::Forward }, rows, false)
+    }
+
+    /// The whole-file checks a page of this side (`transposed`) with its
+    /// edge ids relies on, each run once per open file: for a reader that
+    /// reads the rows through the whole-section accessors rather than
+    /// [`GfgFile::page`].
+    pub fn require_page_checks(&self, transposed: bool) -> Result<(), GfgError> {
+        if transposed && !self.has_transpose() {
+            return Ok(()); // no transposed page to check for
+        }
+        let side = if transposed { Side::Transposed } else { Side::Forward };
+        let ids = self.inner.index.contains_key(side.names().2);
+        self.inner.require_whole_file(side, ids)
     }
 
     /// Drop a page's adjacency from the process's resident set once it has
@@ -631,6 +679,23 @@ fn sample_resident(map: &Mmap, start: usize, len: usize) -> bool {
 }
 
 impl Inner {
+    /// The whole-file checks a page of `side` relies on, each once per
+    /// open file: the offsets' ends (when open did not check them), the
+    /// edge ids a permutation (`ids`: the page carries them), the transpose
+    /// the transpose.
+    fn require_whole_file(&self, side: Side, ids: bool) -> Result<(), GfgError> {
+        if !self.ends_checked {
+            self.require_ends(side)?;
+        }
+        if side == Side::Transposed {
+            self.require_transpose()?;
+        }
+        if ids {
+            self.require_ids(side)?;
+        }
+        Ok(())
+    }
+
     fn corrupt(&self, section: &str, message: String) -> GfgError {
         GfgError::Corrupt { path: self.name.clone(), section: section.to_string(), message }
     }
@@ -1111,18 +1176,7 @@ impl Inner {
         }
         let (ko, kc) = (self.section_index(o)?, self.section_index(c)?);
         let ke = if with_ids { self.index.get(e).copied() } else { None };
-        // The whole-file checks this page relies on, each once per open
-        // file: the offsets' ends (when open did not check them), the edge
-        // ids a permutation, the transpose the transpose.
-        if !self.ends_checked {
-            self.require_ends(side)?;
-        }
-        if side == Side::Transposed {
-            self.require_transpose()?;
-        }
-        if ke.is_some() {
-            self.require_ids(side)?;
-        }
+        self.require_whole_file(side, ke.is_some())?;
         // Start reading what is not in memory; the checks below (first
         // visit) or the kernel (later visits) fault the pages in.
         self.advise(ko, rows.start * 8..(rows.end + 1) * 8, Advice::ReadAhead);

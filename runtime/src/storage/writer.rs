@@ -23,9 +23,11 @@ use crate::tensor::{Data, TensorView};
 use super::blocks::BlockWriter;
 use super::format::{
     encode_manifest, BlockCrcs, ElemType, Header, Manifest, SectionInfo, BLOCK_LOG2, COL_WIDTH, EDGE_ID_WIDTH, FORMAT_MAJOR,
-    FORMAT_MAJOR_V1, FORMAT_MINOR, HEADER_LEN, OFFSET_WIDTH, SECTION_ALIGN,
+    FORMAT_MAJOR_ORDERED, FORMAT_MAJOR_V1, FORMAT_MINOR, HEADER_LEN, NODE_ORDER, NODE_ORDER_METHOD, OFFSET_WIDTH, SECTION_ALIGN,
 };
 use super::{FieldRole, GfgError};
+use crate::renumber::{RenumberError, Renumbered};
+use crate::tensor::Tensor;
 
 /// Saves `graph` (with its transpose when `with_transpose`, for a backward
 /// pass read from disk) and `fields` to `path`, replacing any file there
@@ -52,8 +54,12 @@ pub struct GfgWriter<'a> {
     transpose: bool,
     fields: Vec<(FieldRole, String, TensorView<'a>)>,
     /// The format's major version to write ([`FORMAT_MAJOR`] unless a test
-    /// or a benchmark asks for version 1).
+    /// or a benchmark asks for version 1; [`FORMAT_MAJOR_ORDERED`] with a
+    /// node order).
     major: u16,
+    /// Written in a node order: the caller's graph and its renumbering
+    /// (`graph` is then the renumbered CSR).
+    order: Option<(&'a Graph, &'a Renumbered)>,
 }
 
 /// A fully written and fsynced temporary file that has not yet replaced the
@@ -220,15 +226,44 @@ impl<W: Write> Write for NoRetry<'_, W> {
 
 impl<'a> GfgWriter<'a> {
     pub fn new(graph: &'a Graph) -> GfgWriter<'a> {
-        GfgWriter { graph, transpose: false, fields: Vec::new(), major: FORMAT_MAJOR }
+        GfgWriter { graph, transpose: false, fields: Vec::new(), major: FORMAT_MAJOR, order: None }
+    }
+
+    /// `base` written in the numbering of `renumbered` (built from `base`,
+    /// [`Graph::renumbered`]): the renumbered CSR (each row's edges in their
+    /// old order, the caller's edge ids), the renumbered *old* transpose,
+    /// the order (format version 3), and node fields moved into the new
+    /// numbering as they are written (given in the caller's). A paged call
+    /// over the file takes and gives fields in the caller's numbering, with
+    /// the bits of a call over `base`.
+    pub fn renumbered(base: &'a Graph, renumbered: &'a Renumbered) -> Result<GfgWriter<'a>, GfgError> {
+        let renumber = |e: RenumberError| GfgError::Renumber(Box::new(e));
+        let graph = renumbered.forward().ok_or_else(|| renumber(RenumberError::StoredLayout))?;
+        if (graph.num_src(), graph.num_dst(), graph.num_edges()) != (base.num_src(), base.num_dst(), base.num_edges()) {
+            return Err(renumber(RenumberError::OtherGraph {
+                made_for: (graph.num_src(), graph.num_dst(), graph.num_edges()),
+                given: (base.num_src(), base.num_dst(), base.num_edges()),
+            }));
+        }
+        Ok(GfgWriter {
+            graph,
+            transpose: false,
+            fields: Vec::new(),
+            major: FORMAT_MAJOR_ORDERED,
+            order: Some((base, renumbered)),
+        })
     }
 
     /// Writes format version 1 (whole-section checksums, no block table):
     /// for tests that version 1 files keep loading, and for benchmarks
     /// that measure what the block checks cost.
+    /// A writer in a node order stays at version 3 (version 1 has no
+    /// node order).
     #[doc(hidden)]
     pub fn version_1(mut self) -> GfgWriter<'a> {
-        self.major = FORMAT_MAJOR_V1;
+        if self.order.is_none() {
+            self.major = FORMAT_MAJOR_V1;
+        }
         self
     }
 
@@ -315,7 +350,27 @@ impl<'a> GfgWriter<'a> {
         let g = self.graph;
         // Built for the save and dropped after it, rather than cached on the
         // graph: a graph saved to free memory should not grow by a transpose.
-        let t: Option<Graph> = self.transpose.then(|| g.transpose());
+        // A renumbered graph's is the renumbered old transpose (kept with
+        // its renumbering), so that source gradients keep their bits.
+        let t: Option<std::sync::Arc<Graph>> = match (self.transpose, self.order) {
+            (false, _) => None,
+            (true, None) => Some(std::sync::Arc::new(g.transpose())),
+            (true, Some((base, r))) => Some(r.transposed(base).map_err(std::io::Error::other)?),
+        };
+        // Node fields in the new numbering, moved as they are written.
+        let moved: Vec<Option<Tensor>> = self
+            .fields
+            .iter()
+            .map(|(role, _, view)| {
+                let order = match (self.order, role) {
+                    (Some((_, r)), FieldRole::Dst) => Some(&r.dst),
+                    (Some((_, r)), FieldRole::Src) => r.src_order(),
+                    _ => None,
+                };
+                order.map(|o| o.to_new(view)).transpose().map_err(std::io::Error::other)
+            })
+            .collect::<std::io::Result<_>>()?;
+        let method = [self.order.map_or(0, |(_, r)| r.method.code())];
         let e = g.num_edges() as u64;
         let mut plan: Vec<(String, Vec<u64>, Elems<'_>)> = vec![
             ("offsets".into(), vec![g.offsets().len() as u64], Elems::U64(g.offsets())),
@@ -331,7 +386,12 @@ impl<'a> GfgWriter<'a> {
                 plan.push(("t_edge_ids".into(), vec![e], Elems::U64(ids)));
             }
         }
-        for (role, field, view) in &self.fields {
+        if let Some((_, r)) = self.order {
+            plan.push((NODE_ORDER.into(), vec![r.dst.len() as u64], Elems::U32(r.dst.perm())));
+            plan.push((NODE_ORDER_METHOD.into(), vec![1], Elems::U32(&method)));
+        }
+        for ((role, field, view), moved) in self.fields.iter().zip(&moved) {
+            let view = moved.as_ref().map_or_else(|| view.clone(), Tensor::view);
             let shape = view.shape().iter().map(|&d| d as u64).collect();
             let data = match view.data() {
                 Data::F32(d) => Elems::F32(d),

@@ -76,7 +76,7 @@ pub fn read_raw(file: &[u8]) -> RawManifest {
         let (offset, length, crc) = (u64_at(m, at), u64_at(m, at + 8), u32_at(m, at + 16));
         at += 20;
         let mut blocks = Vec::new();
-        if major == 2 {
+        if major >= 2 {
             let n = length.div_ceil(1 << widths[3]) as usize;
             blocks = (0..n).map(|k| u32_at(m, at + 4 * k)).collect();
             at += 4 * n;
@@ -104,7 +104,7 @@ pub fn encode_raw(m: &RawManifest) -> Vec<u8> {
         out.extend_from_slice(&s.offset.to_le_bytes());
         out.extend_from_slice(&s.length.to_le_bytes());
         out.extend_from_slice(&s.crc.to_le_bytes());
-        if m.major == 2 {
+        if m.major >= 2 {
             for b in &s.blocks {
                 out.extend_from_slice(&b.to_le_bytes());
             }
@@ -154,7 +154,7 @@ pub fn fix_section_crcs(file: &mut Vec<u8>) {
     for s in &mut m.sections {
         let bytes = section_bytes(file, s);
         s.crc = crc32fast::hash(bytes);
-        if m.major == 2 {
+        if m.major >= 2 {
             s.blocks = bytes.chunks(block).map(crc32fast::hash).collect();
         }
     }
