@@ -165,12 +165,15 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
     };
 
     check_output_size(req, &meta, num_src, num_dst, builder.num_edges())?;
+    if renumber {
+        check_renumber_fits(req, num_src, num_dst, builder.num_edges())?;
+    }
     let (pending, stats) = builder
         .finish(num_src, num_dst, &mut |phase: BuildPhase, done, total| bar.update(phase.name(), done, total))
         .map_err(gfg_failure)?;
     pending.commit().map_err(gfg_failure)?;
     let renumbered = if renumber { Some(renumber_staged(req, &staged, work.path())?) } else { None };
-    work.publish(renumbered.as_ref().map_or(&staged, |(p, _)| p), &out_path)?;
+    work.publish(renumbered.as_ref().map_or(&staged, |r| &r.path), &out_path)?;
     bar.clear();
     let size = std::fs::metadata(&out_path).map(|m| m.len()).unwrap_or(0);
     let _ = writeln!(
@@ -180,9 +183,9 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
         stats.num_src,
         stats.num_dst,
         stats.num_edges,
-        if stats.edge_ids { ", edge ids stored" } else { "" },
+        if renumbered.as_ref().map_or(stats.edge_ids, |r| r.edge_ids) { ", edge ids stored" } else { "" },
         if req.transpose { ", with transpose" } else { "" },
-        renumbered.as_ref().map_or(String::new(), |(_, ms)| format!(", in node order `{}` ({ms:.0} ms)", req.renumber.name())),
+        renumbered.as_ref().map_or(String::new(), |r| format!(", in node order `{}` ({:.0} ms)", req.renumber.name(), r.build_ms)),
         stats.runs,
         stats.chunk_edges,
         stats.merge_passes,
@@ -204,27 +207,48 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
 const RENUMBER_BYTES_PER_EDGE: u64 = 64;
 const RENUMBER_BYTES_PER_NODE: u64 = 48;
 
-/// The plain file `staged` read back into memory, renumbered as `--renumber`
-/// says, and written in that order into `work` (with the renumbered
-/// transpose when asked): the new file's path and the order's cost in ms.
-fn renumber_staged(req: &ConvertRequest, staged: &std::path::Path, work: &std::path::Path) -> Result<(PathBuf, f64), Failure> {
+/// Refuses, before the graph is built, a `--renumber` that cannot finish:
+/// an order that needs a square graph on another, or a graph whose
+/// renumbering in memory would not fit the `--memory` budget (as cut to
+/// half of this machine's memory).
+fn check_renumber_fits(req: &ConvertRequest, num_src: u64, num_dst: u64, num_edges: u64) -> Result<(), Failure> {
     let method = req.renumber.name();
-    let file = tiga_runtime::storage::GfgFile::open(staged).map_err(gfg_failure)?;
-    let nodes = (file.num_src() + file.num_dst()) as u64;
-    let need = (file.num_edges() as u64).saturating_mul(RENUMBER_BYTES_PER_EDGE).saturating_add(nodes * RENUMBER_BYTES_PER_NODE);
-    if need > req.memory {
+    if num_src != num_dst && req.renumber != tiga::Renumber::Degree {
+        let (num_src, num_dst) = (usize::try_from(num_src).unwrap_or(usize::MAX), usize::try_from(num_dst).unwrap_or(usize::MAX));
+        let e = tiga_runtime::RenumberError::NotSquare { method, num_src, num_dst };
+        return Err(Failure::new(format!("--renumber {method}: {}: {e}", req.input.display())));
+    }
+    let budget = physical_memory().map_or(req.memory, |total| req.memory.min(total / 2));
+    let nodes = num_src.saturating_add(num_dst);
+    let need = num_edges.saturating_mul(RENUMBER_BYTES_PER_EDGE).saturating_add(nodes.saturating_mul(RENUMBER_BYTES_PER_NODE));
+    if need > budget {
+        let cut = if budget < req.memory {
+            format!(" (--memory {}, cut to half of this machine's memory)", human_bytes(req.memory))
+        } else {
+            String::new()
+        };
         return Err(Failure::new(format!(
-            "--renumber {method}: renumbering holds the graph in memory, about {} for {} edges and {} nodes, over the \
-             --memory budget of {}; pass --memory {} or more, or convert without --renumber",
+            "--renumber {method}: renumbering holds the graph in memory, about {} for {num_edges} edges and {nodes} \
+             nodes, over the memory budget of {}{cut}; pass --memory {} or more, or convert without --renumber",
             human_bytes(need),
-            file.num_edges(),
-            nodes,
-            human_bytes(req.memory),
+            human_bytes(budget),
             need.div_ceil(1 << 20).to_string() + "M"
         )));
     }
+    Ok(())
+}
+
+/// The plain file `staged` read back into memory, renumbered as `--renumber`
+/// says, and written in that order into `work` (with the renumbered
+/// transpose when asked).
+fn renumber_staged(req: &ConvertRequest, staged: &std::path::Path, work: &std::path::Path) -> Result<RenumberedFile, Failure> {
+    let method = req.renumber.name();
+    let file = tiga_runtime::storage::GfgFile::open(staged).map_err(gfg_failure)?;
     let g = file.load_graph().map_err(gfg_failure)?;
     drop(file);
+    // The plain file is in memory now: its disk space is freed before the
+    // renumbered one is written beside it (the work folder goes anyway).
+    let _ = std::fs::remove_file(staged);
     let r = g
         .renumbered(req.renumber)
         .map_err(|e| Failure::new(format!("--renumber {method}: {}: {e}", req.input.display())))?
@@ -235,7 +259,20 @@ fn renumber_staged(req: &ConvertRequest, staged: &std::path::Path, work: &std::p
         .with_transpose(req.transpose)
         .save(&out)
         .map_err(gfg_failure)?;
-    Ok((out, r.build_ms))
+    // The renumbered CSR stores edge ids where the plain one did not
+    // (its positions are no longer the user's edge order), and may drop
+    // them where they became the identity.
+    let edge_ids = tiga_runtime::storage::GfgFile::open(&out).map_err(gfg_failure)?.has_edge_ids();
+    Ok(RenumberedFile { path: out, build_ms: r.build_ms, edge_ids })
+}
+
+/// What [`renumber_staged`] wrote.
+struct RenumberedFile {
+    path: PathBuf,
+    /// The order's cost in ms.
+    build_ms: f64,
+    /// Whether the file stores edge ids.
+    edge_ids: bool,
 }
 
 /// The private folder of one conversion: `.tigac-convert.<pid>.<random>`

@@ -74,6 +74,10 @@ fn what_cannot_be_renumbered_is_refused() {
     let bip = ["run", gnn, "--kernel", "VecSum", "--graph", "b.mtx", "--src", "h=h3.npy", "--out", "o.npy"];
     fails_with(&tigac(d, &[&bip[..], &["--renumber", "rcm"]].concat()), &["--renumber rcm", "square graph"]);
     ok(&tigac(d, &[&bip[..], &["--renumber", "degree"]].concat()));
+    // Converting it in such an order is refused before the build, and
+    // nothing is written.
+    fails_with(&tigac(d, &["convert", "b.mtx", "b.gfg", "--renumber", "cluster"]), &["--renumber cluster", "square graph"]);
+    assert!(!d.join("b.gfg").exists(), "a refused conversion wrote its output");
 }
 
 /// `tigac convert --renumber` writes the graph in a node order; runs over
@@ -137,6 +141,17 @@ fn graphs_written_in_a_node_order_run_with_the_plain_runs_bytes() {
         }
     }
     assert!(stdout(&tigac(d, &["info", "plain.gfg"])).contains("node order: none"));
+    // Renumbering in memory over the budget is refused before the build
+    // (10 edges and 10 nodes need 10 * 64 + 10 * 48 = 1120 bytes), and
+    // nothing is written.
+    let o = tigac(d, &["convert", "g.txt", "small.gfg", "--renumber", "degree", "--memory", "1K"]);
+    fails_with(&o, &["--renumber degree", "about 1.1 KiB", "10 edges and 10 nodes", "--memory 1M"]);
+    assert!(!d.join("small.gfg").exists(), "a refused conversion wrote its output");
+    // A file in a node order says so in convert's summary, with the edge
+    // ids it stores.
+    let summary = stderr(&tigac(d, &["convert", "g.txt", "deg2.gfg", "--renumber", "degree"]));
+    let stored = tiga_runtime::storage::GfgFile::open(d.join("deg2.gfg")).expect("open").has_edge_ids();
+    assert_eq!(summary.contains("edge ids stored"), stored, "{summary}");
     // A file runs in its stored order: another method is refused by name.
     let base = ["run", gnn, "--kernel", "VecSum", "--graph", "degree.gfg", "--src", "h=h.npy", "--out", "o.npy"];
     fails_with(&tigac(d, &[&base[..], &["--renumber", "rcm"]].concat()), &["--renumber rcm", "node order `degree`"]);

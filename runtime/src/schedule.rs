@@ -140,15 +140,27 @@ impl Renumber {
     /// Every method, `None` first.
     pub const ALL: [Renumber; 4] = [Renumber::None, Renumber::Degree, Renumber::Rcm, Renumber::Cluster];
 
-    /// The method's number in a `.gfg`'s `node_order_method` section: its
-    /// place in [`Renumber::ALL`] (`none` is 0, and never stored).
+    /// The method's number in a `.gfg`'s `node_order_method` section
+    /// (`none` is 0, and never stored). Written out, not derived from a
+    /// list's order: the numbers are part of the file format.
     pub fn code(self) -> u32 {
-        Renumber::ALL.iter().position(|&m| m == self).unwrap_or(0) as u32
+        match self {
+            Renumber::None => 0,
+            Renumber::Degree => 1,
+            Renumber::Rcm => 2,
+            Renumber::Cluster => 3,
+        }
     }
 
     /// [`Renumber::code`]'s inverse; `None` for a number no method has.
     pub fn from_code(code: u32) -> Option<Renumber> {
-        Renumber::ALL.get(usize::try_from(code).ok()?).copied()
+        match code {
+            0 => Some(Renumber::None),
+            1 => Some(Renumber::Degree),
+            2 => Some(Renumber::Rcm),
+            3 => Some(Renumber::Cluster),
+            _ => None,
+        }
     }
 }
 

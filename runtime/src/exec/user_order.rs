@@ -187,6 +187,11 @@ unsafe impl PageSource for UserOrderPages<'_> {
         for i in rows {
             let row = self.rows.map_or(i, |o| o.perm()[i] as usize);
             let span = self.offsets[row] as usize..self.offsets[row + 1] as usize;
+            // A mapping rewritten since `new` may hold other offsets now.
+            let stored = self.ids.map_or(self.adj.len(), |e| e.len().min(self.adj.len()));
+            if span.start > span.end || span.end > stored {
+                return Err(self.corrupt(format!("row {row} spans positions {span:?}, past the {stored} stored")));
+            }
             let from = page.cols.len();
             for p in span {
                 let c = self.adj[p] as usize;
