@@ -138,16 +138,17 @@ fn aot_variants(c: &tiga_compiler::passes::Compiled) -> proc_macro2::TokenStream
     let mut stage_fns = String::new();
     let mut stage_tables = Vec::new();
     // Then, where the forward keeps residuals, the saved-residual forward
-    // and the node-wise stage of its backward (its other stages are the
-    // recomputing plan's): the order the runtime's `Kernel::residuals`
-    // reads them in.
+    // and the stages of its backward that the recomputing plan does not
+    // have (its node-wise stage, a source side writing edge terms and
+    // their row sums), in plan order: the order the runtime's
+    // `Kernel::residuals` reads them in.
     if let Ok(adj) = tiga_compiler::adjoint::kernel::generate_adjoint(&c.captured) {
         let mut kernels: Vec<tiga_compiler::ir::Kernel> = adj.stages.iter().map(|st| st.kernel.clone()).collect();
         if let Ok(tiga_compiler::adjoint::kernel::ResidualChoice::Keep(plan)) =
             tiga_compiler::adjoint::kernel::residual_plan(&c.captured, &adj)
         {
             kernels.push(plan.forward.clone());
-            let new = plan.adjoint.stages.iter().zip(&plan.origin).find(|(_, o)| o.is_none());
+            let new = plan.adjoint.stages.iter().zip(&plan.origin).filter(|(_, o)| o.is_none());
             kernels.extend(new.map(|(st, _)| st.kernel.clone()));
         }
         for (i, kernel) in kernels.into_iter().enumerate() {

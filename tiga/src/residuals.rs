@@ -114,9 +114,11 @@ impl Kernel {
                 ResidualChoice::Recompute(why) => return Ok(Residuals::Recomputed(why)),
             };
             // Where the macro compiled them ahead of time: after the
-            // recomputing plan's stages, the forward, then the new stage
-            // (a stage kept from that plan keeps its own variants).
+            // recomputing plan's stages, the forward, then the new stages
+            // in plan order (a stage kept from that plan keeps its own
+            // variants).
             let n = plain.stages.len();
+            let mut new_stages = n..;
             let aot = |i: usize| self.adjoint_aot.get(i).copied().unwrap_or(&[]);
             let mut forward = Kernel::from_ir(plan.forward.clone()).map_err(|e| format!("saved-residual forward: {e}"))?;
             forward.aot = aot(n);
@@ -128,7 +130,7 @@ impl Kernel {
                 .map(|(s, origin)| {
                     let mut stage =
                         Kernel::from_ir(s.kernel.clone()).map_err(|e| format!("adjoint stage `{}`: {e}", s.kernel.name))?;
-                    stage.aot = aot(origin.unwrap_or(n + 1));
+                    stage.aot = aot(origin.or_else(|| new_stages.next().map(|i| i + 1)).unwrap_or(usize::MAX));
                     Ok(stage)
                 })
                 .collect::<std::result::Result<Vec<_>, String>>()?;

@@ -231,6 +231,32 @@ fn max_residual_is_the_first_argmax() {
     assert!(ex.contains("no row-statistics pass"), "{ex}");
 }
 
+/// GAT's saved-residual backward has no edge side: its source side writes
+/// each edge's `a_dst` term and a scalar pass sums them per row (the
+/// recomputing plan keeps its edge side); `explain` says so. Its bits are
+/// held to the recomputing backward's with every other kernel's above.
+#[test]
+fn gat_backward_folds_its_edge_side() {
+    let k = gnn::GatAttention::kernel();
+    let ex = k.explain();
+    assert!(
+        ex.contains(
+            "3 stage(s): GatAttention.vjp.stats [Forward], GatAttention.vjp.edge [Forward], GatAttention.vjp.src [Transposed]"
+        ),
+        "{ex}"
+    );
+    assert!(
+        ex.contains(
+            "backward:  3 stage(s) (the recomputing plan: 3): GatAttention.vjp.saved_stats [per destination node], \
+             GatAttention.vjp.src_terms [transposed graph], GatAttention.vjp.dst_sums [forward graph]"
+        ),
+        "{ex}"
+    );
+    assert!(ex.contains("note:      edge side folded into the source side: it writes each edge's a_dst term"), "{ex}");
+    // MaxPool's edge function reads no destination field: nothing to fold.
+    assert!(!gnn::MaxPool::kernel().explain().contains("edge side folded"));
+}
+
 /// The residuals in a scope: its memory report lists them with their bytes,
 /// counted against the host budget; spilled by the budget and brought
 /// back, they give the same gradients.

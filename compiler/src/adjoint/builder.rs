@@ -180,6 +180,15 @@ pub(super) fn inline_mapped(
     })
 }
 
+/// A node function that passes its aggregates `types` through as the
+/// stage's outputs: the stages whose edge function already forms each
+/// output's per-edge term.
+pub(super) fn passthrough_node(types: &[Type], sp: Span) -> Region {
+    let mut node = Region::new(types.to_vec());
+    node.outputs = types.iter().enumerate().map(|(i, t)| node.push(Op::Input(i as u32), *t, sp)).collect();
+    node
+}
+
 /// A zero of type `t`: the cotangent of what a rule or the edge function
 /// never reached.
 pub(super) fn zero_of(b: &mut B<'_>, t: Type) -> ValueId {

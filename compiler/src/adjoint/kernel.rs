@@ -91,7 +91,7 @@ pub fn generate_adjoint(k: &Kernel) -> Result<Adjoint, AdjointError> {
 }
 
 /// Each forward field's gradient: the stage outputs that carry its name.
-fn gradient_plans(k: &Kernel, stages: &[Stage]) -> Vec<GradientPlan> {
+pub(super) fn gradient_plans(k: &Kernel, stages: &[Stage]) -> Vec<GradientPlan> {
     k.fields
         .iter()
         .map(|f| {

@@ -22,6 +22,7 @@ pub mod operation_rules;
 
 pub use operation_rules::{vjp_region, AdjointError, RegionVjp};
 mod builder;
+mod edge_terms;
 mod inline_stats;
 pub mod kernel;
 pub mod plan;

@@ -77,6 +77,10 @@ pub enum StageKind {
     EdgeSide,
     /// Source gradients, over the transposed graph.
     SourceSide,
+    /// Destination gradients summed over each row from the per-edge terms
+    /// a source side wrote (a saved-residual plan without its edge side,
+    /// see `adjoint/edge_terms.rs`).
+    DestinationSums,
     /// A max/min's source gradients from the scattered winners, once per
     /// source.
     PerSource,
@@ -150,7 +154,8 @@ pub struct ResidualPlan {
     /// nothing where every statistic is a residual as it is.
     pub adjoint: Adjoint,
     /// For each stage of `adjoint`, the stage of the recomputing plan it
-    /// is (`None`: the node-wise stage, new), so that a stage compiled
-    /// ahead of time for one serves the other.
+    /// is (`None`: a stage that plan does not have: the node-wise stage, a
+    /// source side writing edge terms, their row sums), so that a stage
+    /// compiled ahead of time for one serves the other.
     pub origin: Vec<Option<usize>>,
 }

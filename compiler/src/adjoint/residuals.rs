@@ -107,7 +107,14 @@ pub fn residual_plan(k: &Kernel, plain: &Adjoint) -> Result<ResidualChoice, Adjo
             "a width of the statistics is bound only by a source or edge field, which a node-wise stage does not have".into(),
         ));
     };
-    let (adjoint, origin) = replace_stats(plain, saved, &residuals, &names);
+    // The edge side folded into the source side where it can be (its
+    // stages' origins in `plain`), then the stats stage replaced.
+    let (base, base_origin) = match super::edge_terms::fold_edge_side(&fwd, plain)? {
+        Some((fused, origin)) => (std::borrow::Cow::Owned(fused), origin),
+        None => (std::borrow::Cow::Borrowed(plain), (0..plain.stages.len()).map(Some).collect()),
+    };
+    let (adjoint, origin) = replace_stats(&base, saved, &residuals, &names);
+    let origin = origin.into_iter().map(|o| o.and_then(|i| base_origin.get(i).copied().flatten())).collect();
     Ok(ResidualChoice::Keep(Box::new(ResidualPlan { forward, residuals, adjoint, origin })))
 }
 

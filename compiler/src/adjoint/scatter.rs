@@ -33,7 +33,7 @@
 //! self-loop graph from the sources it saw), so its gradient is 0 as
 //! before, not the edge adjoint of a zero cotangent (NaN for `ln` at 0).
 
-use super::builder::{builtin, empty_kernel, zero_of, FieldSet, B};
+use super::builder::{builtin, empty_kernel, passthrough_node, zero_of, FieldSet, B};
 use super::operation_rules::{vjp_region, AdjointError};
 use super::plan::{Binding, GraphUse, SourceSides, Stage, StageKind};
 use super::reducer_rules::reducer_rule;
@@ -135,10 +135,7 @@ pub(crate) fn scatter_winning_cotangents(k: &Kernel, stages: &mut Vec<Stage>) ->
     edge.outputs = outs;
     let agg_t = edge.output_types();
     sk.edge = edge;
-    let mut node = Region::new(agg_t.clone());
-    let ins: Vec<ValueId> = agg_t.iter().enumerate().map(|(i, t)| node.push(Op::Input(i as u32), *t, sp)).collect();
-    node.outputs = ins;
-    sk.node = Some(node);
+    sk.node = Some(passthrough_node(&agg_t, sp));
     stages.push(Stage {
         kind: StageKind::PerSource,
         purpose:

@@ -18,7 +18,7 @@ mod sides;
 mod stats;
 mod suffix;
 
-pub(super) use sides::{edge_side, source_side};
+pub(super) use sides::{edge_side, edge_term_name, source_side, source_side_with_edge_terms};
 pub(super) use stats::stats;
 pub(super) use suffix::suffix;
 

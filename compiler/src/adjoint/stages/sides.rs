@@ -61,12 +61,50 @@ pub(in crate::adjoint) fn source_side(
     side_stage(fwd, &side, stats, suffix)
 }
 
+/// The source side that also writes, per edge (by edge id), each term of
+/// the destination-field gradients in `dsts` that the edge side would sum
+/// over the edge's row: the same values, formed where the source side
+/// already forms the message cotangent (see `adjoint/edge_terms.rs`). The
+/// terms are its edge outputs, in `dsts`' order, named by
+/// [`edge_term_name`].
+pub(in crate::adjoint) fn source_side_with_edge_terms(
+    fwd: &Forward<'_>,
+    stats: &Stage,
+    suffix: Option<usize>,
+    dsts: &[(usize, &FieldDecl)],
+) -> Result<Option<Stage>, AdjointError> {
+    let side = Side {
+        graph: GraphUse::Transposed,
+        summed: &fwd.srcs,
+        edges: dsts,
+        params: &[],
+        name: "src_terms",
+        kind: StageKind::SourceSide,
+        purpose: "source side: source gradients over the transposed graph, and each edge's destination-gradient terms",
+    };
+    let Some(mut stage) = side_stage(fwd, &side, stats, suffix)? else { return Ok(None) };
+    let mut terms = dsts.iter();
+    for o in stage.kernel.outputs.iter_mut().filter(|o| o.role == Role::Edge) {
+        if let Some((_, f)) = terms.next() {
+            o.name = edge_term_name(&f.name);
+        }
+    }
+    Ok(Some(stage))
+}
+
+/// The edge output of [`source_side_with_edge_terms`] that holds the terms
+/// of destination field `name`'s gradient.
+pub(in crate::adjoint) fn edge_term_name(name: &str) -> String {
+    format!("term.{}", grad_name(Role::Dst, name))
+}
+
 /// What tells the two sides apart.
 struct Side<'a, 'k> {
     graph: GraphUse,
     /// Fields whose gradients are summed over each of the stage's rows.
     summed: &'a [(usize, &'k FieldDecl)],
-    /// Fields whose gradients are written per edge (the edge side only).
+    /// Fields whose gradients are written per edge (the edge side; the
+    /// source side only for [`source_side_with_edge_terms`]).
     edges: &'a [(usize, &'k FieldDecl)],
     /// Parameters, whose gradients are summed over all edges (the edge
     /// side only).
