@@ -76,8 +76,30 @@ mod scaled {
     }
 }
 
+#[allow(clippy::all)]
+mod folded {
+    use tiga::message_passing;
+    /// A softmax whose score reads two destination scalars: the
+    /// saved-residual backward's source side writes both terms per edge.
+    #[message_passing(reduce = softmax)]
+    pub mod TwoScoreAttention {
+        use tiga::lang::*;
+        pub struct Src {
+            pub h: Vector<f32>,
+            pub a_src: f32,
+        }
+        pub struct Dst {
+            pub a_dst: f32,
+            pub b_dst: f32,
+        }
+        pub fn edge(src: &Src, dst: &Dst) -> (f32, Vector<f32>) {
+            (leaky_relu(src.a_src + dst.a_dst, 0.2) * dst.b_dst, src.h.clone())
+        }
+    }
+}
+
 /// The kernels that keep residuals; every other one's backward recomputes.
-const KEEPS: [&str; 3] = ["MaxPool", "MinPool", "GatAttention"];
+const KEEPS: [&str; 4] = ["MaxPool", "MinPool", "GatAttention", "TwoScoreAttention"];
 
 fn bits(t: &Tensor) -> Vec<u64> {
     t.to_f64_vec().iter().map(|x| x.to_bits()).collect()
@@ -255,6 +277,23 @@ fn gat_backward_folds_its_edge_side() {
     assert!(ex.contains("note:      edge side folded into the source side: it writes each edge's a_dst term"), "{ex}");
     // MaxPool's edge function reads no destination field: nothing to fold.
     assert!(!gnn::MaxPool::kernel().explain().contains("edge side folded"));
+}
+
+/// Two destination scalars folded into the source side: both terms per
+/// edge, both row sums, the recomputing backward's bits on the AOT
+/// variants (F = 8), the JIT's (F = 3) and the f64 reference.
+#[test]
+fn two_folded_terms_keep_the_bits() {
+    let k = folded::TwoScoreAttention::kernel();
+    let ex = k.explain();
+    assert!(ex.contains("it writes each edge's a_dst, b_dst term"), "{ex}");
+    let mut rng = Rng(0x2f01_de55);
+    for (gname, g) in graphs(&mut rng) {
+        for (f, f32) in [(8, true), (8, false), (3, true)] {
+            check(k, &g, gname, f, f32, Backend::Auto, &mut rng);
+        }
+        check(k, &g, gname, 5, false, Backend::Reference, &mut rng);
+    }
 }
 
 /// The residuals in a scope: its memory report lists them with their bytes,
