@@ -112,7 +112,7 @@ fn clif_of_canonical_kernels() {
 #[test]
 fn residual_plans() {
     use std::fmt::Write;
-    use tiga_compiler::adjoint::kernel::{generate_adjoint, residual_plan, GraphUse, ResidualChoice};
+    use tiga_compiler::adjoint::kernel::{generate_adjoint, residual_plan, GraphUse, ResidualChoice, StageKind};
     let ks = parse_kernel_file(GNN).expect("parses");
     for name in ["Smoothing", "SageMean", "MaxPool", "GatAttention", "Top2Sum"] {
         let k = ks.iter().find(|k| k.name == name).expect("kernel").clone();
@@ -140,26 +140,38 @@ fn residual_plans() {
             let parts: Vec<String> = g.parts.iter().map(|(s, o)| format!("stage {s} `{o}`")).collect();
             writeln!(text, ";; gradient {}.{} = {}", g.role.name(), g.name, parts.join(" | ")).expect("write");
         }
-        for (stage, origin) in plan.adjoint.stages.iter().zip(&plan.origin) {
-            writeln!(
-                text,
-                ";; stage {} (graph {:?}, recomputing plan's stage {origin:?}); bindings:",
-                stage.kernel.name, stage.graph
-            )
-            .expect("write");
-            for (fd, b) in stage.kernel.fields.iter().zip(&stage.bindings) {
-                writeln!(text, ";;   {} {} <- {b:?}", fd.role.name(), fd.name).expect("write");
+        let folded = plan.in_memory.as_ref().map(|f| ("in memory: ", &f.adjoint, &f.origin));
+        for (variant, adjoint, origins) in [("", &plan.adjoint, &plan.origin)].into_iter().chain(folded) {
+            if !variant.is_empty() {
+                for g in &adjoint.gradients {
+                    let parts: Vec<String> = g.parts.iter().map(|(s, o)| format!("stage {s} `{o}`")).collect();
+                    writeln!(text, ";; {variant}gradient {}.{} = {}", g.role.name(), g.name, parts.join(" | ")).expect("write");
+                }
             }
-            if stage.graph == GraphUse::DestinationRows {
-                let c = run_pipeline(stage.kernel.clone()).unwrap_or_else(|e| panic!("passes on {}: {e}", stage.kernel.name));
-                text.push_str(";; lowered\n");
-                text.push_str(&c.lowered.to_string());
-                text.push_str(";; loop\n");
-                text.push_str(&tiga_compiler::loops::schedule(&c.lowered).expect("schedules").to_string());
+            for (stage, origin) in adjoint.stages.iter().zip(origins) {
+                writeln!(
+                    text,
+                    ";; {variant}stage {} (graph {:?}, recomputing plan's stage {origin:?}); bindings:",
+                    stage.kernel.name, stage.graph
+                )
+                .expect("write");
+                for (fd, b) in stage.kernel.fields.iter().zip(&stage.bindings) {
+                    writeln!(text, ";;   {} {} <- {b:?}", fd.role.name(), fd.name).expect("write");
+                }
+                // The node-wise stage (the same in both variants: once),
+                // and the row sums of folded edge terms.
+                let node_wise = variant.is_empty() && stage.graph == GraphUse::DestinationRows;
+                if node_wise || stage.kind == StageKind::DestinationSums {
+                    let c = run_pipeline(stage.kernel.clone()).unwrap_or_else(|e| panic!("passes on {}: {e}", stage.kernel.name));
+                    text.push_str(";; lowered\n");
+                    text.push_str(&c.lowered.to_string());
+                    text.push_str(";; loop\n");
+                    text.push_str(&tiga_compiler::loops::schedule(&c.lowered).expect("schedules").to_string());
+                }
             }
-        }
-        for n in plan.adjoint.notes.iter().filter(|n| n.starts_with("saved residuals")) {
-            writeln!(text, ";; note: {n}").expect("write");
+            for n in adjoint.notes.iter().filter(|n| n.starts_with("saved residuals") || n.starts_with("edge side folded")) {
+                writeln!(text, ";; {variant}note: {n}").expect("write");
+            }
         }
         check(&format!("{name}.residuals.txt"), &text);
     }

@@ -139,8 +139,9 @@ fn aot_variants(c: &tiga_compiler::passes::Compiled) -> proc_macro2::TokenStream
     let mut stage_tables = Vec::new();
     // Then, where the forward keeps residuals, the saved-residual forward
     // and the stages of its backward that the recomputing plan does not
-    // have (its node-wise stage, a source side writing edge terms and
-    // their row sums), in plan order: the order the runtime's
+    // have (its node-wise stage), then those of its in-memory variant
+    // (the node-wise stage again, a source side writing edge terms and
+    // their row sums), each in plan order: the order the runtime's
     // `Kernel::residuals` reads them in.
     if let Ok(adj) = tiga_compiler::adjoint::kernel::generate_adjoint(&c.captured) {
         let mut kernels: Vec<tiga_compiler::ir::Kernel> = adj.stages.iter().map(|st| st.kernel.clone()).collect();
@@ -148,7 +149,8 @@ fn aot_variants(c: &tiga_compiler::passes::Compiled) -> proc_macro2::TokenStream
             tiga_compiler::adjoint::kernel::residual_plan(&c.captured, &adj)
         {
             kernels.push(plan.forward.clone());
-            let new = plan.adjoint.stages.iter().zip(&plan.origin).filter(|(_, o)| o.is_none());
+            let folded = plan.in_memory.iter().flat_map(|f| f.adjoint.stages.iter().zip(&f.origin));
+            let new = plan.adjoint.stages.iter().zip(&plan.origin).chain(folded).filter(|(_, o)| o.is_none());
             kernels.extend(new.map(|(st, _)| st.kernel.clone()));
         }
         for (i, kernel) in kernels.into_iter().enumerate() {

@@ -165,10 +165,25 @@ fn residuals(s: &mut String, k: &Kernel) {
             .collect();
         let _ = writeln!(s, "    {} reads: {}", st.kernel.name, reads.join(", "));
     }
-    // What this plan says that the recomputing one does not: which
-    // statistics it reads, and a stage it folded away.
-    for note in stages.plan.adjoint.notes.iter().filter(|n| !plain_notes.contains(n)) {
-        let _ = writeln!(s, "  note:      {note}");
+    if let Some(folded) = &stages.plan.in_memory {
+        let names: Vec<String> =
+            folded.adjoint.stages.iter().map(|st| format!("{} [{}]", st.kernel.name, graph_short(st.graph))).collect();
+        let _ = writeln!(
+            s,
+            "  in memory: {} stage(s) (graphs in RAM on the CPU; paged files and generated stencils run the above): {}",
+            names.len(),
+            names.join(", ")
+        );
+    }
+    // What these plans say that the recomputing one does not: which
+    // statistics they read, and a stage folded away.
+    let folded_notes = stages.plan.in_memory.iter().flat_map(|f| f.adjoint.notes.iter());
+    let mut said: Vec<&String> = Vec::new();
+    for note in stages.plan.adjoint.notes.iter().chain(folded_notes).filter(|n| !plain_notes.contains(n)) {
+        if !said.contains(&note) {
+            said.push(note);
+            let _ = writeln!(s, "  note:      {note}");
+        }
     }
 }
 

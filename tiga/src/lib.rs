@@ -245,7 +245,8 @@ pub struct Kernel {
     aot: &'static [AotVariant],
     /// The same for each adjoint stage, in stage order, then (where the
     /// forward keeps residuals) for the saved-residual forward and the
-    /// node-wise stage of its backward.
+    /// stages of its backwards that the recomputing plan does not have
+    /// (see [`Kernel::residuals`]).
     adjoint_aot: &'static [&'static [AotVariant]],
     /// The adjoint stages, built on first use (an error is kept as text).
     adjoint: std::sync::OnceLock<std::result::Result<std::sync::Arc<vjp::AdjointPlan>, String>>,

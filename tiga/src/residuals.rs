@@ -22,8 +22,9 @@
 
 use std::sync::Arc;
 
-use tiga_compiler::adjoint::kernel::{residual_plan, ResidualChoice, ResidualPlan};
-use tiga_runtime::{Realization, Schedule, Tensor, TensorView};
+use tiga_compiler::adjoint::kernel::{residual_plan, Adjoint, ResidualChoice, ResidualPlan};
+use tiga_runtime::exec::Side;
+use tiga_runtime::{Realization, Rows, Schedule, Tensor, TensorView};
 
 use crate::call::{Inputs, Outputs};
 use crate::memory::{Scope, TensorHandle};
@@ -37,6 +38,23 @@ pub struct ResidualStages {
     pub plan: ResidualPlan,
     pub forward: Kernel,
     pub stages: Vec<Kernel>,
+    /// The stages of the plan's in-memory variant
+    /// ([`ResidualPlan::in_memory`]), where it has one.
+    pub in_memory: Option<Vec<Kernel>>,
+}
+
+impl ResidualStages {
+    /// The backward a call over `r` runs: without its edge side where the
+    /// plan has that variant and the rows are in memory on the CPU.
+    fn backward_for(&self, r: &dyn Realization, schedule: &Schedule) -> Result<(&Adjoint, &[Kernel])> {
+        if let (Some(plan), Some(stages)) = (&self.plan.in_memory, &self.in_memory) {
+            let in_memory = matches!(r.rows(Side::Forward, false)?, Rows::Memory(_));
+            if in_memory && schedule.device == tiga_runtime::Device::Cpu {
+                return Ok((&plan.adjoint, stages));
+            }
+        }
+        Ok((&self.plan.adjoint, &self.stages))
+    }
 }
 
 /// Whether a kernel's forward can keep residuals.
@@ -115,26 +133,29 @@ impl Kernel {
             };
             // Where the macro compiled them ahead of time: after the
             // recomputing plan's stages, the forward, then the new stages
-            // in plan order (a stage kept from that plan keeps its own
+            // of the plan and of its in-memory variant, each in plan order
+            // (a stage kept from the recomputing plan keeps its own
             // variants).
             let n = plain.stages.len();
-            let mut new_stages = n..;
+            let mut new_stages = n + 1..;
             let aot = |i: usize| self.adjoint_aot.get(i).copied().unwrap_or(&[]);
             let mut forward = Kernel::from_ir(plan.forward.clone()).map_err(|e| format!("saved-residual forward: {e}"))?;
             forward.aot = aot(n);
-            let stages = plan
-                .adjoint
-                .stages
-                .iter()
-                .zip(&plan.origin)
-                .map(|(s, origin)| {
-                    let mut stage =
-                        Kernel::from_ir(s.kernel.clone()).map_err(|e| format!("adjoint stage `{}`: {e}", s.kernel.name))?;
-                    stage.aot = aot(origin.or_else(|| new_stages.next().map(|i| i + 1)).unwrap_or(usize::MAX));
-                    Ok(stage)
-                })
-                .collect::<std::result::Result<Vec<_>, String>>()?;
-            Ok(Residuals::Kept(Arc::new(ResidualStages { plan, forward, stages })))
+            let mut compile = |stages: &[tiga_compiler::adjoint::kernel::Stage], origin: &[Option<usize>]| {
+                stages
+                    .iter()
+                    .zip(origin)
+                    .map(|(s, origin)| {
+                        let mut stage =
+                            Kernel::from_ir(s.kernel.clone()).map_err(|e| format!("adjoint stage `{}`: {e}", s.kernel.name))?;
+                        stage.aot = aot(origin.or_else(|| new_stages.next()).unwrap_or(usize::MAX));
+                        Ok(stage)
+                    })
+                    .collect::<std::result::Result<Vec<_>, String>>()
+            };
+            let stages = compile(&plan.adjoint.stages, &plan.origin)?;
+            let in_memory = plan.in_memory.as_ref().map(|f| compile(&f.adjoint.stages, &f.origin)).transpose()?;
+            Ok(Residuals::Kept(Arc::new(ResidualStages { plan, forward, stages, in_memory })))
         });
         cached.clone().map_err(Error::Adjoint)
     }
@@ -202,7 +223,7 @@ impl Kernel {
         let Residuals::Kept(stages) = self.residuals()? else {
             return Err(Error::Internal(format!("kernel `{}` keeps no residuals, but a tape holds some", self.name())));
         };
-        let (adjoint, stage_kernels) = (&stages.plan.adjoint, &stages.stages);
+        let (adjoint, stage_kernels) = stages.backward_for(r, schedule)?;
         // A file laid out in a node order: the stages run over it in its
         // numbering, the tape's residuals (per destination row, in the
         // caller's numbering, as the forward moved them out) moved in with

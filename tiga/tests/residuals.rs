@@ -270,11 +270,22 @@ fn gat_backward_folds_its_edge_side() {
     assert!(
         ex.contains(
             "backward:  3 stage(s) (the recomputing plan: 3): GatAttention.vjp.saved_stats [per destination node], \
-             GatAttention.vjp.src_terms [transposed graph], GatAttention.vjp.dst_sums [forward graph]"
+             GatAttention.vjp.edge [forward graph], GatAttention.vjp.src [transposed graph]"
         ),
         "{ex}"
     );
-    assert!(ex.contains("note:      edge side folded into the source side: it writes each edge's a_dst term"), "{ex}");
+    assert!(
+        ex.contains(
+            "in memory: 3 stage(s) (graphs in RAM on the CPU; paged files and generated stencils run the above): \
+             GatAttention.vjp.saved_stats [per destination node], GatAttention.vjp.src_terms [transposed graph], \
+             GatAttention.vjp.dst_sums [forward graph]"
+        ),
+        "{ex}"
+    );
+    assert!(
+        ex.contains("note:      edge side folded into the source side (graphs in memory): it writes each edge's a_dst term"),
+        "{ex}"
+    );
     // MaxPool's edge function reads no destination field: nothing to fold.
     assert!(!gnn::MaxPool::kernel().explain().contains("edge side folded"));
 }
@@ -287,12 +298,47 @@ fn two_folded_terms_keep_the_bits() {
     let k = folded::TwoScoreAttention::kernel();
     let ex = k.explain();
     assert!(ex.contains("it writes each edge's a_dst, b_dst term"), "{ex}");
+    assert!(ex.contains("TwoScoreAttention.vjp.dst_sums [forward graph]"), "{ex}");
     let mut rng = Rng(0x2f01_de55);
     for (gname, g) in graphs(&mut rng) {
         for (f, f32) in [(8, true), (8, false), (3, true)] {
             check(k, &g, gname, f, f32, Backend::Auto, &mut rng);
         }
         check(k, &g, gname, 5, false, Backend::Reference, &mut rng);
+    }
+}
+
+/// A hub row longer than the runtime cuts plain sums at (65,536 edges):
+/// the folded row sums still add its terms in the row's order from +0, as
+/// the recomputing backward's edge side does, in f32 and f64.
+#[test]
+fn hub_rows_keep_the_row_order() {
+    let mut rng = Rng(0x4b0b_0001);
+    let (ns, hub) = (300usize, 140_000usize);
+    let mut src: Vec<u32> = (0..hub).map(|_| rng.below(ns) as u32).collect();
+    let mut dst = vec![0u32; hub];
+    for _ in 0..2_000 {
+        src.push(rng.below(ns) as u32);
+        dst.push(1 + rng.below(ns - 1) as u32);
+    }
+    let g = Graph::from_edges(ns, ns, &src, &dst).expect("graph");
+    let k = gnn::GatAttention::kernel();
+    for f32 in [true, false] {
+        let fields = random_fields(k, &g, 1, || rng.uniform() * 4.0 - 2.0);
+        let ts = tensors(&fields, f32);
+        let ins = common::inputs(&fields, &ts);
+        let cots: Vec<(String, Tensor)> = cotangents(k, &g, &ins)
+            .into_iter()
+            .map(|(n, t)| (n, if f32 { t } else { Tensor::from_f64(t.shape().to_vec(), t.to_f64_vec()).expect("f64") }))
+            .collect();
+        let views: Vec<(&str, tiga::TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
+        let keeping = Schedule::new().residuals(true);
+        let (_, tape) = k.forward(&g, &ins, &keeping).expect("forward keeping residuals");
+        let want = k.vjp_with(&g, &ins, &views, &Schedule::new()).expect("recomputing backward");
+        let got = k.vjp_taped(&g, &ins, &tape, &views, &keeping).expect("saved-residual backward");
+        for ((role, n, a), (_, _, b)) in got.items.iter().zip(&want.items) {
+            assert_eq!(bits(a), bits(b), "f32 = {f32}: gradient {}.{n}", role.name());
+        }
     }
 }
 

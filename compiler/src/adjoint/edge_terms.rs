@@ -20,11 +20,19 @@
 //!
 //! The cost moved: the edge side's pass over every edge (a gather of the
 //! source row, the cotangent row and the statistics per edge) becomes one
-//! 4-byte store per edge from the source side and one scalar pass; the
-//! terms buffer (4 bytes per edge in f32) lives from the one stage to the
-//! next. Only the saved-residual plan does this (its stages run on the CPU
-//! over in-memory and paged realizations); the recomputing plan, which
-//! sharded and GPU calls run, keeps its edge side.
+//! store per edge from the source side and one scalar pass; the terms
+//! buffer (4 bytes per edge in f32, 8 in f64) lives in RAM from the one
+//! stage to the next. So only the saved-residual plan's in-memory variant
+//! ([`super::plan::ResidualPlan::in_memory`]) does this: a paged call
+//! keeps its RAM to its budget and a generated stencil has no edge ids to
+//! write by, and both, like the recomputing plan (which sharded and GPU
+//! calls run), keep the edge side.
+//!
+//! The row sums run each row whole, as the edge side did: a plain sum
+//! kernel's long rows may be cut into segments summed apart (see the
+//! runtime's `splittable`), which would change the order of the additions;
+//! the stage's edge function reads the edge's rank, which keeps a row
+//! whole.
 
 use super::builder::{builtin, empty_kernel, forward_fields, grad_name, passthrough_node, B};
 use super::kernel::gradient_plans;
@@ -113,10 +121,11 @@ pub(super) fn fold_edge_side(fwd: &Forward<'_>, plain: &Adjoint) -> Result<Optio
             .map_err(|source| AdjointError::Rewrite { rewrite: "fold-edge-side", source: Box::new(source) })?;
     }
     let gradients = gradient_plans(k, &stages);
-    let mut notes = plain.notes.clone();
+    // The recomputing plan's notes, but its list of stages.
+    let mut notes: Vec<String> = plain.notes.iter().filter(|n| !n.contains(" stage(s): ")).cloned().collect();
     notes.push(format!(
-        "edge side folded into the source side: it writes each edge's {} term (4 bytes per edge, by edge id), summed over \
-         each row by {} (one scalar per edge, in the row's order)",
+        "edge side folded into the source side (graphs in memory): it writes each edge's {} term (4 bytes per edge in \
+         f32, 8 in f64, by edge id), summed over each row by {} (one scalar per edge, in the row's order)",
         dsts.iter().map(|(_, f)| f.name.as_str()).collect::<Vec<_>>().join(", "),
         row_sums_name(k)
     ));
@@ -143,6 +152,9 @@ fn row_sums(fwd: &Forward<'_>, dsts: &[(usize, &FieldDecl)], terms_at: usize) ->
     let mut edge = Region::new(vec![]);
     let mut b = B { r: &mut edge, sp };
     let terms: Vec<ValueId> = term_fields.iter().map(|&f| b.field(f, fields[f].ty)).collect();
+    // Read, not used: a kernel whose edges read their rank runs each row
+    // whole, so its sum adds the terms in the row's order from +0.
+    b.r.push(Op::Rank, Type::Scalar, sp);
     edge.outputs = terms;
     let types = edge.output_types();
     ak.edge = edge;

@@ -38,7 +38,9 @@
 //! `scatter.rs`). This file is the pass itself: it builds the stages in
 //! order and runs the rewrites over them.
 
-pub use super::plan::{Adjoint, Binding, GradientPlan, GraphUse, Residual, ResidualPlan, SourceSides, Stage, StageKind};
+pub use super::plan::{
+    Adjoint, Binding, FoldedPlan, GradientPlan, GraphUse, Residual, ResidualPlan, SourceSides, Stage, StageKind,
+};
 pub use super::residuals::{residual_plan, ResidualChoice};
 
 use super::builder::grad_name;

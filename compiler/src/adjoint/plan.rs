@@ -154,8 +154,23 @@ pub struct ResidualPlan {
     /// nothing where every statistic is a residual as it is.
     pub adjoint: Adjoint,
     /// For each stage of `adjoint`, the stage of the recomputing plan it
-    /// is (`None`: a stage that plan does not have: the node-wise stage, a
-    /// source side writing edge terms, their row sums), so that a stage
-    /// compiled ahead of time for one serves the other.
+    /// is (`None`: the node-wise stage, new), so that a stage compiled
+    /// ahead of time for one serves the other.
+    pub origin: Vec<Option<usize>>,
+    /// The same backward without its edge side, where one can be folded
+    /// into the source side (`adjoint/edge_terms.rs`): for graphs whose
+    /// rows are in memory. Its per-edge terms are an edge-sized buffer in
+    /// RAM, which a paged call's budget does not hold, and a generated
+    /// stencil has no edge ids to write them by; those take `adjoint`.
+    pub in_memory: Option<Box<FoldedPlan>>,
+}
+
+/// A saved-residual backward with its edge side folded into the source
+/// side ([`ResidualPlan::in_memory`]).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct FoldedPlan {
+    pub adjoint: Adjoint,
+    /// As [`ResidualPlan::origin`] (`None` also for the source side that
+    /// writes the terms and the stage that sums them).
     pub origin: Vec<Option<usize>>,
 }

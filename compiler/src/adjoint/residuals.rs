@@ -43,7 +43,7 @@
 
 use super::builder::{builtin, monoid, FieldSet, B};
 use super::operation_rules::AdjointError;
-use super::plan::{Adjoint, Binding, GradientPlan, GraphUse, Residual, ResidualPlan, SourceSides, Stage, StageKind};
+use super::plan::{Adjoint, Binding, FoldedPlan, GradientPlan, GraphUse, Residual, ResidualPlan, SourceSides, Stage, StageKind};
 use super::stages::{Forward, STATS_STAGE};
 use crate::ir::{CmpOp, FieldId, Kernel, Op, OutputDecl, Region, Role, Type, ValueId, WidthDecl};
 
@@ -107,15 +107,16 @@ pub fn residual_plan(k: &Kernel, plain: &Adjoint) -> Result<ResidualChoice, Adjo
             "a width of the statistics is bound only by a source or edge field, which a node-wise stage does not have".into(),
         ));
     };
-    // The edge side folded into the source side where it can be (its
-    // stages' origins in `plain`), then the stats stage replaced.
-    let (base, base_origin) = match super::edge_terms::fold_edge_side(&fwd, plain)? {
-        Some((fused, origin)) => (std::borrow::Cow::Owned(fused), origin),
-        None => (std::borrow::Cow::Borrowed(plain), (0..plain.stages.len()).map(Some).collect()),
-    };
-    let (adjoint, origin) = replace_stats(&base, saved, &residuals, &names);
-    let origin = origin.into_iter().map(|o| o.and_then(|i| base_origin.get(i).copied().flatten())).collect();
-    Ok(ResidualChoice::Keep(Box::new(ResidualPlan { forward, residuals, adjoint, origin })))
+    // Then, where it can be, the edge side folded into the source side
+    // (its stages' origins in `plain`) and the stats stage replaced there
+    // too: the plan for graphs in memory.
+    let in_memory = super::edge_terms::fold_edge_side(&fwd, plain)?.map(|(fused, fused_origin)| {
+        let (adjoint, origin) = replace_stats(&fused, saved.clone(), &residuals, &names);
+        let origin = origin.into_iter().map(|o| o.and_then(|i| fused_origin.get(i).copied().flatten())).collect();
+        Box::new(FoldedPlan { adjoint, origin })
+    });
+    let (adjoint, origin) = replace_stats(plain, saved, &residuals, &names);
+    Ok(ResidualChoice::Keep(Box::new(ResidualPlan { forward, residuals, adjoint, origin, in_memory })))
 }
 
 /// The forward that folds the stats state (and the row's edge count) and
