@@ -104,7 +104,7 @@ const CASES: [&str; 6] = ["stencil-csr", "stencil-generated", "powerlaw-sum", "p
     args_conflicts_with_subcommands = true,
     args_override_self = true,
     disable_help_subcommand = true,
-    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)\nThe GPU path: tiga-bench gpu [--device cuda:0|sim] [--nodes N] [--peers] (see tiga-bench gpu --help)\nPartitioned tensors and embeddings: tiga-bench partitioned [--quick] [--json PATH] [--table PATH] (see tiga-bench partitioned --help)\nRenumbering for locality: tiga-bench renumber [--quick] [--json PATH] [--table PATH] (see tiga-bench renumber --help)\nBackward with and without saved residuals: tiga-bench residuals [--quick] [--json PATH] [--table PATH] (see tiga-bench residuals --help)\nHalf-precision fields: tiga-bench half [--quick] [--json PATH] [--table PATH] (see tiga-bench half --help)"
+    after_help = "The paged benchmark: tiga-bench paged [--quick] [--json PATH] ... (see tiga-bench paged --help)\nCompile time against kernel size: tiga-bench compile-time [--terms LIST] (see tiga-bench compile-time --help)\nSharded against one process: tiga-bench sharded [--quick] [--json PATH] [--table PATH] (see tiga-bench sharded --help)\nThe GPU path: tiga-bench gpu [--device cuda:0|sim] [--nodes N] [--peers] (see tiga-bench gpu --help)\nPartitioned tensors and embeddings: tiga-bench partitioned [--quick] [--json PATH] [--table PATH] (see tiga-bench partitioned --help)\nRenumbering for locality: tiga-bench renumber [--quick] [--json PATH] [--table PATH] (see tiga-bench renumber --help)\nBackward with and without saved residuals: tiga-bench residuals [--quick] [--json PATH] [--table PATH] [--no-peers] (see tiga-bench residuals --help)\nHalf-precision fields: tiga-bench half [--quick] [--json PATH] [--table PATH] (see tiga-bench half --help)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -206,7 +206,7 @@ fn positive(s: &str) -> Result<usize, String> {
 
 /// The peers script of this checkout: `bench/peers/peers.py`, found from
 /// the crate's directory (the benchmark carries its peers with it).
-fn default_peers_script() -> PathBuf {
+pub(crate) fn default_peers_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("peers").join("peers.py")
 }
 
@@ -258,7 +258,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Timed calls per peer measurement (after peers.py's warm-up), at most.
-const PEER_REPEATS: usize = 3;
+pub(crate) const PEER_REPEATS: usize = 3;
 
 /// Warm-up calls untimed; see [`time`].
 const WARM_UPS: usize = 3;

@@ -32,6 +32,9 @@ pub struct PeerTimes {
     /// peers.py times SciPy's backward alone ("backward") but the torch
     /// peers' as one autograd step ("forward+backward").
     pub bwd_pass: Option<String>,
+    /// Why peers.py stopped after timing some of this peer's passes (a
+    /// process killed for memory mid-case).
+    pub stopped: Option<String>,
 }
 
 /// A peer's times, or why there are none.
@@ -228,7 +231,12 @@ pub fn run(
                 continue;
             }
             let r = match (found.remove(&key), skipped.get(*peer)) {
-                (Some(t), _) => Ok(t),
+                (Some(mut t), _) => {
+                    if !output.status.success() {
+                        t.stopped = Some(format!("peers.py failed ({}): {tail}", output.status));
+                    }
+                    Ok(t)
+                }
                 (None, Some(why)) => Err(why.clone()),
                 (None, None) if !output.status.success() => Err(format!("peers.py failed ({}): {tail}", output.status)),
                 (None, None) => Err("peers.py printed no time for it".to_string()),
@@ -294,13 +302,13 @@ print(json.dumps({"case": "max", "peer": "pyg_scatter", "pass": "forward+backwar
         let get = |c: &str, p: &str| r.get(&(c.to_string(), p.to_string())).cloned().expect("an entry");
         assert_eq!(
             get("sum", "scipy"),
-            Ok(PeerTimes { fwd_ms: Some(1.5), bwd_ms: Some(2.5), bwd_pass: Some("backward".into()) })
+            Ok(PeerTimes { fwd_ms: Some(1.5), bwd_ms: Some(2.5), bwd_pass: Some("backward".into()), stopped: None })
         );
         assert!(get("max", "scipy").is_err_and(|e| e.contains("has no `max`")));
         assert_eq!(get("sum", "torch_sparse"), Err("no torch".into()));
         assert_eq!(
             get("max", "pyg_scatter"),
-            Ok(PeerTimes { fwd_ms: Some(10.0), bwd_ms: Some(30.0), bwd_pass: Some("forward+backward".into()) })
+            Ok(PeerTimes { fwd_ms: Some(10.0), bwd_ms: Some(30.0), bwd_pass: Some("forward+backward".into()), stopped: None })
         );
         assert!(get("sum", "pyg_scatter").is_err_and(|e| e.contains("no time")));
     }

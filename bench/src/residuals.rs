@@ -17,8 +17,17 @@
 //! that kept them, for max, min and GAT on both back ends. A table goes to
 //! stdout (and `--table`), the JSON to `--json`.
 //!
+//! The peers that have these cases time them on the same graph and fields
+//! (`bench/peers/peers.py`: PyG-style gather/scatter for max and GAT; no
+//! peer there has a min, and SciPy and `torch.sparse` have neither): their
+//! forward and their forward+backward step (autograd, the gradient of
+//! `out.sum()` with respect to the source features), set beside tiga's step
+//! with residuals (forward keeping them, then the backward from them).
+//! Their max is `scatter_reduce("amax")` of the gathered rows, MaxPool's
+//! relu aside.
+//!
 //! ```sh
-//! cargo run --release -p tiga-bench -- residuals [--quick] [--repeat N] [--json PATH] [--table PATH]
+//! cargo run --release -p tiga-bench -- residuals [--quick] [--repeat N] [--json PATH] [--table PATH] [--no-peers]
 //! ```
 
 use std::path::PathBuf;
@@ -63,7 +72,16 @@ pub struct Args {
     /// Graph and field seed
     #[arg(long, value_name = "N", default_value_t = 7)]
     seed: u64,
+    /// Skip the Python peers
+    #[arg(long)]
+    no_peers: bool,
+    /// The peers script [default: bench/peers/peers.py of this checkout]
+    #[arg(long, value_name = "P", default_value_os_t = crate::default_peers_script())]
+    peers_script: PathBuf,
 }
+
+/// The peers.py cases among this benchmark's.
+const PEER_CASES: [&str; 2] = ["max", "gat"];
 
 /// One kernel on one back end.
 struct Row {
@@ -220,6 +238,11 @@ fn run(args: &Args) -> Result<bool, String> {
             rows.push(measure(case, aot, "rust-aot", &Schedule::new().backend(Backend::Aot), &g, &ins, repeat)?);
         }
     }
+    let peers = if args.no_peers {
+        Err("not run (--no-peers)".to_string())
+    } else {
+        Ok(run_peers(args, &g, &h, f, (&a_src, &a_dst), repeat.min(crate::PEER_REPEATS)))
+    };
     let mut table = String::new();
     table.push_str(&format!(
         "backward with and without saved residuals: power-law graph, {nodes} nodes, {edges} edges, F = {f}, f32, {} thread(s), median of {repeat} after {WARM_UPS} warm-ups\n\n",
@@ -258,6 +281,7 @@ fn run(args: &Args) -> Result<bool, String> {
     table.push_str(
         "\nfwd+res: the forward keeping residuals; recomp/f: recomputing backward over the plain forward; saved/f+: backward from residuals over the forward that kept them (the target); step x: (fwd + bwd recompute) / (fwd+res + bwd saved)\n",
     );
+    table.push_str(&peer_table(&peers, &rows));
     print!("{table}");
     if let Some(p) = &args.table {
         crate::report::write_atomic(p, &table)?;
@@ -273,6 +297,7 @@ fn run(args: &Args) -> Result<bool, String> {
         "warm_ups": WARM_UPS,
         "load_avg": std::fs::read_to_string("/proc/loadavg").ok().map(|s| s.trim().to_string()),
         "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        "peers": peer_json(&peers, &rows),
         "targets": {
             "bwd_from_residuals_over_fwd_keeping": { "target": TARGET, "met": all_met },
         },
@@ -281,4 +306,107 @@ fn run(args: &Args) -> Result<bool, String> {
     crate::report::write_atomic(&args.json, &text)?;
     eprintln!("wrote {}", args.json.display());
     Ok(all_met)
+}
+
+/// What peers.py gave, per (case, peer).
+type PeerResults = std::collections::BTreeMap<(String, String), crate::peers::PeerResult>;
+
+/// Runs peers.py for the cases it has, on this run's graph and fields.
+fn run_peers(args: &Args, g: &Graph, h: &[f32], f: usize, attention: (&[f32], &[f32]), repeat: usize) -> PeerResults {
+    let avail = crate::peers::detect(&args.peers_script);
+    let failed = |why: String| {
+        let mut out = PeerResults::new();
+        for (peer, _) in crate::peers::PEERS {
+            for case in PEER_CASES {
+                out.insert((case.to_string(), peer.to_string()), Err(why.clone()));
+            }
+        }
+        out
+    };
+    if !avail.any() {
+        return crate::peers::run(&avail, std::path::Path::new("."), &PEER_CASES, 1, 1);
+    }
+    let dir = match crate::peers::TempDir::new("residuals") {
+        Ok(d) => d,
+        Err(e) => return failed(format!("peers: temp dir: {e}")),
+    };
+    if let Err(e) = crate::peers::write_graph_dir(&dir.0, g, h, f, Some(attention)) {
+        return failed(e);
+    }
+    // One peers.py process a case: PyTorch's gather/scatter holds several
+    // edge-by-feature tensors at once, and where one case runs out of
+    // memory the other is still measured.
+    let mut out = PeerResults::new();
+    for case in PEER_CASES {
+        eprintln!("[bench] peers.py: {case}");
+        out.extend(crate::peers::run(&avail, &dir.0, &[case], rayon::current_num_threads(), repeat));
+    }
+    out
+}
+
+/// tiga's step with residuals (forward keeping them + backward from them)
+/// for a case on a back end.
+fn tiga_step(rows: &[Row], case: &str, backend: &str) -> Option<f64> {
+    rows.iter().find(|r| r.case == case && r.backend == backend).map(|r| r.fwd_keep_ms + r.bwd_saved_ms)
+}
+
+const BACKENDS: [&str; 2] = ["cranelift", "rust-aot"];
+
+fn peer_table(peers: &Result<PeerResults, String>, rows: &[Row]) -> String {
+    let results = match peers {
+        Err(why) => return format!("\npeers: {why}\n"),
+        Ok(r) => r,
+    };
+    let mut t = format!(
+        "\npeers (same graph and fields; their step is autograd's forward+backward, the gradient of out.sum() with respect to h)\n\
+         {:<5} {:<13} {:>9} {:>12}  {}\n",
+        "case", "peer", "fwd ms", "fwd+bwd ms", "step over tiga's step with residuals (cranelift, rust-aot)"
+    );
+    for ((case, peer), r) in results {
+        match r {
+            Ok(p) => {
+                let over: Vec<String> = BACKENDS
+                    .iter()
+                    .map(|b| match (p.bwd_ms, tiga_step(rows, case, b)) {
+                        (Some(s), Some(ts)) => format!("{:.2}x", s / ts),
+                        _ => "-".into(),
+                    })
+                    .collect();
+                let ms = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
+                let stopped = p.stopped.as_ref().map(|why| format!(" ({why})")).unwrap_or_default();
+                t += &format!("{case:<5} {peer:<13} {:>9} {:>12}  {}{stopped}\n", ms(p.fwd_ms), ms(p.bwd_ms), over.join(", "));
+            }
+            Err(why) => t += &format!("{case:<5} {peer:<13} skipped: {why}\n"),
+        }
+    }
+    t
+}
+
+fn peer_json(peers: &Result<PeerResults, String>, rows: &[Row]) -> Value {
+    let results = match peers {
+        Err(why) => return json!({ "skipped": why }),
+        Ok(r) => r,
+    };
+    let items: Vec<Value> = results
+        .iter()
+        .map(|((case, peer), r)| match r {
+            Ok(p) => {
+                let over: serde_json::Map<String, Value> = BACKENDS
+                    .iter()
+                    .filter_map(|b| Some(((*b).to_string(), json!(p.bwd_ms? / tiga_step(rows, case, b)?))))
+                    .collect();
+                json!({
+                    "case": case,
+                    "peer": peer,
+                    "fwd_ms": p.fwd_ms,
+                    "step_ms": p.bwd_ms,
+                    "step_pass": p.bwd_pass,
+                    "step_over_tiga_step_with_residuals": over,
+                    "stopped": p.stopped,
+                })
+            }
+            Err(why) => json!({ "case": case, "peer": peer, "skipped": why }),
+        })
+        .collect();
+    Value::Array(items)
 }
