@@ -170,7 +170,7 @@ fn residuals(s: &mut String, k: &Kernel) {
             folded.adjoint.stages.iter().map(|st| format!("{} [{}]", st.kernel.name, graph_short(st.graph))).collect();
         let _ = writeln!(
             s,
-            "  in memory: {} stage(s) (graphs in RAM on the CPU; paged files and generated stencils run the above): {}",
+            "  in memory: {} stage(s) (a CSR in RAM on the CPU; paged, offloaded and generated graphs run the above): {}",
             names.len(),
             names.join(", ")
         );

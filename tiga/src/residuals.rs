@@ -19,6 +19,11 @@
 //! call's, keep none (their backward recomputes): the sharded backward
 //! runs its own stages per rank, and the PTX lowering of the saved-residual
 //! forward is not yet checked.
+//!
+//! Where the plan has an in-memory variant (an edge side folded into the
+//! source side, `adjoint/edge_terms.rs`), a backward whose rows are a CSR
+//! in RAM on the CPU runs it; paged, offloaded and generated graphs run
+//! the plan with its edge side (`ResidualStages::backward_for`).
 
 use std::sync::Arc;
 
@@ -45,7 +50,9 @@ pub struct ResidualStages {
 
 impl ResidualStages {
     /// The backward a call over `r` runs: without its edge side where the
-    /// plan has that variant and the rows are in memory on the CPU.
+    /// plan has that variant and the rows are a CSR in RAM on the CPU
+    /// (paged rows take the other, even a file's that would fit: its
+    /// terms buffer would sit outside the budget the pages keep to).
     fn backward_for(&self, r: &dyn Realization, schedule: &Schedule) -> Result<(&Adjoint, &[Kernel])> {
         if let (Some(plan), Some(stages)) = (&self.plan.in_memory, &self.in_memory) {
             let in_memory = matches!(r.rows(Side::Forward, false)?, Rows::Memory(_));

@@ -276,7 +276,7 @@ fn gat_backward_folds_its_edge_side() {
     );
     assert!(
         ex.contains(
-            "in memory: 3 stage(s) (graphs in RAM on the CPU; paged files and generated stencils run the above): \
+            "in memory: 3 stage(s) (a CSR in RAM on the CPU; paged, offloaded and generated graphs run the above): \
              GatAttention.vjp.saved_stats [per destination node], GatAttention.vjp.src_terms [transposed graph], \
              GatAttention.vjp.dst_sums [forward graph]"
         ),
