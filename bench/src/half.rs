@@ -418,14 +418,11 @@ fn run(args: &Args) -> Result<ExitCode, String> {
 /// or why it did not run.
 fn run_peers(g: &Graph, x: &Tensor, f: usize, repeat: usize, threads: usize) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers").join("half_peers.py");
-    let dir = match crate::peers::TempDir::new("half") {
-        Ok(d) => d,
-        Err(e) => return json!({"skipped": format!("no temporary directory: {e}")}),
-    };
     let Some(xs) = x.as_f32() else { return json!({"skipped": "features are not f32"}) };
-    if let Err(e) = crate::peers::write_graph_dir(&dir.0, g, xs, f, None) {
-        return json!({"skipped": e});
-    }
+    let dir = match crate::peers::graph_dir("half", g, xs, f, None) {
+        Ok(d) => d,
+        Err(e) => return json!({"skipped": e}),
+    };
     let out = Command::new("python3")
         .arg(&script)
         .arg(&dir.0)

@@ -578,13 +578,10 @@ impl Run {
             Some(a) => {
                 eprintln!("[bench] peers.py on {} (F={f}): {}", self.report.cases[idx[0]].case, cases.join(","));
                 let a = a.clone();
-                let dir = match peers::TempDir::new(&format!("f{f}")) {
+                let dir = match peers::graph_dir(&format!("f{f}"), g, x, f, attention) {
                     Ok(d) => d,
-                    Err(e) => return self.fail(format!("peers: temp dir: {e}")),
+                    Err(e) => return self.fail(e),
                 };
-                if let Err(e) = peers::write_graph_dir(&dir.0, g, x, f, attention) {
-                    return self.fail(e);
-                }
                 // PyTorch's gather/scatter takes seconds per call on the
                 // power-law graph: at most PEER_REPEATS timed calls each.
                 peers::run(&a, &dir.0, &cases, self.report.machine.threads, self.o.repeat.min(PEER_REPEATS))

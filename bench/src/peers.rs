@@ -130,8 +130,16 @@ impl Drop for TempDir {
     }
 }
 
+/// A temporary directory holding the graph and fields in peers.py's layout
+/// (removed when dropped).
+pub fn graph_dir(tag: &str, g: &Graph, x: &[f32], f: usize, attention: Option<(&[f32], &[f32])>) -> Result<TempDir, String> {
+    let dir = TempDir::new(tag).map_err(|e| format!("peers: temporary directory: {e}"))?;
+    write_graph_dir(&dir.0, g, x, f, attention)?;
+    Ok(dir)
+}
+
 /// Writes the graph and fields in peers.py's layout.
-pub fn write_graph_dir(dir: &Path, g: &Graph, x: &[f32], f: usize, attention: Option<(&[f32], &[f32])>) -> Result<(), String> {
+fn write_graph_dir(dir: &Path, g: &Graph, x: &[f32], f: usize, attention: Option<(&[f32], &[f32])>) -> Result<(), String> {
     let io = |e: std::io::Error| format!("writing the peers' graph to {}: {e}", dir.display());
     if g.num_src() > i32::MAX as usize {
         return Err("col.npy is int32: more than 2^31 source nodes".into());

@@ -241,7 +241,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let peers = if args.no_peers {
         Err("not run (--no-peers)".to_string())
     } else {
-        Ok(run_peers(args, &g, &h, f, (&a_src, &a_dst), repeat.min(crate::PEER_REPEATS)))
+        run_peers(args, &g, &h, f, (&a_src, &a_dst), repeat.min(crate::PEER_REPEATS))
     };
     let mut table = String::new();
     table.push_str(&format!(
@@ -311,28 +311,21 @@ fn run(args: &Args) -> Result<bool, String> {
 /// What peers.py gave, per (case, peer).
 type PeerResults = std::collections::BTreeMap<(String, String), crate::peers::PeerResult>;
 
-/// Runs peers.py for the cases it has, on this run's graph and fields.
-fn run_peers(args: &Args, g: &Graph, h: &[f32], f: usize, attention: (&[f32], &[f32]), repeat: usize) -> PeerResults {
+/// Runs peers.py for the cases it has, on this run's graph and fields
+/// (`Err`: the graph could not be written for it).
+fn run_peers(
+    args: &Args,
+    g: &Graph,
+    h: &[f32],
+    f: usize,
+    attention: (&[f32], &[f32]),
+    repeat: usize,
+) -> Result<PeerResults, String> {
     let avail = crate::peers::detect(&args.peers_script);
-    let failed = |why: String| {
-        let mut out = PeerResults::new();
-        for (peer, _) in crate::peers::PEERS {
-            for case in PEER_CASES {
-                out.insert((case.to_string(), peer.to_string()), Err(why.clone()));
-            }
-        }
-        out
-    };
     if !avail.any() {
-        return crate::peers::run(&avail, std::path::Path::new("."), &PEER_CASES, 1, 1);
+        return Ok(crate::peers::run(&avail, std::path::Path::new("."), &PEER_CASES, 1, 1));
     }
-    let dir = match crate::peers::TempDir::new("residuals") {
-        Ok(d) => d,
-        Err(e) => return failed(format!("peers: temp dir: {e}")),
-    };
-    if let Err(e) = crate::peers::write_graph_dir(&dir.0, g, h, f, Some(attention)) {
-        return failed(e);
-    }
+    let dir = crate::peers::graph_dir("residuals", g, h, f, Some(attention))?;
     // One peers.py process a case: PyTorch's gather/scatter holds several
     // edge-by-feature tensors at once, and where one case runs out of
     // memory the other is still measured.
@@ -341,7 +334,7 @@ fn run_peers(args: &Args, g: &Graph, h: &[f32], f: usize, attention: (&[f32], &[
         eprintln!("[bench] peers.py: {case}");
         out.extend(crate::peers::run(&avail, &dir.0, &[case], rayon::current_num_threads(), repeat));
     }
-    out
+    Ok(out)
 }
 
 /// tiga's step with residuals (forward keeping them + backward from them)

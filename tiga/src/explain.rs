@@ -176,14 +176,11 @@ fn residuals(s: &mut String, k: &Kernel) {
         );
     }
     // What these plans say that the recomputing one does not: which
-    // statistics they read, and a stage folded away.
-    let folded_notes = stages.plan.in_memory.iter().flat_map(|f| f.adjoint.notes.iter());
-    let mut said: Vec<&String> = Vec::new();
-    for note in stages.plan.adjoint.notes.iter().chain(folded_notes).filter(|n| !plain_notes.contains(n)) {
-        if !said.contains(&note) {
-            said.push(note);
-            let _ = writeln!(s, "  note:      {note}");
-        }
+    // statistics they read, and a stage folded away (once each).
+    let saved_notes = &stages.plan.adjoint.notes;
+    let folded_notes = stages.plan.in_memory.iter().flat_map(|f| f.adjoint.notes.iter()).filter(|n| !saved_notes.contains(n));
+    for note in saved_notes.iter().chain(folded_notes).filter(|n| !plain_notes.contains(n)) {
+        let _ = writeln!(s, "  note:      {note}");
     }
 }
 
