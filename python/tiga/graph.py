@@ -1,0 +1,90 @@
+"""``tiga.Graph``: the graph a kernel runs over, in memory or paged from a
+``.gfg`` file. Edges ``j -> i`` go from a source ``j`` to a destination
+``i`` and keep the order the caller gave them (the order edge fields
+follow)."""
+
+from __future__ import annotations
+
+import os
+
+from . import _tiga
+from ._convert import index_numpy, is_torch
+
+
+class Graph:
+    """A graph; build one with ``from_edge_index``, ``from_csr`` or
+    ``from_gfg``."""
+
+    __slots__ = ("_g", "_torch")
+
+    def __init__(self, raw, torch_made: bool = False):
+        if not isinstance(raw, _tiga.Graph):
+            raise TypeError("build a Graph with Graph.from_edge_index, Graph.from_csr or Graph.from_gfg")
+        self._g = raw
+        self._torch = torch_made
+
+    @staticmethod
+    def from_edge_index(edge_index, num_nodes=None) -> "Graph":
+        """PyG's convention: an integer ``[2, E]`` tensor or array, row 0 the
+        sources, row 1 the destinations, edges in column order; ``num_nodes``
+        defaults to the largest id plus one. An id that is negative or not
+        below ``num_nodes`` is a ``GraphError`` naming the edge."""
+        ei = index_numpy(edge_index, "edge_index")
+        return Graph(_tiga.Graph.from_edge_index(ei, num_nodes), is_torch(edge_index))
+
+    @staticmethod
+    def from_csr(indptr, indices, num_src=None) -> "Graph":
+        """A CSR by destination row: ``indptr`` (``[num_dst + 1]``) delimits
+        each destination's edges in ``indices`` (their sources), edges in CSR
+        order; ``num_src`` defaults to the number of destinations."""
+        p = index_numpy(indptr, "indptr")
+        i = index_numpy(indices, "indices")
+        return Graph(_tiga.Graph.from_csr(p, i, num_src), is_torch(indptr))
+
+    @staticmethod
+    def from_gfg(path) -> "Graph":
+        """A ``.gfg`` file (``tigac convert``), read in pages as kernels run
+        over it; fields a call does not pass come from the file."""
+        return Graph(_tiga.Graph.from_gfg(os.fspath(path)))
+
+    @property
+    def num_nodes(self) -> int:
+        return self._g.num_nodes
+
+    @property
+    def num_src(self) -> int:
+        return self._g.num_src
+
+    @property
+    def num_dst(self) -> int:
+        return self._g.num_dst
+
+    @property
+    def num_edges(self) -> int:
+        return self._g.num_edges
+
+    @property
+    def is_paged(self) -> bool:
+        return self._g.is_paged
+
+    def _as(self, a):
+        if self._torch:
+            import torch
+
+            return torch.from_numpy(a)
+        return a
+
+    def in_degree(self):
+        """Each destination's number of in-edges (int64)."""
+        return self._as(self._g.in_degree())
+
+    def out_degree(self):
+        """Each source's number of out-edges (int64)."""
+        return self._as(self._g.out_degree())
+
+    def edge_index(self):
+        """The edges as ``[2, E]`` int64, in the caller's order."""
+        return self._as(self._g.edge_index())
+
+    def __repr__(self) -> str:
+        return repr(self._g)
