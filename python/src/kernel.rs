@@ -12,7 +12,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use tiga::compiler::ir::Role;
-use tiga::{DType, Inputs, Kernel, Schedule, Tape, TensorView};
+use tiga::{DType, Inputs, Kernel, Schedule, Tape, TensorView, Wrt};
 
 use crate::arrays::{self, Held};
 use crate::errors;
@@ -117,8 +117,8 @@ fn role_key(role: Role) -> &'static str {
 }
 
 /// The `(role, name)` pairs of `wrt` (`None`: every field).
-fn wanted(py: Python<'_>, wrt: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<(Role, String)>>> {
-    let Some(wrt) = wrt else { return Ok(None) };
+fn wanted(py: Python<'_>, wrt: Option<&Bound<'_, PyAny>>) -> PyResult<Wrt> {
+    let Some(wrt) = wrt else { return Ok(Wrt::All) };
     let mut out = Vec::new();
     for item in wrt.try_iter()? {
         let item = item?;
@@ -133,7 +133,7 @@ fn wanted(py: Python<'_>, wrt: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec
         };
         out.push((role, name));
     }
-    Ok(Some(out))
+    Ok(Wrt::Only(out))
 }
 
 impl PyKernel {
@@ -261,32 +261,17 @@ impl PyKernel {
             })
             .collect::<PyResult<Vec<_>>>()?;
         let cot_views: Vec<(&str, TensorView<'_>)> = cot_inputs.iter().map(|(n, i)| (*n, i.view())).collect();
-        let wanted = wanted(py, wrt)?;
-        if let Some(w) = &wanted {
-            for (role, name) in w {
-                if !self.kernel.fields().iter().any(|f| f.role == *role && f.name == *name) {
-                    return Err(errors::input(
-                        py,
-                        format!("wrt: kernel `{}` has no {} field `{name}`", self.kernel.name(), role_key(*role)),
-                    ));
-                }
-            }
-        }
+        let wrt = wanted(py, wrt)?;
         let schedule = schedule_of(schedule);
         let g = graph.get();
         let k = &self.kernel;
         let tape = tape.map(|t| &t.get().tape);
         let grads = detached(py, || match tape {
-            Some(t) => k.vjp_taped(g.realization(), &inputs, t, &cot_views, &schedule),
-            None => k.vjp_with(g.realization(), &inputs, &cot_views, &schedule),
+            Some(t) => k.vjp_taped_wrt(g.realization(), &inputs, t, &cot_views, &wrt, &schedule),
+            None => k.vjp_wrt(g.realization(), &inputs, &cot_views, &wrt, &schedule),
         })?;
         let by_role: Vec<(Role, Bound<'py, PyDict>)> = ROLES.iter().map(|(r, _)| (*r, PyDict::new(py))).collect();
         for (role, name, t) in grads.items {
-            if let Some(w) = &wanted {
-                if !w.iter().any(|(r, n)| *r == role && *n == name) {
-                    continue;
-                }
-            }
             if let Some((_, d)) = by_role.iter().find(|(r, _)| *r == role) {
                 d.set_item(name, arrays::to_numpy(py, t)?)?;
             }

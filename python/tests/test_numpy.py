@@ -139,7 +139,7 @@ def test_vjp_wrt_returns_only_what_was_asked(graph, rng):
     only = k.vjp(g, cots, **args, wrt=[("params", "p")])
     assert set(only["params"]) == {"p"} and not only["src"] and not only["edge"]
     np.testing.assert_array_equal(only["params"]["p"], full["params"]["p"])
-    with pytest.raises(tiga.InputError, match="no src field `nope`"):
+    with pytest.raises(tiga.InputError, match="src field `nope`"):
         k.vjp(g, cots, **args, wrt=[("src", "nope")])
 
 

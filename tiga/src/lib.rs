@@ -91,7 +91,7 @@ pub use tiga_runtime::shard::{PartitionChoice, ShardOptions, Sharded};
 pub use tiga_runtime::{
     Backend, Device, DeviceTimer, DeviceTimes, Order, Progress, Renumber, Renumbered, RenumberedGraph, Schedule,
 };
-pub use vjp::{AdjointPlan, Gradients};
+pub use vjp::{AdjointPlan, Gradients, Wrt};
 
 use tiga_compiler::back::cranelift::{Jit, VariantKey};
 use tiga_compiler::ir;

@@ -210,8 +210,9 @@ impl Kernel {
         inputs: &Inputs<'_>,
         cotangents: &[(&str, TensorView<'_>)],
         schedule: &Schedule,
+        wrt: &crate::Wrt,
     ) -> Result<Gradients> {
-        self.vjp_renumbered_by(view, inputs, cotangents, schedule, |ins, cots, s| self.run_vjp_on(view, ins, cots, s))
+        self.vjp_renumbered_by(view, inputs, cotangents, schedule, |ins, cots, s| self.run_vjp_on(view, ins, cots, s, wrt))
     }
 
     /// [`Kernel::vjp_renumbered`] with the stages run by `stages` (over

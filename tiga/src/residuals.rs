@@ -33,7 +33,7 @@ use tiga_runtime::{Realization, Rows, Schedule, Tensor, TensorView};
 
 use crate::call::{Inputs, Outputs};
 use crate::memory::{Scope, TensorHandle};
-use crate::vjp::Gradients;
+use crate::vjp::{Gradients, Wrt};
 use crate::{Error, Kernel, Result};
 
 /// The saved-residual forward and the stages of the backward that reads
@@ -218,9 +218,24 @@ impl Kernel {
         cotangents: &[(&str, TensorView<'_>)],
         schedule: &Schedule,
     ) -> Result<Gradients> {
+        self.vjp_taped_wrt(r, inputs, tape, cotangents, &Wrt::All, schedule)
+    }
+
+    /// [`Kernel::vjp_taped`] computing only the gradients `wrt` names
+    /// (see [`Kernel::vjp_wrt`]).
+    pub fn vjp_taped_wrt(
+        &self,
+        r: &dyn Realization,
+        inputs: &Inputs<'_>,
+        tape: &Tape,
+        cotangents: &[(&str, TensorView<'_>)],
+        wrt: &Wrt,
+        schedule: &Schedule,
+    ) -> Result<Gradients> {
         if tape.is_empty() || r.shard().is_some() {
-            return self.vjp_with(r, inputs, cotangents, schedule);
+            return self.vjp_wrt(r, inputs, cotangents, wrt, schedule);
         }
+        self.check_wrt(wrt)?;
         if tape.kernel != self.hash {
             return Err(Error::Unsupported(format!(
                 "this tape was written by another kernel's forward, not `{}`'s: differentiate the kernel that ran it",
@@ -249,7 +264,7 @@ impl Kernel {
                 .collect::<Result<Vec<_>>>()?;
             let moved = Tape { kernel: tape.kernel.clone(), items };
             return self.vjp_renumbered_by(&view, inputs, cotangents, schedule, |ins, cots, s| {
-                self.run_plan(&view, ins, cots, s, adjoint, stage_kernels, Some(&moved))
+                self.run_plan(&view, ins, cots, s, adjoint, stage_kernels, Some(&moved), wrt)
             });
         }
         // The tape's residuals are in the caller's numbering (the forward
@@ -257,7 +272,7 @@ impl Kernel {
         // stages run over `r` as given, not each renumbering its own
         // fields in and out (the gradients are the same bits either way).
         let stage_schedule = schedule.clone().renumber(tiga_runtime::Renumber::None);
-        self.run_plan(r, inputs, cotangents, &stage_schedule, adjoint, stage_kernels, Some(tape))
+        self.run_plan(r, inputs, cotangents, &stage_schedule, adjoint, stage_kernels, Some(tape), wrt)
     }
 
     /// [`Kernel::grad_with`] after [`Kernel::forward`] (see

@@ -394,6 +394,7 @@ impl Kernel {
         inputs: &Inputs<'_>,
         seed: Seed<'_, '_>,
         schedule: &Schedule,
+        wrt: &crate::Wrt,
     ) -> Result<Gradients> {
         self.check_sharded_field_types(inputs)?;
         self.check_same_kernel(sh)?;
@@ -406,7 +407,7 @@ impl Kernel {
         let ins = local.inputs();
         let cots = self.local_cotangents(sh, &ins, seed)?;
         let views: Vec<(&str, TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
-        let grads = self.vjp_with(&l.graph, &ins, &views, schedule)?;
+        let grads = self.vjp_wrt(&l.graph, &ins, &views, wrt, schedule)?;
         // Source gradients over the slots: ghosts go home.
         let mut items = grads.items;
         let src_idx: Vec<usize> = items.iter().enumerate().filter(|(_, (r, _, _))| *r == Role::Src).map(|(i, _)| i).collect();

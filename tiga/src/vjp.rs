@@ -31,6 +31,31 @@ pub(crate) enum Seed<'c, 'v> {
     SumOf(&'c str),
 }
 
+/// Which gradients a backward computes: every field's, or only those
+/// named (a parameter's alone, say, when nothing upstream needs the
+/// inputs'). Adjoint stages that feed none of them do not run, so asking
+/// for parameters only skips a source-side stage over the transposed
+/// graph; what is computed is the same bits as in a full backward.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Wrt {
+    #[default]
+    All,
+    Only(Vec<(Role, String)>),
+}
+
+impl Wrt {
+    /// Only these `(role, name)` fields' gradients.
+    pub fn only<'n>(fields: impl IntoIterator<Item = (Role, &'n str)>) -> Wrt {
+        Wrt::Only(fields.into_iter().map(|(r, n)| (r, n.to_string())).collect())
+    }
+    pub fn wants(&self, role: Role, name: &str) -> bool {
+        match self {
+            Wrt::All => true,
+            Wrt::Only(v) => v.iter().any(|(r, n)| *r == role && n == name),
+        }
+    }
+}
+
 /// Gradients by input role and name, shaped like the inputs.
 #[derive(Debug, Clone)]
 pub struct Gradients {
@@ -75,6 +100,42 @@ impl Gradients {
         }
         acc.ok_or(Error::NoGradient { role: "any", name: "(no fields listed)".into() })
     }
+}
+
+/// Which stages a backward runs to give the gradients `wrt` names: those
+/// whose outputs are parts of them, and the earlier stages those read.
+fn needed_stages(adjoint: &Adjoint, wrt: &Wrt) -> Vec<bool> {
+    fn mark(b: &Binding, needed: &mut [bool]) {
+        match b {
+            Binding::Stage { stage, .. } => {
+                if let Some(n) = needed.get_mut(*stage) {
+                    *n = true;
+                }
+            }
+            Binding::WinnerScatter { winner, value } => {
+                mark(winner, needed);
+                mark(value, needed);
+            }
+            Binding::Forward(..) | Binding::Cotangent(_) | Binding::EdgeRank | Binding::InvDegree | Binding::Residual(_) => {}
+        }
+    }
+    let mut needed = vec![false; adjoint.stages.len()];
+    for gp in adjoint.gradients.iter().filter(|gp| wrt.wants(gp.role, &gp.name)) {
+        for (s, _) in &gp.parts {
+            if let Some(n) = needed.get_mut(*s) {
+                *n = true;
+            }
+        }
+    }
+    // A stage reads only stages before it: one pass from the last.
+    for si in (0..adjoint.stages.len()).rev() {
+        if needed[si] {
+            for b in &adjoint.stages[si].bindings {
+                mark(b, &mut needed);
+            }
+        }
+    }
+    needed
 }
 
 fn to_f64(v: &TensorView<'_>) -> Result<Tensor> {
@@ -294,13 +355,41 @@ impl Kernel {
         cotangents: &[(&str, TensorView<'_>)],
         schedule: &Schedule,
     ) -> Result<Gradients> {
+        self.vjp_wrt(r, inputs, cotangents, &Wrt::All, schedule)
+    }
+
+    /// [`Kernel::vjp_with`] computing only the gradients `wrt` names (the
+    /// others are absent from the result, and the stages that feed none
+    /// of the named ones do not run). A name the kernel does not declare
+    /// is an error.
+    pub fn vjp_wrt(
+        &self,
+        r: &dyn Realization,
+        inputs: &Inputs<'_>,
+        cotangents: &[(&str, TensorView<'_>)],
+        wrt: &Wrt,
+        schedule: &Schedule,
+    ) -> Result<Gradients> {
+        self.check_wrt(wrt)?;
         if let Some(sh) = r.shard() {
-            return self.vjp_sharded(sh, inputs, Seed::Cotangents(cotangents), schedule);
+            return self.vjp_sharded(sh, inputs, Seed::Cotangents(cotangents), schedule, wrt);
         }
         if let Some(view) = crate::renumber::view_for(r, schedule, true)? {
-            return self.vjp_renumbered(&view, inputs, cotangents, schedule);
+            return self.vjp_renumbered(&view, inputs, cotangents, schedule, wrt);
         }
-        self.run_vjp_on(r, inputs, cotangents, schedule)
+        self.run_vjp_on(r, inputs, cotangents, schedule, wrt)
+    }
+
+    /// Every field `wrt` names is one the kernel declares.
+    pub(crate) fn check_wrt(&self, wrt: &Wrt) -> Result<()> {
+        if let Wrt::Only(v) = wrt {
+            for (role, name) in v {
+                if self.captured().field_by_name(*role, name).is_none() {
+                    return Err(Error::NoGradient { role: role.name(), name: name.clone() });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The same VJP, every stage run by the f64 reference interpreter.
@@ -322,7 +411,7 @@ impl Kernel {
     /// [`Kernel::grad`] as `schedule` says.
     pub fn grad_with(&self, r: &dyn Realization, inputs: &Inputs<'_>, output: &str, schedule: &Schedule) -> Result<Gradients> {
         if let Some(sh) = r.shard() {
-            return self.vjp_sharded(sh, inputs, Seed::SumOf(output), schedule);
+            return self.vjp_sharded(sh, inputs, Seed::SumOf(output), schedule, &Wrt::All);
         }
         let cots = self.sum_cotangents(r, inputs, output)?;
         let views: Vec<(&str, TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
@@ -357,14 +446,16 @@ impl Kernel {
         inputs: &Inputs<'_>,
         cotangents: &[(&str, TensorView<'_>)],
         schedule: &Schedule,
+        wrt: &Wrt,
     ) -> Result<Gradients> {
         let plan = self.adjoint_plan()?;
-        self.run_plan(r, inputs, cotangents, schedule, &plan.adjoint, &plan.stages, None)
+        self.run_plan(r, inputs, cotangents, schedule, &plan.adjoint, &plan.stages, None, wrt)
     }
 
     /// Run an adjoint plan's stages (`stages`, compiled from `adjoint`'s),
     /// reading the forward's residuals through `residual` where the plan
-    /// binds them (a saved-residual plan; `None` for the recomputing one).
+    /// binds them (a saved-residual plan; `None` for the recomputing one),
+    /// the stages that feed none of the gradients `wrt` names left out.
     #[allow(clippy::too_many_arguments)] // one call shape for both plans
     pub(crate) fn run_plan(
         &self,
@@ -375,6 +466,7 @@ impl Kernel {
         adjoint: &Adjoint,
         stages: &[Kernel],
         residual: Option<&crate::residuals::Tape>,
+        wrt: &Wrt,
     ) -> Result<Gradients> {
         let reference = schedule.backend == Backend::Reference;
         let k = self.captured();
@@ -509,7 +601,8 @@ impl Kernel {
                 sides.transposed
             }
         });
-        let runs = |si: usize| Some(si) != skipped;
+        let needed = needed_stages(adjoint, wrt);
+        let runs = |si: usize| Some(si) != skipped && needed[si];
         let needs_ranks = adjoint.stages.iter().enumerate().any(|(si, s)| runs(si) && s.bindings.contains(&Binding::EdgeRank));
         let needs_inv_deg = adjoint.stages.iter().enumerate().any(|(si, s)| runs(si) && s.bindings.contains(&Binding::InvDegree));
         let inv_deg = if needs_inv_deg {
@@ -612,7 +705,7 @@ impl Kernel {
             stage_outs.push(outs);
         }
         let mut items = Vec::new();
-        for gp in &adjoint.gradients {
+        for gp in adjoint.gradients.iter().filter(|gp| wrt.wants(gp.role, &gp.name)) {
             let i = k.field_by_name(gp.role, &gp.name).map(|f| f.0 as usize).unwrap_or(0);
             let shape = b.views.get(i).map(|v| v.shape().to_vec()).unwrap_or_default();
             // The first part is taken as it is (no copy); the others add in.
