@@ -1,0 +1,170 @@
+"""Training benchmark: epoch time (forward, backward, optimizer step) and
+peak RSS of 2-layer GCN, GraphSAGE-mean and GAT (4 heads) trained
+full-graph, tiga.nn's layers against PyG's own, same torch, same thread
+count, one process per (model, system, graph) so each peak RSS is its own.
+
+  training.py [--quick] [--nodes N --edges E] [--json OUT] [--epochs K]
+
+Graphs: the planted partition of tiga.datasets (SBM, noisy features, 4
+classes) and the power-law graph of the other benchmarks (Zipf sources,
+uniform destinations; random labels), both with 64 features and hidden 64.
+Prints a table and writes JSON with the targets (GCN >= 2x PyG, GAT >= 3x,
+peak RSS no higher than PyG's). Needs torch, torch_geometric and tiga.
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def make_graph(kind, nodes, edges, seed=7):
+    import numpy as np
+
+    if kind == "sbm":
+        from tiga.datasets import sbm
+
+        d = sbm(num_nodes=nodes, num_classes=4, avg_degree=edges / nodes, num_features=64, seed=seed)
+        return d.edge_index, d.x, d.y, 4
+    sys.path.insert(0, HERE)
+    from make_graph import powerlaw
+
+    n, dst, src = powerlaw(nodes, edges, seed)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 64)).astype(np.float32)
+    y = rng.integers(0, 10, size=n).astype(np.int64)
+    return np.stack([src, dst]), x, y, 10
+
+
+def model(system, name, classes):
+    import torch
+
+    if system == "tiga":
+        import tiga.nn as nn
+    else:
+        import torch_geometric.nn as nn
+    if name == "gcn":
+        layers = [nn.GCNConv(64, 64), nn.GCNConv(64, classes)]
+    elif name == "sage":
+        layers = [nn.SAGEConv(64, 64), nn.SAGEConv(64, classes)]
+    else:
+        layers = [nn.GATConv(64, 16, heads=4), nn.GATConv(64, classes, heads=1)]
+    return torch.nn.ModuleList(layers)
+
+
+def child(a):
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(a.threads)
+    ei, x, y, classes = make_graph(a.graph, a.nodes, a.edges)
+    ei, x, y = torch.from_numpy(ei), torch.from_numpy(x), torch.from_numpy(y)
+    torch.manual_seed(0)
+    m = model(a.system, a.model, classes)
+    opt = torch.optim.Adam(m.parameters(), lr=0.01)
+
+    def epoch():
+        opt.zero_grad()
+        h = F.relu(m[0](x, ei))
+        out = m[1](h, ei)
+        loss = F.cross_entropy(out, y)
+        loss.backward()
+        opt.step()
+        return float(loss)
+
+    times = []
+    epoch()  # warm-up: compile variants, build the graph, fault pages in
+    for _ in range(a.epochs):
+        t = time.perf_counter()
+        loss = epoch()
+        times.append((time.perf_counter() - t) * 1e3)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"epoch_ms": times, "median_ms": statistics.median(times), "peak_rss": rss, "loss": loss}))
+
+
+def run_case(a, system, name, graph, nodes, edges):
+    cmd = [sys.executable, __file__, "--child", system, name, graph, "--nodes", str(nodes), "--edges", str(edges), "--epochs", str(a.epochs), "--threads", str(a.threads)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        tail = (p.stderr or "").strip().splitlines()[-1:] or [f"exit {p.returncode}"]
+        return {"error": f"exit {p.returncode}: {tail[0][:200]}"}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+TARGETS = {"gcn": 2.0, "sage": None, "gat": 3.0}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--child", nargs=3, metavar=("SYSTEM", "MODEL", "GRAPH"))
+    ap.add_argument("--quick", action="store_true", help="small graphs (SBM 20k nodes, power law 100k nodes / 1.6M edges)")
+    ap.add_argument("--nodes", type=int, default=1_000_000, help="power-law nodes (default 1000000)")
+    ap.add_argument("--edges", type=int, default=16_000_000, help="power-law edges (default 16000000)")
+    ap.add_argument("--sbm-nodes", type=int, default=100_000)
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", default="bench-training.json")
+    a = ap.parse_args(argv)
+    if a.child:
+        a.system, a.model, a.graph = a.child
+        child(a)
+        return
+    if a.quick:
+        a.nodes, a.edges, a.sbm_nodes = 100_000, 1_600_000, 20_000
+    graphs = [("sbm", a.sbm_nodes, a.sbm_nodes * 10), ("powerlaw", a.nodes, a.edges)]
+    rows = []
+    for graph, nodes, edges in graphs:
+        for name in ["gcn", "sage", "gat"]:
+            r = {"graph": graph, "nodes": nodes, "edges": edges, "model": name}
+            for system in ["tiga", "pyg"]:
+                r[system] = run_case(a, system, name, graph, nodes, edges)
+            t, p = r["tiga"], r["pyg"]
+            if "median_ms" in t and "median_ms" in p:
+                r["speedup"] = p["median_ms"] / t["median_ms"]
+                r["rss_ratio"] = t["peak_rss"] / p["peak_rss"]
+                tgt = TARGETS[name]
+                r["target_speedup"] = tgt
+                r["met"] = (tgt is None or r["speedup"] >= tgt) and r["rss_ratio"] <= 1.0
+            rows.append(r)
+    head = f"{'graph':<9} {'nodes':>8} {'edges':>9} {'model':<5} {'tiga ms':>9} {'PyG ms':>9} {'speedup':>8} {'target':>7} {'tiga RSS':>9} {'PyG RSS':>9} {'met':>4}"
+    lines = [head]
+    for r in rows:
+        t, p = r["tiga"], r["pyg"]
+        fmt_ms = lambda c: f"{c['median_ms']:9.1f}" if "median_ms" in c else f"{'failed':>9}"
+        fmt_rss = lambda c: f"{c['peak_rss'] / 2**30:8.2f}G" if "peak_rss" in c else f"{'-':>9}"
+        sp = f"{r['speedup']:7.2f}x" if "speedup" in r else f"{'-':>8}"
+        tgt = f"{r['target_speedup']:6.1f}x" if r.get("target_speedup") else f"{'-':>7}"
+        met = ("yes" if r["met"] else "no") if "met" in r else "-"
+        lines.append(f"{r['graph']:<9} {r['nodes']:>8} {r['edges']:>9} {r['model']:<5} {fmt_ms(t)} {fmt_ms(p)} {sp} {tgt} {fmt_rss(t)} {fmt_rss(p)} {met:>4}")
+        for s in ("tiga", "pyg"):
+            if "error" in r[s]:
+                lines.append(f"  {s}: {r[s]['error']}")
+    table = "\n".join(lines)
+    print(table)
+    import torch
+
+    out = {
+        "benchmark": "training",
+        "threads": a.threads,
+        "epochs_timed": a.epochs,
+        "torch": torch.__version__,
+        "epoch": "forward + backward + Adam step, full graph, 2 layers, 64 features, hidden 64 (GAT: 4 heads of 16, then 1)",
+        "targets": {"gcn_speedup": 2.0, "gat_speedup": 3.0, "peak_rss_ratio_max": 1.0},
+        "rows": rows,
+        "table": table,
+    }
+    with open(a.json + ".tmp", "w") as f:
+        json.dump(out, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(a.json + ".tmp", a.json)
+
+
+if __name__ == "__main__":
+    main()
