@@ -37,11 +37,9 @@ fn a_named_subset_has_the_full_backwards_bits_and_nothing_else() {
     let cot = Tensor::from_f64(vec![n, f], values(n * f, 4)).expect("cot");
     let cots = [("out", cot.view())];
     let full = k.vjp(&g, &ins, &cots).expect("full");
-    for wrt in [
-        Wrt::only([(Role::Param, "p")]),
-        Wrt::only([(Role::Src, "h")]),
-        Wrt::only([(Role::Edge, "w"), (Role::Param, "p")]),
-    ] {
+    for wrt in
+        [Wrt::only([(Role::Param, "p")]), Wrt::only([(Role::Src, "h")]), Wrt::only([(Role::Edge, "w"), (Role::Param, "p")])]
+    {
         let part = k.vjp_wrt(&g, &ins, &cots, &wrt, &Schedule::default()).expect("subset");
         let Wrt::Only(names) = &wrt else { unreachable!() };
         assert_eq!(part.items.len(), names.len());
