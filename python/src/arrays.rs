@@ -54,6 +54,15 @@ impl Held<'_> {
     }
 }
 
+/// How an argument that is not what a call reads is named in its error:
+/// a NumPy array by its dtype, anything else by its type.
+fn described(obj: &Bound<'_, PyAny>) -> String {
+    match obj.cast::<PyUntypedArray>() {
+        Ok(a) => format!("a NumPy array of {}", a.dtype().str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into())),
+        Err(_) => obj.get_type().name().map(|s| s.to_string()).unwrap_or_else(|_| "?".into()),
+    }
+}
+
 /// Borrow `obj`, the value of field `what`: a NumPy array of a float type
 /// or (`numbers`) a Python number.
 pub fn hold<'py>(py: Python<'py>, what: &str, obj: &Bound<'py, PyAny>, numbers: bool) -> PyResult<Held<'py>> {
@@ -66,19 +75,14 @@ pub fn hold<'py>(py: Python<'py>, what: &str, obj: &Bound<'py, PyAny>, numbers: 
     if let Ok(a) = obj.cast::<PyArrayDyn<f16>>() {
         return Ok(Held::F16(a.readonly()));
     }
-    if let Ok(a) = obj.cast::<PyUntypedArray>() {
-        let dtype = a.dtype().str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into());
-        return Err(errors::input(
-            py,
-            format!("{what}: a NumPy array of {dtype}; tiga reads float32, float64 and float16 arrays"),
-        ));
+    if obj.cast::<PyUntypedArray>().is_ok() {
+        return Err(errors::input(py, format!("{what}: {}; tiga reads float32, float64 and float16 arrays", described(obj))));
     }
     if numbers && !obj.is_instance_of::<PyBool>() && (obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyInt>()) {
         return Ok(Held::Number(obj.extract::<f64>()?));
     }
-    let ty = obj.get_type().name().map(|s| s.to_string()).unwrap_or_else(|_| "?".into());
     let wanted = if numbers { "a NumPy array or a number" } else { "a NumPy array" };
-    Err(errors::input(py, format!("{what}: expected {wanted}, got {ty}")))
+    Err(errors::input(py, format!("{what}: expected {wanted}, got {}", described(obj))))
 }
 
 /// Read an integer array argument (`edge_index`, CSR offsets) as i64,
@@ -86,13 +90,7 @@ pub fn hold<'py>(py: Python<'py>, what: &str, obj: &Bound<'py, PyAny>, numbers: 
 pub fn index_array<'py>(py: Python<'py>, what: &str, obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArrayDyn<'py, i64>> {
     match obj.cast::<PyArrayDyn<i64>>() {
         Ok(a) => Ok(a.readonly()),
-        Err(_) => {
-            let got = match obj.cast::<PyUntypedArray>() {
-                Ok(a) => format!("a NumPy array of {}", a.dtype().str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into())),
-                Err(_) => obj.get_type().name().map(|s| s.to_string()).unwrap_or_else(|_| "?".into()),
-            };
-            Err(errors::input(py, format!("{what}: expected an int64 NumPy array, got {got}")))
-        }
+        Err(_) => Err(errors::input(py, format!("{what}: expected an int64 NumPy array, got {}", described(obj)))),
     }
 }
 

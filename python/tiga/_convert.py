@@ -72,9 +72,15 @@ def field_dicts(src, dst, edge, params):
     return out, torch_in
 
 
-def outputs_as(d: dict, torch_out: bool) -> dict:
-    if not torch_out:
-        return d
+def as_caller(a, torch_out: bool):
+    """A NumPy result as the caller's kind: a torch tensor sharing its buffer
+    when the caller passed torch tensors, else the array itself."""
+    if not torch_out or a is None:
+        return a
     import torch
 
-    return {k: torch.from_numpy(v) for k, v in d.items()}
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def outputs_as(d: dict, torch_out: bool) -> dict:
+    return {k: as_caller(v, torch_out) for k, v in d.items()}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from . import _tiga
-from ._convert import index_numpy, is_torch
+from ._convert import as_caller, index_numpy, is_torch
 
 
 class Graph:
@@ -67,24 +67,17 @@ class Graph:
     def is_paged(self) -> bool:
         return self._g.is_paged
 
-    def _as(self, a):
-        if self._torch:
-            import torch
-
-            return torch.from_numpy(a)
-        return a
-
     def in_degree(self):
         """Each destination's number of in-edges (int64)."""
-        return self._as(self._g.in_degree())
+        return as_caller(self._g.in_degree(), self._torch)
 
     def out_degree(self):
         """Each source's number of out-edges (int64)."""
-        return self._as(self._g.out_degree())
+        return as_caller(self._g.out_degree(), self._torch)
 
     def edge_index(self):
         """The edges as ``[2, E]`` int64, in the caller's order."""
-        return self._as(self._g.edge_index())
+        return as_caller(self._g.edge_index(), self._torch)
 
     def __repr__(self) -> str:
         return repr(self._g)

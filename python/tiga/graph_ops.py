@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._convert import index_numpy, is_torch, to_numpy
+from ._convert import as_caller, index_numpy, is_torch, to_numpy
 from .errors import InputError
 
 
@@ -21,14 +21,6 @@ def _np_dtype(dtype, default=np.float32):
 
         return torch.empty((), dtype=dtype).numpy().dtype
     return np.dtype(dtype)
-
-
-def _back(a, torch_out):
-    if torch_out and a is not None:
-        import torch
-
-        return torch.from_numpy(np.ascontiguousarray(a))
-    return a
 
 
 def _num_nodes(ei, num_nodes):
@@ -53,7 +45,7 @@ def degree(index, num_nodes=None, dtype=None):
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         raise InputError(f"index: ids must lie in [0, {n})")
     out = np.bincount(idx, minlength=n).astype(_np_dtype(dtype))
-    return _back(out, t)
+    return as_caller(out, t)
 
 
 def _attr(edge_attr, what="edge_attr"):
@@ -81,7 +73,7 @@ def add_self_loops(edge_index, edge_attr=None, fill_value=None, num_nodes=None):
             raise InputError(f"edge_attr: {a.shape[0]} rows for {ei.shape[1]} edges")
         fill = np.full((n,) + a.shape[1:], 1.0 if fill_value is None else fill_value, dtype=a.dtype)
         a = np.concatenate([a, fill], axis=0)
-    return _back(out, t), _back(a, t)
+    return as_caller(out, t), as_caller(a, t)
 
 
 def add_remaining_self_loops(edge_index, edge_attr=None, fill_value=None, num_nodes=None):
@@ -104,7 +96,7 @@ def add_remaining_self_loops(edge_index, edge_attr=None, fill_value=None, num_no
         inv = ~mask
         loop_attr[ei[0][inv]] = a[inv]
         a = np.concatenate([a[mask], loop_attr], axis=0)
-    return _back(out, t), _back(a, t)
+    return as_caller(out, t), as_caller(a, t)
 
 
 def gcn_norm(edge_index, edge_weight=None, num_nodes=None, improved=False, add_self_loops=True, flow="source_to_target", dtype=None):
@@ -136,7 +128,7 @@ def gcn_norm(edge_index, edge_weight=None, num_nodes=None, improved=False, add_s
         inv = deg ** -0.5
     inv[np.isinf(inv)] = 0
     w = inv[row] * w * inv[col]
-    return _back(ei, t), _back(w.astype(w.dtype, copy=False), t)
+    return as_caller(ei, t), as_caller(w, t)
 
 
 __all__ = ["degree", "add_self_loops", "add_remaining_self_loops", "gcn_norm"]

@@ -31,16 +31,22 @@ from .kernels import Kernel, _graph, _schedule
 _ROLES = ("src", "dst", "edge", "params")
 
 
+def _field_dicts(spec, tensors, numbers):
+    """The four role dicts of NumPy views the extension module reads."""
+    dicts = {r: {} for r in _ROLES}
+    for (role, name), t in zip(spec, tensors):
+        dicts[role][name] = to_numpy(t, f"{role} field `{name}`")
+    for name, v in numbers:
+        dicts["params"][name] = v
+    return dicts
+
+
 class _Apply(_torch.autograd.Function):
     @staticmethod
     def forward(ctx, kernel, graph, schedule, spec, numbers, *tensors):
         # spec: (role, name) per tensor, in order; numbers: (name, value)
         # scalar parameters given as Python numbers (never differentiated).
-        dicts = {r: {} for r in _ROLES}
-        for (role, name), t in zip(spec, tensors):
-            dicts[role][name] = to_numpy(t, f"{role} field `{name}`")
-        for name, v in numbers:
-            dicts["params"][name] = v
+        dicts = _field_dicts(spec, tensors, numbers)
         out, tape = kernel._k.forward(graph, dicts["src"], dicts["dst"], dicts["edge"], dicts["params"], schedule)
         ctx.kernel, ctx.graph, ctx.schedule, ctx.spec, ctx.numbers, ctx.tape = kernel, graph, schedule, spec, numbers, tape
         ctx.names = list(out)
@@ -60,11 +66,7 @@ class _Apply(_torch.autograd.Function):
         none = (None,) * 5
         if not wanted:
             return none + (None,) * len(tensors)
-        dicts = {r: {} for r in _ROLES}
-        for (role, name), t in zip(ctx.spec, tensors):
-            dicts[role][name] = to_numpy(t, f"{role} field `{name}`")
-        for name, v in ctx.numbers:
-            dicts["params"][name] = v
+        dicts = _field_dicts(ctx.spec, tensors, ctx.numbers)
         cots = {}
         for name, g in zip(ctx.names, grads):
             shape, dtype = ctx.out_meta[name]
@@ -72,7 +74,7 @@ class _Apply(_torch.autograd.Function):
                 # An output autograd did not reach: its cotangent is zero.
                 cots[name] = np.zeros(shape, dtype=dtype)
             else:
-                cots[name] = to_numpy(g.to(_torch.from_numpy(np.zeros(0, dtype)).dtype), f"the cotangent of `{name}`")
+                cots[name] = to_numpy(g, f"the cotangent of `{name}`").astype(dtype, copy=False)
         g = ctx.kernel._k.vjp(
             ctx.graph, cots, dicts["src"], dicts["dst"], dicts["edge"], dicts["params"], ctx.schedule, ctx.tape, wanted
         )
