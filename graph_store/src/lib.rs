@@ -27,7 +27,6 @@
 //! loaders' state) and those loaders then fail with
 //! [`StoreError::Closed`]: nothing waits on anything.
 
-pub mod batch;
 pub mod client;
 pub mod features;
 pub mod loader;
@@ -44,8 +43,8 @@ pub mod proto {
 /// refuses a client of another.
 pub const PROTOCOL_VERSION: u32 = 1;
 
-pub use batch::MiniBatch;
 pub use client::{AblpInput, ConnectOptions, FeatureMeta, RemoteDataset, StoreError};
 pub use loader::{AblpBatch, AblpLoader, AblpOptions, LoaderOptions, NeighborLoader};
 pub use server::{serve_blocking, FeatureFile, ServeError, ServeOptions, ServerHandle};
 pub use split::{Part, SplitKind, SplitSpec};
+pub use tiga_runtime::sampling::MiniBatch;

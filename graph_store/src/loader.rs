@@ -23,14 +23,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures_util::stream::StreamExt;
-use tiga_runtime::sampling::{append_unique, Hop};
+use tiga_runtime::sampling::{append_unique, epoch_order, Hop, MiniBatch};
 use tokio::sync::mpsc;
 use tonic::Request;
 
-use crate::batch::MiniBatch;
 use crate::client::{AblpInput, Ctx, RemoteDataset, StoreError};
 use crate::proto::{CloseLoaderRequest, OpenLoaderRequest};
-use crate::split::mix;
 
 /// How a [`NeighborLoader`] batches and samples.
 #[derive(Debug, Clone)]
@@ -91,18 +89,6 @@ impl LoaderOptions {
         }
         Ok(())
     }
-}
-
-/// A Fisher–Yates permutation of `0..n` keyed by (seed, epoch).
-fn permutation(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
-    let mut p: Vec<usize> = (0..n).collect();
-    let mut state = mix(mix(seed) ^ mix(epoch ^ 0x5348_5546_464C_4500));
-    for i in (1..n).rev() {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let j = ((u128::from(mix(state)) * (i as u128 + 1)) >> 64) as usize;
-        p.swap(i, j);
-    }
-    p
 }
 
 /// What one batch needs, shared by an epoch's task.
@@ -297,7 +283,7 @@ impl NeighborLoader {
     /// The seeds of epoch `epoch`'s batches, in order.
     pub fn batch_seeds(&self, epoch: u64) -> Vec<Vec<i64>> {
         let order: Vec<usize> = if self.opts.shuffle {
-            permutation(self.seeds.len(), self.opts.seed, epoch)
+            epoch_order(self.seeds.len(), self.opts.seed, epoch)
         } else {
             (0..self.seeds.len()).collect()
         };
@@ -417,7 +403,7 @@ impl AblpLoader {
         }
         let lo = &self.opts.loader;
         let n = self.input.anchors.len();
-        let order: Vec<usize> = if lo.shuffle { permutation(n, lo.seed, epoch) } else { (0..n).collect() };
+        let order: Vec<usize> = if lo.shuffle { epoch_order(n, lo.seed, epoch) } else { (0..n).collect() };
         let jobs: Vec<Vec<usize>> = order.chunks(lo.batch_size).take(self.num_batches()).map(|c| c.to_vec()).collect();
         let input = Arc::new(self.input.clone());
         let spec = Arc::new(BatchSpec {
@@ -479,18 +465,4 @@ impl Drop for AblpLoader {
 
 fn negatives(opts: &AblpOptions, epoch: u64) -> Option<(u32, u64)> {
     (opts.num_negatives > 0).then(|| (opts.num_negatives, opts.negative_seed.wrapping_add(epoch)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn permutation_is_one() {
-        let mut p = permutation(1000, 3, 1);
-        assert_ne!(p, (0..1000).collect::<Vec<_>>());
-        assert_ne!(p, permutation(1000, 3, 2));
-        p.sort_unstable();
-        assert_eq!(p, (0..1000).collect::<Vec<_>>());
-    }
 }

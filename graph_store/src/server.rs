@@ -315,7 +315,7 @@ impl Store {
             }
         }
         // Session ids that a restarted server will not take for its own.
-        let base = crate::split::mix(
+        let base = tiga_runtime::sampling::mix(
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
                 ^ ((opts.rank as u64) << 48),
         ) >> 16;

@@ -19,6 +19,7 @@
 //!   keyed by (negative seed, anchor): the same at every server and rank.
 
 use std::ops::Range;
+pub(crate) use tiga_runtime::sampling::mix;
 
 use thiserror::Error;
 
@@ -141,14 +142,6 @@ impl SplitSpec {
             None
         }
     }
-}
-
-/// SplitMix64's finalizer: a bijection on u64 that mixes every bit.
-pub(crate) fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// Uniform in [0, 1) from the high 53 bits.

@@ -26,6 +26,8 @@ pub enum Kind {
     Unsupported,
     /// The rows could not run (memory for outputs, a worker, a peer).
     Exec,
+    /// A graph store that cannot be reached, refused a call or closed.
+    Store,
     /// A broken promise inside tiga: a bug, never the input's fault.
     Internal,
 }
@@ -39,6 +41,7 @@ impl Kind {
             Kind::File => "FileError",
             Kind::Unsupported => "UnsupportedError",
             Kind::Exec => "ExecError",
+            Kind::Store => "StoreError",
             Kind::Internal => "InternalError",
         }
     }
@@ -102,4 +105,25 @@ pub fn chain(e: &dyn std::error::Error) -> String {
 /// A caller's mistake found before any work.
 pub fn input(py: Python<'_>, message: impl Into<String>) -> PyErr {
     error(py, Kind::Input, message)
+}
+
+/// Runs `f` with the GIL released; its error becomes a Python exception
+/// through `err`, and a panic (a bug) an `InternalError`, never an abort.
+pub fn detached<T: Send, E: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> Result<T, E> + Send,
+    err: impl FnOnce(Python<'_>, E) -> PyErr,
+) -> PyResult<T> {
+    match py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(err(py, e)),
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic".into());
+            Err(error(py, Kind::Internal, format!("internal error (a bug in tiga, please report it): {what}")))
+        }
+    }
 }

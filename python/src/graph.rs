@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use numpy::PyUntypedArrayMethods;
 use pyo3::prelude::*;
+use tiga::runtime::sampling::MiniBatch;
 use tiga::runtime::GfgFile;
 use tiga::{Graph, Realization};
 
@@ -15,6 +16,9 @@ use crate::{arrays, errors};
 pub enum Rows {
     Memory(Arc<Graph>),
     File(Arc<GfgFile>),
+    /// A sampled mini-batch's block, shared with the `MiniBatch` it came
+    /// from (no copy).
+    Batch(Arc<MiniBatch>),
 }
 
 /// A directed graph over which kernels run: edges `j → i` from a source
@@ -30,12 +34,14 @@ impl PyGraph {
         match &self.rows {
             Rows::Memory(g) => g.as_ref(),
             Rows::File(f) => f.as_ref(),
+            Rows::Batch(b) => b.as_ref(),
         }
     }
 
     fn memory(&self, py: Python<'_>, what: &str) -> PyResult<&Graph> {
         match &self.rows {
             Rows::Memory(g) => Ok(g),
+            Rows::Batch(b) => Ok(b.graph()),
             Rows::File(f) => Err(errors::error(
                 py,
                 errors::Kind::Unsupported,
@@ -181,6 +187,7 @@ impl PyGraph {
         let r = self.realization();
         let how = match &self.rows {
             Rows::Memory(_) => "in memory".to_string(),
+            Rows::Batch(b) => format!("a mini-batch's block of {} seeds", b.num_seeds),
             Rows::File(f) => format!("paged from {}", f.path().display()),
         };
         format!("Graph(num_src={}, num_dst={}, num_edges={}, {how})", r.num_src(), r.num_dst(), r.num_edges())

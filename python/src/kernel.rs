@@ -6,7 +6,6 @@
 //! reaches Python as `tiga.InternalError` rather than unwinding into the
 //! interpreter.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
@@ -89,18 +88,7 @@ impl<'py> Args<'py> {
 /// Run `f` without the GIL, a panic caught and reported as an internal
 /// error.
 fn detached<T: Send>(py: Python<'_>, f: impl FnOnce() -> tiga::Result<T> + Send) -> PyResult<T> {
-    match py.detach(|| std::panic::catch_unwind(AssertUnwindSafe(f))) {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(errors::from_tiga(py, &e)),
-        Err(payload) => {
-            let what = payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "a panic".into());
-            Err(errors::error(py, errors::Kind::Internal, format!("internal error (a bug in tiga, please report it): {what}")))
-        }
-    }
+    errors::detached(py, f, |py, e| errors::from_tiga(py, &e))
 }
 
 fn schedule_of(s: Option<&Bound<'_, PySchedule>>) -> Schedule {

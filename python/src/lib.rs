@@ -3,13 +3,14 @@
 //! It binds the facade and nothing more: kernels are loaded and run by
 //! `tiga` (the Rust crate), graphs are `tiga::Graph`s or `.gfg` files,
 //! schedules are `tiga::Schedule`s. What makes it Python (torch tensors,
-//! `torch.autograd`, layers, loaders) is Python code in `tiga/`, calling
+//! `torch.autograd`, layers, loaders' batching) is Python code in `tiga/`, calling
 //! these few types on NumPy arrays.
 
 mod arrays;
 mod errors;
 mod graph;
 mod kernel;
+mod sampling;
 mod schedule;
 
 use std::sync::Arc;
@@ -96,6 +97,12 @@ fn _tiga(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kernel::PyKernel>()?;
     m.add_class::<kernel::PyTape>()?;
     m.add_class::<schedule::PySchedule>()?;
+    m.add_class::<sampling::PyMiniBatch>()?;
+    m.add_class::<sampling::PyRemoteDataset>()?;
+    m.add_class::<sampling::PyStoreLoader>()?;
+    m.add_class::<sampling::PyStoreEpoch>()?;
+    m.add_function(wrap_pyfunction!(sampling::sample, m)?)?;
+    m.add_function(wrap_pyfunction!(sampling::epoch_order, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(load_source, m)?)?;
     m.add_function(wrap_pyfunction!(gnn_source, m)?)?;

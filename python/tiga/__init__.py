@@ -24,11 +24,13 @@ from .errors import (
     InputError,
     InternalError,
     KernelError,
+    StoreError,
     TigaError,
     UnsupportedError,
 )
 from .graph_ops import add_remaining_self_loops, add_self_loops, degree, gcn_norm
 from .kernels import Kernel, Kernels, load, load_source
+from . import loader
 
 _gnn = None
 
@@ -62,5 +64,7 @@ __all__ = [
     "FileError",
     "UnsupportedError",
     "ExecError",
+    "StoreError",
     "InternalError",
+    "loader",
 ]

@@ -36,6 +36,11 @@ class ExecError(TigaError, RuntimeError):
     """The rows could not run (memory for outputs, a worker)."""
 
 
+class StoreError(TigaError, ConnectionError):
+    """A graph store (``tigac serve``) that cannot be reached, refused a call,
+    missed its deadline or was closed."""
+
+
 class InternalError(TigaError, RuntimeError):
     """A broken promise inside tiga: a bug, never the input's fault."""
 
@@ -48,5 +53,6 @@ __all__ = [
     "FileError",
     "UnsupportedError",
     "ExecError",
+    "StoreError",
     "InternalError",
 ]

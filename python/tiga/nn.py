@@ -13,7 +13,11 @@ a supported one with a value it does not implement, is refused with
 The graph a layer runs on is built from ``edge_index`` (and, where the
 layer adds self loops or normalizes, from what PyG builds from it) once and
 kept while the same ``edge_index`` tensor comes back unchanged (same
-storage, shape and version counter), as a training loop passes it.
+storage, shape and version counter), as a training loop passes it. Every
+layer also takes a ``tiga.Graph`` in place of ``edge_index`` (a sampled
+batch's ``batch.graph``, built by the loader): ``SAGEConv`` and ``GINConv``
+run on it as it is, ``GCNConv`` and ``GATConv`` build their normalized or
+self-looped graph from its edges once per graph object.
 """
 
 from __future__ import annotations
@@ -88,13 +92,31 @@ class _GraphCache:
         return (edge_index.data_ptr(), tuple(edge_index.shape), edge_index._version, edge_index.dtype) + extra
 
     def get(self, edge_index, extra, build):
-        if not isinstance(edge_index, Tensor):
-            raise InputError(f"edge_index: expected a torch tensor, got {type(edge_index).__name__}")
-        key = self.key_of(edge_index, *extra)
+        if isinstance(edge_index, Graph):
+            # The graph object itself (compared by identity) is the key.
+            key = (edge_index,) + tuple(extra)
+        elif isinstance(edge_index, Tensor):
+            key = self.key_of(edge_index, *extra)
+        else:
+            raise InputError(f"edge_index: expected a torch tensor or a tiga.Graph, got {type(edge_index).__name__}")
         if self.key != key:
             self.value = build()
             self.key = key
         return self.value
+
+
+def _edge_index(edge_index) -> Tensor:
+    """PyG's ``edge_index`` of a ``tiga.Graph`` (or the tensor itself)."""
+    if isinstance(edge_index, Graph):
+        return torch.as_tensor(edge_index.edge_index())
+    return edge_index
+
+
+def _graph(edge_index, n) -> Graph:
+    """The graph a plain aggregation runs on: a given ``tiga.Graph`` as it is."""
+    if isinstance(edge_index, Graph):
+        return edge_index
+    return Graph.from_edge_index(edge_index, n)
 
 
 def _check_x(layer, x, in_channels):
@@ -138,7 +160,7 @@ class GCNConv(Module):
         n = x.shape[0]
 
         def build():
-            ei, w = edge_index, edge_weight
+            ei, w = _edge_index(edge_index), edge_weight
             if self.normalize:
                 ei, w = gcn_norm(ei, w, n, self.improved, self.add_self_loops, dtype=x.dtype)
             if w is None:
@@ -194,7 +216,7 @@ class SAGEConv(Module):
             raise UnsupportedError("SAGEConv: forward(size=...) is not supported")
         _check_x("SAGEConv", x, self.in_channels)
         n = x.shape[0]
-        g = self._graphs.get(edge_index, (n,), lambda: Graph.from_edge_index(edge_index, n))
+        g = self._graphs.get(edge_index, (n,), lambda: _graph(edge_index, n))
         k = tiga.gnn.SageMean if self.aggr == "mean" else tiga.gnn.VecSum
         agg = tiga_torch.apply(k, g, src={"h": x})["out"]
         out = self.lin_l(agg)
@@ -236,7 +258,7 @@ class GINConv(Module):
             raise UnsupportedError("GINConv: forward(size=...) is not supported")
         _check_x("GINConv", x, 0)
         n = x.shape[0]
-        g = self._graphs.get(edge_index, (n,), lambda: Graph.from_edge_index(edge_index, n))
+        g = self._graphs.get(edge_index, (n,), lambda: _graph(edge_index, n))
         agg = tiga_torch.apply(tiga.gnn.VecSum, g, src={"h": x})["out"]
         return self.nn(agg + (1 + self.eps) * x)
 
@@ -291,10 +313,11 @@ class GATConv(Module):
         n = x.shape[0]
 
         def build():
-            ei = edge_index
+            ei = _edge_index(edge_index)
             if self.add_self_loops:
                 ei, _ = add_remaining_self_loops(ei[:, ei[0] != ei[1]], None, None, n)
-            return Graph.from_edge_index(ei, n)
+                return Graph.from_edge_index(ei, n)
+            return _graph(edge_index, n)
 
         g = self._graphs.get(edge_index, (n, self.add_self_loops), build)
         k = _gat_kernel(self.negative_slope)

@@ -15,10 +15,10 @@
 //! entry of `nodes` (`node_features` are gathered that way). A layer-wise
 //! model that wants only the first hops uses [`MiniBatch::hops_graph`].
 
-use tiga_runtime::exec::{ExecError, Side};
-use tiga_runtime::realization::{Realization, Rows};
-use tiga_runtime::sampling::Hop;
-use tiga_runtime::{Graph, GraphError, Tensor};
+use super::Hop;
+use crate::exec::{ExecError, Side};
+use crate::realization::{Realization, Rows};
+use crate::{Graph, GraphError, Tensor};
 
 /// See the module doc.
 #[derive(Debug, Clone)]

@@ -3,7 +3,10 @@
 //! for a batch of centre nodes, up to `fanout` of each centre's incoming
 //! edges, without replacement, uniformly or weighted by an edge field;
 //! several hops in a row; and `append_unique`, which numbers the nodes a
-//! mini-batch touches.
+//! mini-batch touches. [`sample_mini_batch`] gives a training step's
+//! input as one value, a [`MiniBatch`]: the sampled block as a graph that
+//! kernels run on (laid out as PyG's
+//! `NeighborLoader` batch), and [`epoch_order`] the seeds' order per epoch.
 //!
 //! Centres are destination rows: a centre `i`'s candidates are the edges
 //! `j → i` of its CSR row, and a sampled edge gives the neighbour `j`.
@@ -35,6 +38,10 @@ use crate::comm::{CommError, Communicator};
 use crate::exec::ExecError;
 use crate::exec::Side;
 use crate::realization::{Realization, Rows};
+use crate::GraphError;
+
+mod batch;
+pub use batch::MiniBatch;
 
 #[derive(Debug, Error)]
 pub enum SampleError {
@@ -64,6 +71,8 @@ pub enum SampleError {
     Comm(#[from] CommError),
     #[error("a rank sent sampling results that do not parse ({0})")]
     Corrupt(String),
+    #[error("building the mini-batch's block: {0}")]
+    Block(#[source] GraphError),
 }
 
 /// One hop of sampling: per centre (in request order) a run of sampled
@@ -97,7 +106,10 @@ pub struct Hop {
     pub edge_ids: Vec<u64>,
 }
 
-fn mix(mut z: u64) -> u64 {
+/// SplitMix64's finalizer: the one hash every random stream of sampling,
+/// shuffling and splitting is keyed through, so that a sample is a function
+/// of its keys alone.
+pub fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -421,6 +433,35 @@ fn sample_hop_sharded(
     Ok(out)
 }
 
+/// The order in which epoch `epoch` visits `n` seeds: a Fisher–Yates
+/// permutation of `0..n` keyed by (`seed`, `epoch`) alone, the same for a
+/// loader over an in-process graph and one over a graph store.
+pub fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
+    let mut p: Vec<usize> = (0..n).collect();
+    let mut state = mix(mix(seed) ^ mix(epoch ^ 0x5348_5546_464C_4500));
+    for i in (1..n).rev() {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let j = ((u128::from(mix(state)) * (i as u128 + 1)) >> 64) as usize;
+        p.swap(i, j);
+    }
+    p
+}
+
+/// [`sample_multi_hop`] as a [`MiniBatch`]: the block kernels run on, the
+/// seeds its first `seeds.len()` nodes, `seed` recorded as its sample seed.
+pub fn sample_mini_batch(
+    r: &dyn Realization,
+    seeds: &[u32],
+    fanouts: &[i64],
+    seed: u64,
+    weights: Option<&[f64]>,
+    comm: Option<&dyn Communicator>,
+) -> Result<MiniBatch, SampleError> {
+    let m = sample_multi_hop(r, seeds, fanouts, seed, weights, comm)?;
+    let nodes = m.nodes.iter().map(|&n| i64::from(n)).collect();
+    MiniBatch::new(nodes, seeds.len(), m.hops, seed).map_err(SampleError::Block)
+}
+
 /// Samples `fanouts.len()` hops from `seeds` (PyG's `num_neighbors`): hop
 /// 0's centres are the seeds, hop k's the nodes first reached at hop k − 1.
 /// With a communicator, each rank samples the centres it owns and every
@@ -475,4 +516,18 @@ pub fn sample_multi_hop(
         frontier = next;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_order_is_a_permutation() {
+        let mut p = epoch_order(1000, 3, 1);
+        assert_ne!(p, (0..1000).collect::<Vec<_>>());
+        assert_ne!(p, epoch_order(1000, 3, 2));
+        p.sort_unstable();
+        assert_eq!(p, (0..1000).collect::<Vec<_>>());
+    }
 }
