@@ -20,13 +20,13 @@ def close(a, b, what):
     assert err <= 1e-5, f"{what}: relative error {err:.2e}"
 
 
-def compare(ours, theirs, x, edge_index, *extra):
+def compare(ours, theirs, x, edge_index, *extra, ours_edges=None):
     missing, unexpected = ours.load_state_dict(theirs.state_dict())
     assert not missing and not unexpected
     assert set(ours.state_dict()) == set(theirs.state_dict())
     xa = x.clone().requires_grad_(True)
     xb = x.clone().requires_grad_(True)
-    a = ours(xa, edge_index, *extra)
+    a = ours(xa, edge_index if ours_edges is None else ours_edges, *extra)
     b = theirs(xb, edge_index, *extra)
     close(a, b, "output")
     cot = torch.randn_like(b)
@@ -78,6 +78,27 @@ def test_gin_conv_equals_pyg(data, kw):
 def test_gat_conv_equals_pyg(data, kw):
     x, ei = data
     compare(tiga.nn.GATConv(16, 8, **kw), pyg_nn.GATConv(16, 8, **kw), x, ei)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda m: (m.SAGEConv(16, 8), {}),
+        lambda m: (m.GINConv(torch.nn.Linear(16, 8)), {}),
+        lambda m: (m.GCNConv(16, 8), {}),
+        lambda m: (m.GATConv(16, 4, heads=2), {}),
+    ],
+)
+def test_layers_on_a_sampled_blocks_graph_equal_pyg_on_its_edge_index(data, make):
+    from tiga.loader import NeighborLoader
+
+    x, ei = data
+    batch = next(iter(NeighborLoader(ei, [4, 3], batch_size=10, shuffle=True, seed=1, x=x)))
+    torch.manual_seed(1)
+    ours, _ = make(tiga.nn)
+    torch.manual_seed(1)
+    theirs, _ = make(pyg_nn)
+    compare(ours, theirs, batch.x, batch.edge_index, ours_edges=batch.graph)
 
 
 def test_unsupported_arguments_are_refused_by_name():
