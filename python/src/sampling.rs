@@ -30,8 +30,12 @@ fn sample_err(py: Python<'_>, e: SampleError) -> PyErr {
 
 fn store_err(py: Python<'_>, e: StoreError) -> PyErr {
     let kind = match e {
-        StoreError::Options(_) | StoreError::NodeOutOfRange { .. } | StoreError::UnknownFeature { .. } => errors::Kind::Input,
-        StoreError::FeatureKind { .. } | StoreError::Address { .. } | StoreError::NoServers => errors::Kind::Input,
+        StoreError::Options(_)
+        | StoreError::NodeOutOfRange { .. }
+        | StoreError::UnknownFeature { .. }
+        | StoreError::FeatureKind { .. }
+        | StoreError::Address { .. }
+        | StoreError::NoServers => errors::Kind::Input,
         StoreError::Block(_) => errors::Kind::Graph,
         _ => errors::Kind::Store,
     };
