@@ -152,6 +152,15 @@ impl Outputs {
         })
     }
 
+    /// Output `name`, moved out of the outputs (no copy), or an error
+    /// naming the outputs there are.
+    pub fn take(&mut self, name: &str) -> Result<Tensor> {
+        self.tensor(name)?;
+        let at =
+            self.items.iter().position(|(n, _)| n == name).ok_or_else(|| Error::Internal(format!("output `{name}` vanished")))?;
+        Ok(self.items.remove(at).1)
+    }
+
     /// Output `name`'s values in f32: an error if there is no such output
     /// or the call ran in f64.
     pub fn f32(&self, name: &str) -> Result<&[f32]> {

@@ -30,6 +30,8 @@
 
 pub mod artifact;
 mod call;
+#[cfg(feature = "candle")]
+pub mod candle;
 mod explain;
 mod gpu;
 pub mod lang;
@@ -82,6 +84,7 @@ pub struct AotVariant {
 pub use offload::{with_ram_budget, with_schedule, AnyGraph};
 pub use residuals::{ResidualStages, Residuals, ScopedTape, Tape};
 pub use tiga_compiler as compiler;
+pub use tiga_compiler::ir::Role;
 pub use tiga_runtime as runtime;
 pub use tiga_runtime::comm::{CommError, Communicator, InProcess};
 pub use tiga_runtime::exec::Side;

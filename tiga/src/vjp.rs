@@ -66,6 +66,11 @@ impl Gradients {
     pub fn get(&self, role: Role, name: &str) -> Option<&Tensor> {
         self.items.iter().find(|(r, n, _)| *r == role && n == name).map(|(_, _, t)| t)
     }
+    /// The gradient of `(role, name)`, moved out (no copy).
+    pub fn take(&mut self, role: Role, name: &str) -> Option<Tensor> {
+        let at = self.items.iter().position(|(r, n, _)| *r == role && n == name)?;
+        Some(self.items.remove(at).2)
+    }
     pub fn src(&self, name: &str) -> Option<&Tensor> {
         self.get(Role::Src, name)
     }
