@@ -11,6 +11,15 @@ seed 0) fed to tiga.nn.SAGEConv (on the batch's block, `batch.graph`, built
 by the loader) and to PyG's SAGEConv (on `batch.edge_index`); a step is
 forward, backward and Adam over one batch, sampling excluded from both.
 
+And the Rust candle example (`examples/train_gcn.rs`: 2-layer GCN, hidden
+16, AdamW lr 0.01 weight decay 5e-4, 200 full-graph epochs on the 2000-node
+SBM graph) against the same model in Python (tiga.nn.GCNConv, and PyG's
+GCNConv, with torch.optim.AdamW; the same epochs and data parameters):
+mean epoch time over the 200 epochs and test accuracy, as the example
+prints them. Pass `--candle-example PATH` (built with
+`cargo build --release --example train_gcn --features candle`); without it
+that row is absent and said so.
+
 Graphs: the planted partition of tiga.datasets (SBM, noisy features, 4
 classes) and the power-law graph of the other benchmarks (Zipf sources,
 uniform destinations; random labels), both with 64 features and hidden 64.
@@ -139,6 +148,67 @@ def child_sampled(a):
     print(json.dumps({"epoch_ms": times, "median_ms": statistics.median(times), "peak_rss": rss, "loss": loss, "batch_nodes_edges": sizes[:3]}))
 
 
+def child_candle_peer(a):
+    """The model of examples/train_gcn.rs in Python: mean epoch ms, accuracy."""
+    import torch
+    import torch.nn.functional as F
+    from tiga.datasets import sbm
+
+    torch.set_num_threads(a.threads)
+    d = sbm().torch()
+    torch.manual_seed(0)
+    if a.system == "tiga":
+        import tiga.nn as nn
+    else:
+        import torch_geometric.nn as nn
+    m = torch.nn.ModuleList([nn.GCNConv(d.x.shape[1], 16), nn.GCNConv(16, d.num_classes)])
+    opt = torch.optim.AdamW(m.parameters(), lr=0.01, weight_decay=5e-4)
+
+    def forward():
+        return m[1](F.relu(m[0](d.x, d.edge_index)), d.edge_index)
+
+    epochs = 200
+    start = time.perf_counter()
+    for _ in range(epochs):
+        opt.zero_grad()
+        F.cross_entropy(forward()[d.train_mask], d.y[d.train_mask]).backward()
+        opt.step()
+    epoch_ms = (time.perf_counter() - start) * 1e3 / epochs
+    with torch.no_grad():
+        acc = float((forward().argmax(dim=1)[d.test_mask] == d.y[d.test_mask]).float().mean())
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"median_ms": epoch_ms, "accuracy": acc, "peak_rss": rss}))
+
+
+def candle_row(a):
+    """The candle example's printed line beside the same model in Python."""
+    import re
+
+    row = {"graph": "sbm", "nodes": 2000, "model": "gcn-candle"}
+    if not a.candle_example:
+        row["error"] = "absent: pass --candle-example target/release/examples/train_gcn"
+        return row
+    env = dict(os.environ, RAYON_NUM_THREADS=str(a.threads))
+    p = subprocess.run([a.candle_example], capture_output=True, text=True, env=env)
+    line = re.search(r"test accuracy ([0-9.]+), epoch ([0-9.]+) ms", p.stdout)
+    if p.returncode != 0 or not line:
+        row["candle"] = {"error": f"exit {p.returncode}: {(p.stderr or p.stdout).strip()[-200:]}"}
+    else:
+        row["candle"] = {"accuracy": float(line.group(1)), "median_ms": float(line.group(2))}
+    for system in ["tiga", "pyg"]:
+        cmd = [sys.executable, __file__, "--child-candle-peer", system, "--threads", str(a.threads)]
+        q = subprocess.run(cmd, capture_output=True, text=True)
+        if q.returncode != 0:
+            row[system] = {"error": f"exit {q.returncode}: {(q.stderr or '').strip()[-200:]}"}
+        else:
+            row[system] = json.loads(q.stdout.strip().splitlines()[-1])
+    c = row["candle"]
+    for system in ["tiga", "pyg"]:
+        if "median_ms" in c and "median_ms" in row[system]:
+            row[f"candle_speedup_vs_{system}"] = row[system]["median_ms"] / c["median_ms"]
+    return row
+
+
 def run_case(a, system, name, graph, nodes, edges):
     # A sampled case times `--steps` batches, passed as the child's --epochs.
     mode, count = ("--child-sampled", a.steps) if name == "sage-sampled" else ("--child", a.epochs)
@@ -157,6 +227,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--child", nargs=3, metavar=("SYSTEM", "MODEL", "GRAPH"))
     ap.add_argument("--child-sampled", nargs=3, metavar=("SYSTEM", "MODEL", "GRAPH"))
+    ap.add_argument("--child-candle-peer", metavar="SYSTEM")
+    ap.add_argument("--candle-example", help="the built examples/train_gcn binary (candle feature)")
     ap.add_argument("--steps", type=int, default=30, help="sampled SAGE steps timed (default 30)")
     ap.add_argument("--quick", action="store_true", help="small graphs (SBM 20k nodes, power law 100k nodes / 1.6M edges)")
     ap.add_argument("--nodes", type=int, default=1_000_000, help="power-law nodes (default 1000000)")
@@ -173,6 +245,10 @@ def main(argv=None):
     if a.child_sampled:
         a.system, a.model, a.graph = a.child_sampled
         child_sampled(a)
+        return
+    if a.child_candle_peer:
+        a.system = a.child_candle_peer
+        child_candle_peer(a)
         return
     if a.quick:
         a.nodes, a.edges, a.sbm_nodes = 100_000, 1_600_000, 20_000
@@ -220,6 +296,12 @@ def main(argv=None):
         for s in ("tiga", "pyg", "pyg-cached"):
             if "error" in r.get(s, {}):
                 lines.append(f"  {s}: {r[s]['error']}")
+    candle = candle_row(a)
+    if "error" in candle:
+        lines.append(f"candle (Rust) GCN: {candle['error']}")
+    else:
+        fmt = lambda c: f"{c['median_ms']:.2f} ms, accuracy {c['accuracy']:.3f}" if "median_ms" in c else c["error"]
+        lines.append(f"candle (Rust) GCN on SBM 2000: {fmt(candle['candle'])}; the same model in Python: tiga.nn {fmt(candle['tiga'])}, PyG {fmt(candle['pyg'])}")
     table = "\n".join(lines)
     print(table)
     import torch
@@ -233,6 +315,7 @@ def main(argv=None):
         "sampled_step": "forward + backward + Adam step of 2-layer GraphSAGE-mean on one mini-batch (fanouts 10/5, batch 512), the same batches for both; ms per step",
         "targets": {"gcn_speedup": 2.0, "gat_speedup": 3.0, "sampled_sage_speedup": 1.5, "peak_rss_ratio_max": 1.0},
         "rows": rows,
+        "candle": candle,
         "table": table,
     }
     with open(a.json + ".tmp", "w") as f:
