@@ -191,9 +191,13 @@ pub fn eval_region(
                 Value::Mask(m) => {
                     let both = map2(g(*a), g(*b), |x, _| x)?;
                     let other = map2(g(*a), g(*b), |_, y| y)?;
-                    let (Value::Vector(p), Value::Vector(q)) = (both, other) else {
-                        return Err(InterpError::Internal("masked select of scalars".into()));
+                    // Two scalar arms are broadcast over the mask's width.
+                    let lanes = |v: Value| match v {
+                        Value::Vector(x) => Ok(x),
+                        Value::Scalar(x) => Ok(vec![x]),
+                        _ => Err(InterpError::Internal("masked select of non-numbers".into())),
                     };
+                    let (p, q) = (lanes(both)?, lanes(other)?);
                     let w = m.len();
                     let pick = |v: &Vec<f64>, l: usize| if v.len() == 1 { v[0] } else { v[l] };
                     Value::Vector((0..w).map(|l| if m[l] { pick(&p, l) } else { pick(&q, l) }).collect())

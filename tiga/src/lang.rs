@@ -24,7 +24,12 @@
 //!   free functions and as methods (scalar methods beyond std's come from
 //!   [`RealExt`]);
 //! * [`sum`] reduces over the feature axis, [`dot`] is the inner product and
-//!   [`matvec`] multiplies a row-major [`Matrix`] by a vector.
+//!   [`matvec`] multiplies a row-major [`Matrix`] by a vector;
+//! * [`gt`], [`ge`], [`lt`], [`le`] compare vectors feature by feature into a
+//!   [`Mask`] (`!`, `&`, `|` combine masks), and [`select`] picks each
+//!   feature from one of two vectors or scalars by a mask: the per-feature
+//!   `if` (Rust's `if` takes one `bool`, so it chooses between scalars);
+//!   `elu` is built on it.
 //!
 //! ```
 //! use tiga::lang::*;
@@ -47,7 +52,7 @@
 //! precision of the other operand.
 
 use std::fmt;
-use std::ops::{Add, AddAssign, Div, DivAssign, Index, IndexMut, Mul, MulAssign, Neg, Sub, SubAssign};
+use std::ops::{Add, AddAssign, BitAnd, BitOr, Div, DivAssign, Index, IndexMut, Mul, MulAssign, Neg, Not, Sub, SubAssign};
 
 // ---------------------------------------------------------------------------
 // Scalars
@@ -121,6 +126,15 @@ pub trait Float:
             slope * self
         }
     }
+    /// x if x > 0, otherwise alpha · (e^x − 1).
+    #[inline]
+    fn felu(self, alpha: Self) -> Self {
+        if self > Self::ZERO {
+            self
+        } else {
+            alpha * (self.fexp() - Self::ONE)
+        }
+    }
 }
 
 macro_rules! impl_float {
@@ -176,6 +190,10 @@ macro_rules! impl_float {
             fn leaky_relu(self, slope: Self) -> Self {
                 self.fleaky_relu(slope)
             }
+            #[inline]
+            fn elu(self, alpha: Self) -> Self {
+                self.felu(alpha)
+            }
         }
     };
 }
@@ -192,6 +210,8 @@ pub trait RealExt: Sized {
     fn relu(self) -> Self;
     /// x if x > 0, otherwise slope · x.
     fn leaky_relu(self, slope: Self) -> Self;
+    /// x if x > 0, otherwise alpha · (e^x − 1).
+    fn elu(self, alpha: Self) -> Self;
 }
 
 impl_float!(f32);
@@ -314,6 +334,10 @@ impl<T: Float> Vector<T> {
     /// Elementwise x if x > 0, otherwise slope · x.
     pub fn leaky_relu(&self, slope: T) -> Vector<T> {
         self.map(|x| x.fleaky_relu(slope))
+    }
+    /// Elementwise x if x > 0, otherwise alpha · (e^x − 1).
+    pub fn elu(&self, alpha: T) -> Vector<T> {
+        self.map(|x| x.felu(alpha))
     }
     /// Elementwise x^n.
     pub fn powi(&self, n: i32) -> Vector<T> {
@@ -783,6 +807,13 @@ pub fn leaky_relu<X: Real>(x: X, slope: X::Scalar) -> X::Output {
     x.map_elems(move |v| v.fleaky_relu(slope))
 }
 
+/// Elementwise `x if x > 0 else alpha * (e^x - 1)`; `alpha` is a scalar of
+/// `x`'s precision.
+#[inline]
+pub fn elu<X: Real>(x: X, alpha: X::Scalar) -> X::Output {
+    x.map_elems(move |v| v.felu(alpha))
+}
+
 /// Elementwise x^n for an integer n.
 #[inline]
 pub fn powi<X: Real>(x: X, n: i32) -> X::Output {
@@ -818,4 +849,206 @@ pub fn matvec<T: Float, V: VecArg<Elem = T>>(w: &Matrix<T>, v: V) -> Vector<T> {
         w.cols
     );
     Vector((0..w.rows).map(|r| dot_slices(w.row(r), x)).collect())
+}
+
+// ---------------------------------------------------------------------------
+// Masks and per-feature choice
+// ---------------------------------------------------------------------------
+
+/// One boolean per feature: what [`gt`], [`ge`], [`lt`] and [`le`] give for
+/// vectors and [`select`] chooses by. `!m`, `m & n` and `m | n` work feature
+/// by feature (owned or borrowed).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Mask(pub Vec<bool>);
+
+impl Mask {
+    /// Number of features.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    /// Whether the mask has no features.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    /// The booleans, in feature order.
+    pub fn as_slice(&self) -> &[bool] {
+        &self.0
+    }
+}
+
+/// A mask argument, owned or borrowed: what [`select`] accepts.
+pub trait MaskArg {
+    /// The booleans, in feature order.
+    fn bits(&self) -> &[bool];
+}
+
+impl MaskArg for Mask {
+    fn bits(&self) -> &[bool] {
+        &self.0
+    }
+}
+
+impl MaskArg for &Mask {
+    fn bits(&self) -> &[bool] {
+        &self.0
+    }
+}
+
+impl Not for Mask {
+    type Output = Mask;
+    fn not(self) -> Mask {
+        Mask(self.0.into_iter().map(|b| !b).collect())
+    }
+}
+
+impl Not for &Mask {
+    type Output = Mask;
+    fn not(self) -> Mask {
+        Mask(self.0.iter().map(|b| !b).collect())
+    }
+}
+
+fn zip_masks(op: &str, a: &[bool], b: &[bool], f: impl Fn(bool, bool) -> bool) -> Mask {
+    assert!(a.len() == b.len(), "tiga::lang: `{op}` of masks: left has width {}, right has width {}", a.len(), b.len());
+    Mask(a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect())
+}
+
+macro_rules! impl_mask_op {
+    ($Tr:ident, $m:ident, $sym:literal, $f:expr) => {
+        impl<R: MaskArg> $Tr<R> for Mask {
+            type Output = Mask;
+            fn $m(self, rhs: R) -> Mask {
+                zip_masks($sym, &self.0, rhs.bits(), $f)
+            }
+        }
+        impl<R: MaskArg> $Tr<R> for &Mask {
+            type Output = Mask;
+            fn $m(self, rhs: R) -> Mask {
+                zip_masks($sym, &self.0, rhs.bits(), $f)
+            }
+        }
+    };
+}
+
+impl_mask_op!(BitAnd, bitand, "&", |x, y| x && y);
+impl_mask_op!(BitOr, bitor, "|", |x, y| x || y);
+
+/// An operand of the per-feature comparisons and of [`select`]'s arms: a
+/// scalar (the same value for every feature) or a vector, owned or borrowed.
+pub trait Lanes {
+    /// The element type, `f32` or `f64`.
+    type Elem: Float;
+    /// The width of a vector; `None` for a scalar.
+    fn width(&self) -> Option<usize>;
+    /// Feature `i` (the scalar itself, for a scalar).
+    fn lane(&self, i: usize) -> Self::Elem;
+}
+
+/// Two operands of one precision (so a literal on either side takes the
+/// other's precision, as in `gt(&src.h, 0.0)`).
+pub trait LanePair<Rhs>: Lanes {}
+
+macro_rules! impl_lanes {
+    ($T:ident) => {
+        impl Lanes for $T {
+            type Elem = $T;
+            #[inline]
+            fn width(&self) -> Option<usize> {
+                None
+            }
+            #[inline]
+            fn lane(&self, _: usize) -> $T {
+                *self
+            }
+        }
+        impl Lanes for Vector<$T> {
+            type Elem = $T;
+            #[inline]
+            fn width(&self) -> Option<usize> {
+                Some(self.0.len())
+            }
+            #[inline]
+            fn lane(&self, i: usize) -> $T {
+                self.0[i]
+            }
+        }
+        impl Lanes for &Vector<$T> {
+            type Elem = $T;
+            #[inline]
+            fn width(&self) -> Option<usize> {
+                Some(self.0.len())
+            }
+            #[inline]
+            fn lane(&self, i: usize) -> $T {
+                self.0[i]
+            }
+        }
+        impl LanePair<$T> for $T {}
+        impl LanePair<Vector<$T>> for $T {}
+        impl LanePair<&Vector<$T>> for $T {}
+        impl LanePair<$T> for Vector<$T> {}
+        impl LanePair<Vector<$T>> for Vector<$T> {}
+        impl LanePair<&Vector<$T>> for Vector<$T> {}
+        impl LanePair<$T> for &Vector<$T> {}
+        impl LanePair<Vector<$T>> for &Vector<$T> {}
+        impl LanePair<&Vector<$T>> for &Vector<$T> {}
+    };
+}
+
+impl_lanes!(f32);
+impl_lanes!(f64);
+
+/// The width two operands share (a scalar takes the other's); panics on two
+/// vectors of different widths, and on two scalars when `scalars` names the
+/// operator to use for them instead.
+fn lane_width(op: &str, a: Option<usize>, b: Option<usize>, scalars: &str) -> usize {
+    match (a, b) {
+        (Some(x), Some(y)) => {
+            assert!(x == y, "tiga::lang: `{op}`: left has width {x}, right has width {y}");
+            x
+        }
+        (Some(x), None) | (None, Some(x)) => x,
+        (None, None) => panic!("tiga::lang: `{op}` of two scalars: {scalars}"),
+    }
+}
+
+fn compare<A: LanePair<B>, B: Lanes<Elem = A::Elem>>(op: &str, a: &A, b: &B, f: impl Fn(A::Elem, A::Elem) -> bool) -> Mask {
+    let w = lane_width(op, a.width(), b.width(), "compare scalars with `<`, `<=`, `>`, `>=`");
+    Mask((0..w).map(|i| f(a.lane(i), b.lane(i))).collect())
+}
+
+/// Per feature `a > b`, for two vectors or a vector and a scalar.
+pub fn gt<A: LanePair<B>, B: Lanes<Elem = A::Elem>>(a: A, b: B) -> Mask {
+    compare("gt", &a, &b, |x, y| x > y)
+}
+
+/// Per feature `a >= b`, for two vectors or a vector and a scalar.
+pub fn ge<A: LanePair<B>, B: Lanes<Elem = A::Elem>>(a: A, b: B) -> Mask {
+    compare("ge", &a, &b, |x, y| x >= y)
+}
+
+/// Per feature `a < b`, for two vectors or a vector and a scalar.
+pub fn lt<A: LanePair<B>, B: Lanes<Elem = A::Elem>>(a: A, b: B) -> Mask {
+    compare("lt", &a, &b, |x, y| x < y)
+}
+
+/// Per feature `a <= b`, for two vectors or a vector and a scalar.
+pub fn le<A: LanePair<B>, B: Lanes<Elem = A::Elem>>(a: A, b: B) -> Mask {
+    compare("le", &a, &b, |x, y| x <= y)
+}
+
+/// Per feature `if mask { a } else { b }`: a vector as wide as the mask;
+/// each arm is a vector of that width or a scalar (the same for every
+/// feature). Both arms are computed, as in the compiled kernel; the
+/// derivative flows only into the arm chosen. Two literal arms need their
+/// type spelled for rustc (`select(m, 1.0f32, -1.0f32)`): a mask does not
+/// carry the element type.
+pub fn select<M: MaskArg, A: LanePair<B>, B: Lanes<Elem = A::Elem>>(mask: M, a: A, b: B) -> Vector<A::Elem> {
+    let m = mask.bits();
+    for (side, w) in [("left", a.width()), ("right", b.width())] {
+        if let Some(w) = w {
+            assert!(w == m.len(), "tiga::lang: `select` of a mask of width {} with a {side} arm of width {w}", m.len());
+        }
+    }
+    Vector(m.iter().enumerate().map(|(i, &c)| if c { a.lane(i) } else { b.lane(i) }).collect())
 }

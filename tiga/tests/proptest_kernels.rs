@@ -1,9 +1,10 @@
 //! Property tests over random kernels built from the language's building
 //! blocks: random expression trees (scalar and vector operations,
-//! broadcasting, `if`, reductions over the feature axis, `let`) with a random
-//! builtin reducer and an optional `node`, compiled from source text through
-//! the front end, the passes, the scheduler and the JIT, against the f64
-//! reference interpreter on a random graph.
+//! broadcasting, `if`, per-feature `select` on masks, `elu`, reductions
+//! over the feature axis, `let`) with a random builtin reducer and an
+//! optional `node`, compiled from source text through the front end, the
+//! passes, the scheduler and the JIT, against the f64 reference interpreter
+//! on a random graph.
 
 use proptest::prelude::*;
 use tiga::{Graph, Inputs, Kernel, Tensor};
@@ -42,6 +43,7 @@ fn exprs() -> (BoxedStrategy<String>, BoxedStrategy<String>) {
             (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("max({a}, {b})")),
             (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("min({a}, {b})")),
             inner.clone().prop_map(|a| format!("leaky_relu({a}, 0.2)")),
+            inner.clone().prop_map(|a| format!("elu({a}, 1.5)")),
             (inner.clone(), inner.clone(), inner.clone(), inner.clone())
                 .prop_map(|(c, d, a, b)| format!("(if {c} > {d} {{ {a} }} else {{ {b} }})")),
             vec_of.clone().prop_map(|v| format!("sum({v})")),
@@ -59,7 +61,13 @@ fn exprs() -> (BoxedStrategy<String>, BoxedStrategy<String>) {
             inner.clone().prop_map(|a| format!("relu({a})")),
             inner.clone().prop_map(|a| format!("tanh({a})")),
             (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("max({a}, {b})")),
-            (s2.clone(), inner.clone(), inner).prop_map(|(c, a, b)| format!("(if {c} > 0.0 {{ {a} }} else {{ {b} }})")),
+            (s2.clone(), inner.clone(), inner.clone()).prop_map(|(c, a, b)| format!("(if {c} > 0.0 {{ {a} }} else {{ {b} }})")),
+            (inner.clone(), inner.clone(), inner.clone(), inner.clone())
+                .prop_map(|(c, d, a, b)| format!("select(gt({c}, {d}), {a}, {b})")),
+            (inner.clone(), s2.clone(), inner.clone(), s2.clone())
+                .prop_map(|(c, t, a, b)| format!("select(le({c}, {t}) | !ge({a}, 0.0), {a}, {b})")),
+            (inner.clone(), inner.clone()).prop_map(|(c, a)| format!("select(lt({c}, 0.5) & gt({a}, -0.5), 1.0, {a})")),
+            inner.prop_map(|a| format!("elu({a}, 0.5)")),
         ]
     });
     (scalar.boxed(), vector.boxed())

@@ -458,6 +458,10 @@ impl Body<'_, '_> {
     fn boolean(&self, a: ValueId, at: &impl Spanned, what: &str) -> FrontResult<()> {
         match self.region.ty(a) {
             Type::Bool => Ok(()),
+            Type::Mask(_) => Err(FrontError::at(
+                at,
+                format!("type mismatch: {what} needs a bool (a comparison of scalars), found a mask: choose feature by feature with select(mask, a, b)"),
+            )),
             t => Err(FrontError::at(at, format!("type mismatch: {what} needs a bool (a comparison), found {}", type_text(t)))),
         }
     }
@@ -528,8 +532,11 @@ impl Body<'_, '_> {
                         Ok(Val::One(self.push(Op::Unary(UnOp::Neg, a), t, at)))
                     }
                     syn::UnOp::Not(_) => {
-                        self.boolean(a, e, "`!`")?;
-                        Ok(Val::One(self.push(Op::Unary(UnOp::Not, a), Type::Bool, at)))
+                        let t = self.region.ty(a);
+                        if !t.is_boolean() {
+                            self.boolean(a, e, "`!`")?;
+                        }
+                        Ok(Val::One(self.push(Op::Unary(UnOp::Not, a), t, at)))
                     }
                     syn::UnOp::Deref(_) => Ok(Val::One(a)),
                     _ => Err(FrontError::at(e, "unsupported unary operator")),
@@ -691,6 +698,9 @@ impl Body<'_, '_> {
             B::Mul(_) => (BinOp::Mul, "*"),
             B::Div(_) => (BinOp::Div, "/"),
             B::And(_) | B::Or(_) => {
+                if matches!(self.region.ty(l), Type::Mask(_)) || matches!(self.region.ty(r), Type::Mask(_)) {
+                    return Err(FrontError::at(b, "`&&`/`||` take bools: combine masks feature by feature with `&` and `|`"));
+                }
                 self.boolean(l, &b.left, "`&&`/`||`")?;
                 self.boolean(r, &b.right, "`&&`/`||`")?;
                 let op = if matches!(b.op, B::And(_)) { BinOp::And } else { BinOp::Or };
@@ -708,6 +718,25 @@ impl Body<'_, '_> {
                 self.scalar(l, &b.left, "comparison")?;
                 self.scalar(r, &b.right, "comparison")?;
                 return Ok(self.push(Op::Cmp(c, l, r), Type::Bool, at));
+            }
+            B::BitAnd(_) | B::BitOr(_) => {
+                let (tl, tr) = (self.region.ty(l), self.region.ty(r));
+                let t = match (tl, tr) {
+                    (Type::Bool, Type::Bool) => Type::Bool,
+                    (Type::Mask(x), Type::Mask(y)) => Type::Mask(self.lw.widths.unify(x, y)),
+                    _ => {
+                        return Err(FrontError::at(
+                            b,
+                            format!(
+                                "type mismatch: `&`/`|` combine two masks or two bools, found {} and {}",
+                                type_text(tl),
+                                type_text(tr)
+                            ),
+                        ))
+                    }
+                };
+                let op = if matches!(b.op, B::BitAnd(_)) { BinOp::And } else { BinOp::Or };
+                return Ok(self.push(Op::Binary(op, l, r), t, at));
             }
             _ => {
                 return Err(FrontError::at(&b.op, "unsupported operator: use + - * / and comparisons; bind new names with `let`"))
@@ -788,6 +817,69 @@ impl Body<'_, '_> {
                 };
                 self.binary(op, a, b, call, at, name)?
             }
+            "gt" | "ge" | "lt" | "le" => {
+                arity(2)?;
+                let a = self.lower_one(args[0])?;
+                let b = self.lower_one(args[1])?;
+                let Type::Vector(w) = self.elementwise(a, b, call, name)? else {
+                    return Err(FrontError::at(
+                        call,
+                        format!("`{name}` compares vectors feature by feature (a mask for `select`); compare scalars with `<`, `<=`, `>`, `>=`"),
+                    ));
+                };
+                let c = match name {
+                    "gt" => CmpOp::Gt,
+                    "ge" => CmpOp::Ge,
+                    "lt" => CmpOp::Lt,
+                    _ => CmpOp::Le,
+                };
+                self.push(Op::Cmp(c, a, b), Type::Mask(w), at)
+            }
+            "select" => {
+                arity(3)?;
+                let c = self.lower_one(args[0])?;
+                let Type::Mask(w) = self.region.ty(c) else {
+                    return Err(FrontError::at(
+                        args[0],
+                        format!(
+                            "type mismatch: `select` takes a mask (gt, ge, lt, le of vectors) first, found {}; choose between scalars with `if`",
+                            type_text(self.region.ty(c))
+                        ),
+                    ));
+                };
+                let a = self.lower_one(args[1])?;
+                let b = self.lower_one(args[2])?;
+                let w = match self.elementwise(a, b, call, name)? {
+                    Type::Vector(v) => self.lw.widths.unify(v, w),
+                    _ => w,
+                };
+                self.push(Op::Select(c, a, b), Type::Vector(w), at)
+            }
+            "elu" => {
+                // x if x > 0, else alpha·(e^(x > 0 ? 0 : x) − 1): the
+                // exponent is clamped so the branch not taken never
+                // overflows (an infinite e^x times a zero cotangent would be
+                // NaN in the adjoint); for x ≤ 0 it is x itself, so the value
+                // is exactly alpha·(e^x − 1) and the slope at 0 is alpha, as
+                // PyTorch's (a `min(x, 0)` clamp would split it at the tie).
+                arity(2)?;
+                let x = self.lower_one(args[0])?;
+                let t = self.numeric(x, args[0], name)?;
+                let alpha = self.lower_one(args[1])?;
+                self.scalar(alpha, args[1], "`elu`'s alpha")?;
+                let zero = self.constant(0.0, at);
+                let one = self.constant(1.0, at);
+                let cond_ty = match t {
+                    Type::Vector(w) => Type::Mask(w),
+                    _ => Type::Bool,
+                };
+                let c = self.push(Op::Cmp(CmpOp::Gt, x, zero), cond_ty, at);
+                let m = self.push(Op::Select(c, zero, x), t, at);
+                let e = self.push(Op::Unary(UnOp::Exp, m), t, at);
+                let e1 = self.push(Op::Binary(BinOp::Sub, e, one), t, at);
+                let neg = self.push(Op::Binary(BinOp::Mul, alpha, e1), t, at);
+                self.push(Op::Select(c, x, neg), t, at)
+            }
             "powi" => {
                 arity(2)?;
                 let a = self.lower_one(args[0])?;
@@ -834,7 +926,7 @@ impl Body<'_, '_> {
             _ => {
                 return Err(FrontError::at(
                     name_at,
-                    format!("unknown function `{name}`: the kernel language has min, max, abs, exp, ln, sqrt, tanh, sigmoid, relu, leaky_relu, powi, sum, dot, matvec"),
+                    format!("unknown function `{name}`: the kernel language has min, max, abs, exp, ln, sqrt, tanh, sigmoid, relu, leaky_relu, elu, powi, sum, dot, matvec, gt, ge, lt, le, select"),
                 ))
             }
         };

@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Addr, Inst, LoopKernel, LoopVar, Stmt, Var, VarKind};
-use crate::ir::{BinOp, Kernel, Op, Region, Role, Type, WidthId};
+use crate::ir::{BinOp, CmpOp, Kernel, Op, Region, Role, Type, WidthId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScheduleError {
@@ -478,7 +478,15 @@ fn schedule_region(b: &mut Builder, k: &Kernel, r: &Region, slots: &[Slot], sink
                     inst
                 } else {
                     let addr = mem_addr(i, lane, &mat).ok_or_else(|| unsupported("vector value not in memory"))?;
-                    Inst::Load(addr)
+                    if matches!(ty(i), Type::Mask(_)) {
+                        // Scratch holds numbers: a mask lane is stored as 1 or 0.
+                        let (stored, zero) = (b.var(VarKind::Num), b.var(VarKind::Num));
+                        body.push(Stmt::Set(stored, Inst::Load(addr)));
+                        body.push(Stmt::Set(zero, Inst::Const(0.0)));
+                        Inst::Cmp(CmpOp::Ne, stored, zero)
+                    } else {
+                        Inst::Load(addr)
+                    }
                 };
                 body.push(Stmt::Set(v, inst));
                 lane_var.insert(i, v);
@@ -502,8 +510,17 @@ fn schedule_region(b: &mut Builder, k: &Kernel, r: &Region, slots: &[Slot], sink
             }
             for &i in &set {
                 if a.kind[i] == Kind::Home && home_of[i] == Some(pos) {
-                    if let (Some(buf), Some(v)) = (mat[i], lane_var.get(&i)) {
-                        body.push(Stmt::Store(Addr::Scratch { buf, lane }, *v));
+                    if let (Some(buf), Some(&v)) = (mat[i], lane_var.get(&i)) {
+                        let v = if matches!(ty(i), Type::Mask(_)) {
+                            let (one, zero, n) = (b.var(VarKind::Num), b.var(VarKind::Num), b.var(VarKind::Num));
+                            body.push(Stmt::Set(one, Inst::Const(1.0)));
+                            body.push(Stmt::Set(zero, Inst::Const(0.0)));
+                            body.push(Stmt::Set(n, Inst::Select(v, one, zero)));
+                            n
+                        } else {
+                            v
+                        };
+                        body.push(Stmt::Store(Addr::Scratch { buf, lane }, v));
                     }
                 }
             }
