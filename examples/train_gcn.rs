@@ -132,12 +132,12 @@ fn main() -> Res<()> {
     let data = sbm(0)?;
     // PyG's gcn_norm: self loops added, each edge j→i weighted
     // deg(j)^-1/2 · deg(i)^-1/2.
-    let (looped, w) = tiga::gcn_norm(&data.graph, true)?;
+    let (looped, w) = tiga::gcn_norm(&data.graph, None, tiga::DType::F32, tiga::GcnNormOptions::default())?;
     let ones = Tensor::from_f32(vec![NODES], vec![1.0; NODES])?;
     let propagate = MessagePassing::new(GcnNorm::kernel(), Arc::new(looped))
         .bind(Role::Src, "cs", ones.clone())
         .bind(Role::Dst, "cd", ones)
-        .bind(Role::Edge, "w", Tensor::from_f32(vec![w.len()], w.iter().map(|&v| v as f32).collect())?);
+        .bind(Role::Edge, "w", w);
 
     let dev = Device::Cpu;
     let x = CTensor::from_vec(data.x, (NODES, FEATURES), &dev)?;

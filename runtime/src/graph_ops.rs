@@ -102,36 +102,97 @@ pub fn add_self_loops_first(g: &Graph, existing: ExistingLoops) -> Result<Graph,
     Graph::from_csr_with_edge_ids(n, n, offsets, cols, Some(ids))
 }
 
+/// What [`gcn_norm`] does besides normalizing: PyG's `gcn_norm` arguments
+/// of the same names (flow is source to target).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GcnNormOptions {
+    /// Replace each node's self loops by one loop (PyG's
+    /// `add_remaining_self_loops`): the loop keeps the weight of the node's
+    /// last existing loop, or gets the fill weight.
+    pub add_self_loops: bool,
+    /// The fill weight of an added loop is 2 rather than 1.
+    pub improved: bool,
+}
+
+impl Default for GcnNormOptions {
+    fn default() -> GcnNormOptions {
+        GcnNormOptions { add_self_loops: true, improved: false }
+    }
+}
+
+/// Why [`gcn_norm`] refused its input.
+#[derive(Debug, thiserror::Error)]
+pub enum GcnNormError {
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error("edge weights have shape {shape:?}, expected [{edges}] (one per edge, in the graph's edge order)")]
+    WeightShape { shape: Vec<usize>, edges: usize },
+    #[error(transparent)]
+    Tensor(#[from] TensorError),
+}
+
 /// The symmetric GCN normalization of PyG's `gcn_norm` (flow source to
-/// target): with `add_self_loops`, a self loop is added to every node that
-/// has none (PyG's `add_remaining_self_loops`, after the edges, in node
-/// order); then each edge `j → i` is weighted `deg(j)^-1/2 · deg(i)^-1/2`,
-/// `deg` being the in-degree of the graph so built (0 weight where a
-/// degree is 0). Returns that graph and its weights in its edge order.
-/// The graph must be square (`num_src == num_dst`).
-pub fn gcn_norm(g: &Graph, add_self_loops: bool) -> Result<(Graph, Vec<f64>), GraphError> {
+/// target), edge weights included: with `how.add_self_loops`, the edges
+/// that are not self loops keep their order and one loop per node follows
+/// them in node order, as PyG's `add_remaining_self_loops` builds it; then
+/// each edge `j → i` of weight `w` (1 without weights) is weighted
+/// `deg(j)^-1/2 · w · deg(i)^-1/2`, `deg` being the weighted in-degree of
+/// that graph (0 where a degree is 0). Returns that graph and its weights
+/// in its edge order as a `[E]` tensor of `dtype` (computed in f64, rounded
+/// once; give the fields' dtype so the weights bind beside them). The
+/// graph must be square (`num_src == num_dst`).
+pub fn gcn_norm(
+    g: &Graph,
+    edge_weight: Option<TensorView<'_>>,
+    dtype: crate::DType,
+    how: GcnNormOptions,
+) -> Result<(Graph, Tensor), GcnNormError> {
     if g.num_src() != g.num_dst() {
-        return Err(GraphError::NotSquare { num_src: g.num_src(), num_dst: g.num_dst() });
+        return Err(GraphError::NotSquare { num_src: g.num_src(), num_dst: g.num_dst() }.into());
     }
     let n = g.num_dst();
-    let (mut src, mut dst) = g.coo_in_user_order();
-    if add_self_loops {
-        let mut looped = vec![false; n];
-        for (&s, &d) in src.iter().zip(&dst) {
+    let (src, dst) = g.coo_in_user_order();
+    let weights = match edge_weight {
+        Some(v) if v.shape() != [src.len()] => {
+            return Err(GcnNormError::WeightShape { shape: v.shape().to_vec(), edges: src.len() })
+        }
+        Some(v) => v.to_f64_vec(),
+        None => vec![1.0; src.len()],
+    };
+    let (src, dst, weights) = if how.add_self_loops {
+        let fill = if how.improved { 2.0 } else { 1.0 };
+        let mut loop_weight = vec![fill; n];
+        let (mut s2, mut d2, mut w2) = (Vec::new(), Vec::new(), Vec::new());
+        for ((&s, &d), &w) in src.iter().zip(&dst).zip(&weights) {
             if s == d {
-                looped[s as usize] = true;
+                loop_weight[s as usize] = w;
+            } else {
+                s2.push(s);
+                d2.push(d);
+                w2.push(w);
             }
         }
-        for (i, _) in looped.iter().enumerate().filter(|(_, l)| !**l) {
-            // `n` fits u32: `Graph` refuses more nodes.
-            src.push(i as u32);
-            dst.push(i as u32);
-        }
-    }
+        // `n` fits u32: `Graph` refuses more nodes.
+        s2.extend(0..n as u32);
+        d2.extend(0..n as u32);
+        w2.extend(loop_weight);
+        (s2, d2, w2)
+    } else {
+        (src, dst, weights)
+    };
     let h = Graph::from_edges(n, n, &src, &dst)?;
-    let inv_sqrt: Vec<f64> = in_degree(&h).iter().map(|&d| if d == 0 { 0.0 } else { 1.0 / (d as f64).sqrt() }).collect();
-    let w = src.iter().zip(&dst).map(|(&s, &d)| inv_sqrt[s as usize] * inv_sqrt[d as usize]).collect();
-    Ok((h, w))
+    let mut deg = vec![0.0f64; n];
+    for (&d, &w) in dst.iter().zip(&weights) {
+        deg[d as usize] += w;
+    }
+    let inv_sqrt: Vec<f64> = deg.iter().map(|&d| if d == 0.0 { 0.0 } else { 1.0 / d.sqrt() }).collect();
+    let w: Vec<f64> =
+        src.iter().zip(&dst).zip(&weights).map(|((&s, &d), &w)| inv_sqrt[s as usize] * w * inv_sqrt[d as usize]).collect();
+    let t = match dtype {
+        crate::DType::F32 => Tensor::from_f32(vec![w.len()], w.iter().map(|&x| x as f32).collect())?,
+        crate::DType::F64 => Tensor::from_f64(vec![w.len()], w)?,
+    };
+    Ok((h, t))
 }
 
 /// Small graphs as one block-diagonal graph (PyG's `Batch`): the nodes of

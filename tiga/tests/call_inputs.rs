@@ -99,23 +99,47 @@ fn degrees_self_loops_and_gcn_norm() {
     assert_eq!(tiga::out_degree(&g), vec![2, 1, 1]);
     let looped = tiga::add_self_loops(&g).expect("self loops");
     assert_eq!(looped.coo_in_user_order(), (vec![0, 1, 2, 0, 0, 1, 2], vec![1, 2, 0, 2, 0, 1, 2]));
-    // A graph with a loop at 1 already: gcn_norm adds loops at 0 and 2
-    // only; in-degrees become [2, 2, 3].
+    // A graph with a loop at 1 already: gcn_norm drops it and appends one
+    // loop per node after the other edges (PyG's add_remaining_self_loops);
+    // in-degrees become [2, 2, 3].
     let h = Graph::from_edges(3, 3, &[0, 1, 2, 0, 1], &[1, 2, 0, 2, 1]).expect("graph");
-    let (n, w) = tiga::gcn_norm(&h, true).expect("gcn_norm");
-    assert_eq!(n.coo_in_user_order(), (vec![0, 1, 2, 0, 1, 0, 2], vec![1, 2, 0, 2, 1, 0, 2]));
+    let (n, w) = tiga::gcn_norm(&h, None, DType::F64, tiga::GcnNormOptions::default()).expect("gcn_norm");
+    let (ns, nd) = n.coo_in_user_order();
+    assert_eq!((ns.clone(), nd.clone()), (vec![0, 1, 2, 0, 0, 1, 2], vec![1, 2, 0, 2, 0, 1, 2]));
     let d = [2.0f64, 2.0, 3.0];
-    let want: Vec<f64> = n
-        .coo_in_user_order()
-        .0
-        .iter()
-        .zip(&n.coo_in_user_order().1)
-        .map(|(&s, &t)| 1.0 / (d[s as usize] * d[t as usize]).sqrt())
-        .collect();
-    for (a, b) in w.iter().zip(&want) {
-        assert!((a - b).abs() < 1e-15, "{w:?} vs {want:?}");
+    let want: Vec<f64> = ns.iter().zip(&nd).map(|(&s, &t)| 1.0 / (d[s as usize] * d[t as usize]).sqrt()).collect();
+    let got = w.as_f64().expect("f64 weights");
+    for (a, b) in got.iter().zip(&want) {
+        assert!((a - b).abs() < 1e-15, "{got:?} vs {want:?}");
     }
-    let e = tiga::gcn_norm(&Graph::from_edges(2, 3, &[0], &[1]).expect("bipartite"), true).expect_err("not square");
+    // Edge weights, improved: the existing loop at 1 keeps its weight 0.5,
+    // the loops added at 0 and 2 weigh 2; weighted in-degrees of the edges
+    // [0→1: 3, 1→2: 4, 2→0: 5, 0→2: 6] plus loops are [7, 3.5, 12].
+    let ew = Tensor::from_f32(vec![5], vec![3.0, 4.0, 5.0, 6.0, 0.5]).expect("weights");
+    let how = tiga::GcnNormOptions { add_self_loops: true, improved: true };
+    let (n2, w2) = tiga::gcn_norm(&h, Some(ew.view()), DType::F32, how).expect("weighted gcn_norm");
+    assert_eq!(n2.coo_in_user_order(), (ns.clone(), nd.clone()));
+    let d = [7.0f64, 3.5, 12.0];
+    let raw = [3.0, 4.0, 5.0, 6.0, 2.0, 0.5, 2.0];
+    let got = w2.as_f32().expect("f32 weights, the dtype asked for");
+    for (k, ((&s, &t), &r)) in ns.iter().zip(&nd).zip(&raw).enumerate() {
+        let want = r / (d[s as usize] * d[t as usize]).sqrt();
+        assert!((f64::from(got[k]) - want).abs() <= 1e-7 * want, "edge {k}: {} vs {want}", got[k]);
+    }
+    // Without loops: the graph as given, unweighted degrees [1, 2, 2].
+    let bare = tiga::GcnNormOptions { add_self_loops: false, improved: false };
+    let (n3, w3) = tiga::gcn_norm(&h, None, DType::F64, bare).expect("no loops");
+    assert_eq!(n3.coo_in_user_order(), h.coo_in_user_order());
+    let d = [1.0f64, 2.0, 2.0];
+    for ((&s, &t), &got) in [0u32, 1, 2, 0, 1].iter().zip(&[1u32, 2, 0, 2, 1]).zip(w3.as_f64().expect("f64")) {
+        let want = 1.0 / (d[s as usize] * d[t as usize]).sqrt();
+        assert!((got - want).abs() < 1e-15, "{s}->{t}: {got} vs {want}");
+    }
+    let short = Tensor::from_f64(vec![4], vec![1.0; 4]).expect("weights");
+    let e = tiga::gcn_norm(&h, Some(short.view()), DType::F64, how).expect_err("one weight short");
+    assert!(e.to_string().contains("edge weights have shape [4], expected [5]"), "{e}");
+    let e =
+        tiga::gcn_norm(&Graph::from_edges(2, 3, &[0], &[1]).expect("bipartite"), None, DType::F32, how).expect_err("not square");
     assert!(e.to_string().contains("square"), "{e}");
 }
 
