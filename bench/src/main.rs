@@ -62,6 +62,7 @@
 //! ```
 
 mod compile_time;
+mod dense;
 mod gpu;
 mod graph_store;
 mod graphs;
@@ -71,6 +72,7 @@ mod mpirun;
 mod paged;
 mod partitioned;
 mod peers;
+mod python;
 mod renumber;
 mod report;
 mod residuals;
@@ -151,6 +153,14 @@ enum Command {
     /// the forward, on the power-law graph at F = 64, both CPU back ends (table and JSON)
     #[command(args_override_self = true)]
     Residuals(residuals::Args),
+    /// A dense layer's matrix-parameter gradient against its forward (out = W·h over the identity
+    /// graph), both CPU back ends (table and JSON)
+    #[command(args_override_self = true)]
+    Dense(dense::Args),
+    /// The same kernel calls from the Python package (NumPy and torch) and from Rust, on the
+    /// power-law graph and a small one (table and JSON)
+    #[command(args_override_self = true)]
+    Python(python::Args),
 }
 
 /// The main benchmark's flags.
@@ -1156,6 +1166,8 @@ fn main() -> ExitCode {
         Some(Command::Partitioned(args)) => return partitioned::main(&args),
         Some(Command::Half(args)) => return half::main(&args),
         Some(Command::Residuals(args)) => return residuals::main(&args),
+        Some(Command::Dense(args)) => return dense::main(&args),
+        Some(Command::Python(args)) => return python::main(&args),
         None => {}
     }
     match real_main(cli.bench.into()) {

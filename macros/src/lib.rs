@@ -185,7 +185,8 @@ fn aot_variants(c: &tiga_compiler::passes::Compiled) -> proc_macro2::TokenStream
 }
 
 /// Rust source of every ahead-of-time variant of one lowered kernel, and
-/// the table entries naming them: per dtype and width, the CSR variant
+/// the table entries naming them: per dtype and width (every width symbol
+/// at the same one of [`AOT_WIDTHS`]), the CSR variant
 /// and, for a kernel with scalar values per row and no edge fields (see
 /// `stencil_refusal` for why only those), the generated-stencil variant
 /// beside it.
@@ -196,8 +197,7 @@ fn variant_table(lowered: &tiga_compiler::ir::Kernel, prefix: &str) -> (String, 
     let Ok(lk) = tiga_compiler::loops::schedule(lowered) else { return (String::new(), vec![]) };
     let width_sets: Vec<Vec<usize>> = match lk.widths.len() {
         0 => vec![vec![]],
-        1 => AOT_WIDTHS.iter().map(|w| vec![*w]).collect(),
-        _ => return (String::new(), vec![]),
+        n => AOT_WIDTHS.iter().map(|w| vec![*w; n]).collect(),
     };
     // Every field and output in the dtype, in f32 and f64; and where the
     // kernel declares half types, an f32 variant with them stored as

@@ -70,6 +70,31 @@ pub fn calls_math(list: &[Stmt]) -> bool {
     calls
 }
 
+/// Scalar accumulators of a feature loop's body: `acc = acc + x`, the
+/// only statement touching `acc` in the body (and no nested loop), which
+/// a back end may sum as partial sums in another order.
+pub fn sum_accumulators(body: &[Stmt]) -> std::collections::HashSet<u32> {
+    let mut out = std::collections::HashSet::new();
+    for st in body {
+        if let Stmt::Set(acc, Inst::Binary(BinOp::Add, a, x)) = st {
+            if a == acc && x != acc {
+                let touches = body
+                    .iter()
+                    .filter(|o| match o {
+                        Stmt::Set(v, i) => v == acc || i.operands().contains(acc),
+                        Stmt::Store(_, v) => v == acc,
+                        Stmt::Loop { .. } => true,
+                    })
+                    .count();
+                if touches == 1 {
+                    out.insert(acc.0);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Which of the kernel's `num_fields` fields `list` loads (nested loops
 /// included).
 pub fn fields_read(list: &[Stmt], num_fields: usize) -> Vec<bool> {

@@ -27,7 +27,7 @@ use cranelift_codegen::ir::{self, types};
 
 use super::VariantKey;
 use crate::ir::{BinOp, DType, Role, Type, UnOp, WidthId};
-use crate::loops::{Addr, Inst, LoopKernel, LoopVar, SplitBody, Stmt, Var, VarKind};
+use crate::loops::{sum_accumulators as reductions, Addr, Inst, LoopKernel, LoopVar, SplitBody, Stmt, Var, VarKind};
 
 /// The most vectors a feature loop is unrolled into when its accumulator is
 /// kept in registers (16 × 128 bits = 64 f32 lanes).
@@ -886,30 +886,6 @@ pub(super) fn axis_stride(k: &LoopKernel, a: &Addr, axis: Axis) -> Option<bool> 
             _ => None,
         },
     }
-}
-
-/// Scalar accumulators of a loop body: `acc = acc + x`, the only
-/// statement touching `acc` in the body.
-fn reductions(body: &[Stmt]) -> HashSet<u32> {
-    let mut out = HashSet::new();
-    for st in body {
-        if let Stmt::Set(acc, Inst::Binary(BinOp::Add, a, x)) = st {
-            if a == acc && x != acc {
-                let touches = body
-                    .iter()
-                    .filter(|o| match o {
-                        Stmt::Set(v, i) => v == acc || i.operands().contains(acc),
-                        Stmt::Store(_, v) => v == acc,
-                        Stmt::Loop { .. } => true,
-                    })
-                    .count();
-                if touches == 1 {
-                    out.insert(acc.0);
-                }
-            }
-        }
-    }
-    out
 }
 
 /// A numeric operation that the translator has a lane-wise form of, with
