@@ -3,7 +3,8 @@ side, through the `tiga` package, with NumPy arrays and with torch tensors.
 
   python_overhead.py --dir D --kernels gnn.rs [--repeat N]
 
-D holds edge_index.npy (int64 [2, E]), the fields h, cs, cd, w and the
+D holds edge_index.npy (int64, the E sources then the E destinations,
+flat), the fields h, cs, cd, w and the
 cotangent cot (.npy), and want-CALL.npy, Rust's result of each call. The
 graph is built once, outside the timing. Each call is timed after 3
 warm-ups, the calls in rounds as on the Rust side, median kept; each
@@ -59,7 +60,8 @@ def main():
     a = ap.parse_args()
     arrays = {n: np.load(os.path.join(a.dir, f"{n}.npy")) for n in ("edge_index", "h", "cs", "cd", "w", "cot")}
     k = tiga.load(a.kernels)
-    g = tiga.Graph.from_edge_index(arrays["edge_index"], num_nodes=arrays["h"].shape[0])
+    ei = arrays["edge_index"].reshape(2, -1)
+    g = tiga.Graph.from_edge_index(ei, num_nodes=arrays["h"].shape[0])
     report = {}
     libs = [("numpy", lambda x: x)]
     try:

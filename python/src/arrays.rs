@@ -97,6 +97,9 @@ pub fn index_array<'py>(py: Python<'py>, what: &str, obj: &Bound<'py, PyAny>) ->
 /// A tensor as a NumPy array of its shape, its buffer moved, not copied.
 /// bf16 (which NumPy lacks) is widened to float32, exactly.
 pub fn to_numpy<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyAny>> {
+    if t.is_mapped() && t.field_type() != tiga::FieldType::BF16 {
+        return mapped_to_numpy(py, t);
+    }
     let (shape, buffer) = t.into_parts();
     // A scalar (a parameter gradient of shape []) is a 0-d array.
     let flat = match buffer {
@@ -106,6 +109,45 @@ pub fn to_numpy<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyAny>> 
         Buffer::BF16(v) => numpy::PyArray1::from_vec(py, v.iter().map(|x| x.to_f32()).collect::<Vec<f32>>()).into_any(),
     };
     flat.call_method1("reshape", (shape,))
+}
+
+/// The tensor a NumPy array borrows its elements from (its `base`): a
+/// large output lives in a mapping of its own, which goes back to tiga's
+/// spare when the array is freed, so the next call's output reuses it
+/// instead of faulting in fresh pages (copying it into a `Vec` cost the
+/// power-law sum's Python call a third over the same call from Rust).
+#[pyclass(name = "TensorMemory", module = "tiga._tiga", frozen)]
+pub struct TensorMemory {
+    tensor: Tensor,
+}
+
+/// A NumPy array over the mapping of `t`, which the array keeps alive.
+fn mapped_to_numpy<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyAny>> {
+    fn borrowed<'py, T: Element>(
+        owner: &Bound<'py, TensorMemory>,
+        ptr: *const u8,
+        shape: &[usize],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let shape = numpy::ndarray::IxDyn(shape);
+        // SAFETY: `ptr` is the start of the tensor's mapping of
+        // `shape.product()` elements of `T`, aligned for `T` (a page); the
+        // mapping does not move and lives as long as `owner`, which the
+        // array holds as its base.
+        let view = unsafe { numpy::ndarray::ArrayViewD::<T>::from_shape_ptr(shape, ptr as *const T) };
+        // SAFETY: as above: `owner` keeps the elements alive and in place.
+        Ok(unsafe { numpy::PyArrayDyn::borrow_from_array(&view, owner.clone().into_any()) }.into_any())
+    }
+    let owner = Bound::new(py, TensorMemory { tensor: t })?;
+    let (ptr, shape, ty) = {
+        let t = &owner.get().tensor;
+        (t.data().as_ptr(), t.shape().to_vec(), t.field_type())
+    };
+    match ty {
+        tiga::FieldType::F32 => borrowed::<f32>(&owner, ptr, &shape),
+        tiga::FieldType::F64 => borrowed::<f64>(&owner, ptr, &shape),
+        tiga::FieldType::F16 => borrowed::<f16>(&owner, ptr, &shape),
+        tiga::FieldType::BF16 => Err(errors::input(py, "internal: a bf16 output is widened, not borrowed")),
+    }
 }
 
 /// Outputs by name as a dict of NumPy arrays.

@@ -39,6 +39,30 @@ def test_vec_sum_equals_numpy_scatter(graph, rng):
     np.testing.assert_allclose(out["out"], scatter_sum(ei, h, 40), rtol=1e-5, atol=1e-5)
 
 
+def test_large_outputs_borrow_their_mapping_and_outlive_later_calls(rng):
+    # 20000 x 128 f32 is 10 MB: tiga keeps it in a mapping of its own, which
+    # the array borrows (its base) instead of a copy.
+    n, f = 20000, 128
+    ei = random_graph(rng, n, 60000)
+    g = tiga.Graph.from_edge_index(ei, n)
+    h1 = rng.standard_normal((n, f)).astype(np.float32)
+    h2 = rng.standard_normal((n, f)).astype(np.float32)
+    a = tiga.gnn.VecSum(g, src={"h": h1})["out"]
+    assert type(a.base).__name__ == "TensorMemory", type(a.base)
+    assert a.flags.c_contiguous and a.flags.writeable and a.shape == (n, f)
+    b = tiga.gnn.VecSum(g, src={"h": h2})["out"]
+    np.testing.assert_allclose(a, scatter_sum(ei, h1, n), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(b, scatter_sum(ei, h2, n), rtol=1e-5, atol=1e-5)
+    # Freed, a's mapping is the next output's: b and the new one stay right.
+    want_a = a.copy()
+    del a
+    c = tiga.gnn.VecSum(g, src={"h": h1})["out"]
+    np.testing.assert_array_equal(c, want_a)
+    np.testing.assert_allclose(b, scatter_sum(ei, h2, n), rtol=1e-5, atol=1e-5)
+    c[0, 0] = 7.0
+    assert c[0, 0] == 7.0
+
+
 def test_f64_inputs_compute_in_f64(graph, rng):
     ei, g = graph
     h = rng.standard_normal((40, 3))

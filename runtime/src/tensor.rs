@@ -443,6 +443,13 @@ impl Tensor {
         Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer::new(map, dtype.into(), len, true)) })
     }
 
+    /// Whether the elements live in a mapping of their own (a large
+    /// tensor's anonymous memory, or a file): their address stays put for
+    /// as long as the tensor lives, wherever the tensor moves.
+    pub fn is_mapped(&self) -> bool {
+        matches!(&self.data, Storage::Mapped(_))
+    }
+
     /// Whether the elements live in a file mapping.
     pub fn is_file_backed(&self) -> bool {
         matches!(&self.data, Storage::Mapped(m) if m.in_file)
