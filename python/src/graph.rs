@@ -66,10 +66,16 @@ impl PyGraph {
     /// A graph from PyG's `edge_index`: an int64 `[2, E]` array, row 0 the
     /// sources, row 1 the destinations, edges in column order, over
     /// `num_nodes` nodes (default: the largest id plus one, PyG's
-    /// convention).
+    /// convention); with `num_dst`, a bipartite graph of `num_nodes`
+    /// sources and `num_dst` destinations.
     #[staticmethod]
-    #[pyo3(signature = (edge_index, num_nodes = None))]
-    fn from_edge_index(py: Python<'_>, edge_index: &Bound<'_, PyAny>, num_nodes: Option<usize>) -> PyResult<PyGraph> {
+    #[pyo3(signature = (edge_index, num_nodes = None, num_dst = None))]
+    fn from_edge_index(
+        py: Python<'_>,
+        edge_index: &Bound<'_, PyAny>,
+        num_nodes: Option<usize>,
+        num_dst: Option<usize>,
+    ) -> PyResult<PyGraph> {
         let ei = arrays::index_array(py, "edge_index", edge_index)?;
         let shape = ei.shape().to_vec();
         if shape.len() != 2 || shape[0] != 2 {
@@ -80,7 +86,7 @@ impl PyGraph {
             Some(n) => n,
             None => ids.iter().copied().max().map_or(0, |m| if m < 0 { 0 } else { m as usize + 1 }),
         };
-        let g = py.detach(|| tiga::from_edge_index(n, ids)).map_err(|e| graph_err(py, e))?;
+        let g = py.detach(|| tiga::from_edge_index_sized(n, num_dst.unwrap_or(n), ids)).map_err(|e| graph_err(py, e))?;
         Ok(PyGraph { rows: Rows::Memory(Arc::new(g)) })
     }
 

@@ -65,6 +65,35 @@ def test_sage_conv_equals_pyg(data, kw):
     compare(tiga.nn.SAGEConv(16, 8, **kw), pyg_nn.SAGEConv(16, 8, **kw), x, ei)
 
 
+@pytest.mark.parametrize("kw", [{}, {"aggr": "sum"}, {"root_weight": False}])
+def test_bipartite_sage_conv_equals_pyg(kw):
+    # A sampled block's layer: 60 source rows, messages into 20 destinations.
+    torch.manual_seed(0)
+    rng = np.random.default_rng(2)
+    ei = torch.from_numpy(np.stack([rng.integers(0, 60, 250), rng.integers(0, 20, 250)]).astype(np.int64))
+    ours, theirs = tiga.nn.SAGEConv(16, 8, **kw), pyg_nn.SAGEConv(16, 8, **kw)
+    ours.load_state_dict(theirs.state_dict())
+    xs, xd = torch.randn(60, 16), torch.randn(20, 16)
+    grads = []
+    for layer in (ours, theirs):
+        a, b = xs.clone().requires_grad_(True), xd.clone().requires_grad_(True)
+        out = layer((a, b), ei)
+        assert out.shape == (20, 8)
+        (out * torch.linspace(-1, 1, 160).reshape(20, 8)).sum().backward()
+        grads.append((out, a.grad, b.grad, {n: p.grad for n, p in layer.named_parameters()}))
+    (oa, sa, da, pa), (ob, sb, db, pb) = grads
+    close(oa, ob, "output")
+    close(sa, sb, "x_src.grad")
+    if kw.get("root_weight", True):
+        close(da, db, "x_dst.grad")
+    for name in pa:
+        close(pa[name], pb[name], f"{name}.grad")
+    with pytest.raises(tiga.InputError, match="does not match"):
+        ours((xs, xd), ei, size=(60, 21))
+    with pytest.raises(tiga.GraphError, match="destination"):
+        ours((xs, xd[:5]), ei)
+
+
 @pytest.mark.parametrize("kw", [{}, {"eps": 0.3}, {"train_eps": True, "eps": 0.1}])
 def test_gin_conv_equals_pyg(data, kw):
     x, ei = data

@@ -9,6 +9,7 @@ import os
 
 from . import _tiga
 from ._convert import as_caller, index_numpy, is_torch
+from .errors import InputError
 
 
 class Graph:
@@ -24,13 +25,26 @@ class Graph:
         self._torch = torch_made
 
     @staticmethod
-    def from_edge_index(edge_index, num_nodes=None) -> "Graph":
+    def from_edge_index(edge_index, num_nodes=None, size=None) -> "Graph":
         """PyG's convention: an integer ``[2, E]`` tensor or array, row 0 the
         sources, row 1 the destinations, edges in column order; ``num_nodes``
-        defaults to the largest id plus one. An id that is negative or not
-        below ``num_nodes`` is a ``GraphError`` naming the edge."""
+        defaults to the largest id plus one. ``size=(num_src, num_dst)``
+        (instead of ``num_nodes``) makes a bipartite graph, as PyG's
+        ``size`` argument: a sampled block's layer with fewer destinations
+        than sources. An id that is negative or not below its side's node
+        count is a ``GraphError`` naming the edge."""
         ei = index_numpy(edge_index, "edge_index")
-        return Graph(_tiga.Graph.from_edge_index(ei, num_nodes), is_torch(edge_index))
+        if size is None:
+            return Graph(_tiga.Graph.from_edge_index(ei, num_nodes), is_torch(edge_index))
+        if num_nodes is not None:
+            raise InputError("Graph.from_edge_index: give num_nodes or size, not both")
+        try:
+            num_src, num_dst = (int(v) for v in size)
+        except (TypeError, ValueError):
+            raise InputError(f"size: expected (num_src, num_dst), got {size!r}") from None
+        if num_src < 0 or num_dst < 0:
+            raise InputError(f"size: node counts are not negative, got {size!r}")
+        return Graph(_tiga.Graph.from_edge_index(ei, num_src, num_dst), is_torch(edge_index))
 
     @staticmethod
     def from_csr(indptr, indices, num_src=None) -> "Graph":

@@ -119,6 +119,16 @@ def _graph(edge_index, n) -> Graph:
     return Graph.from_edge_index(edge_index, n)
 
 
+def _bipartite_graph(edge_index, shape) -> Graph:
+    """The graph of a layer from ``shape[0]`` source rows to ``shape[1]``
+    destination rows (square when they are equal)."""
+    if isinstance(edge_index, Graph):
+        return edge_index
+    if shape[0] == shape[1]:
+        return Graph.from_edge_index(edge_index, shape[0])
+    return Graph.from_edge_index(edge_index, size=shape)
+
+
 def _check_x(layer, x, in_channels):
     if not isinstance(x, Tensor):
         raise InputError(f"{layer}: x must be a torch tensor, got {type(x).__name__}")
@@ -209,19 +219,29 @@ class SAGEConv(Module):
         if self.lin_r is not None:
             self.lin_r.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor, size=None) -> Tensor:
+    def forward(self, x, edge_index: Tensor, size=None) -> Tensor:
+        """``x`` is ``[N, in_channels]``, or, as in PyG, a pair ``(x_src,
+        x_dst)`` for a bipartite layer (a sampled block's: messages from
+        ``x_src``'s rows to the ``x_dst`` rows, which the root weight reads):
+        the output then has ``x_dst``'s rows only."""
         import tiga
 
-        if size is not None:
-            raise UnsupportedError("SAGEConv: forward(size=...) is not supported")
-        _check_x("SAGEConv", x, self.in_channels)
-        n = x.shape[0]
-        g = self._graphs.get(edge_index, (n,), lambda: _graph(edge_index, n))
+        x_src, x_dst = x if isinstance(x, (tuple, list)) else (x, x)
+        if isinstance(x, (tuple, list)) and len(x) != 2:
+            raise InputError(f"SAGEConv: x as a pair (x_src, x_dst), got {len(x)} items")
+        _check_x("SAGEConv", x_src, self.in_channels)
+        _check_x("SAGEConv", x_dst, self.in_channels)
+        shape = (x_src.shape[0], x_dst.shape[0])
+        if size is not None and tuple(size) != shape:
+            raise InputError(f"SAGEConv: size {tuple(size)} does not match x's rows {shape}")
+        if isinstance(edge_index, Graph) and (edge_index.num_src, edge_index.num_dst) != shape:
+            raise InputError(f"SAGEConv: the graph has {edge_index.num_src} sources and {edge_index.num_dst} destinations, x has rows {shape}")
+        g = self._graphs.get(edge_index, shape, lambda: _bipartite_graph(edge_index, shape))
         k = tiga.gnn.SageMean if self.aggr == "mean" else tiga.gnn.VecSum
-        agg = tiga_torch.apply(k, g, src={"h": x})["out"]
+        agg = tiga_torch.apply(k, g, src={"h": x_src})["out"]
         out = self.lin_l(agg)
         if self.lin_r is not None:
-            out = out + self.lin_r(x)
+            out = out + self.lin_r(x_dst)
         if self.normalize:
             out = torch.nn.functional.normalize(out, p=2.0, dim=-1)
         return out

@@ -14,12 +14,20 @@ use crate::{Graph, GraphError, Tensor, TensorError, TensorView};
 /// its column order. Negative ids and ids of `num_nodes` or more are
 /// errors naming the edge.
 pub fn from_edge_index(num_nodes: usize, edge_index: &[i64]) -> Result<Graph, GraphError> {
+    from_edge_index_sized(num_nodes, num_nodes, edge_index)
+}
+
+/// [`from_edge_index`] of a bipartite graph (PyG's `size=(num_src,
+/// num_dst)`): sources below `num_src`, destinations below `num_dst`, as a
+/// sampled block's layer has fewer destinations than sources.
+pub fn from_edge_index_sized(num_src: usize, num_dst: usize, edge_index: &[i64]) -> Result<Graph, GraphError> {
     if !edge_index.len().is_multiple_of(2) {
         return Err(GraphError::EdgeIndexShape { len: edge_index.len() });
     }
     let e = edge_index.len() / 2;
     let id = |edge: usize, row: usize| -> Result<u32, GraphError> {
         let v = edge_index[row * e + edge];
+        let num_nodes = if row == 0 { num_src } else { num_dst };
         u32::try_from(v).ok().filter(|&x| (x as usize) < num_nodes).ok_or(GraphError::EdgeIndexNode {
             edge,
             row: if row == 0 { "source" } else { "destination" },
@@ -32,7 +40,7 @@ pub fn from_edge_index(num_nodes: usize, edge_index: &[i64]) -> Result<Graph, Gr
         src.push(id(edge, 0)?);
         dst.push(id(edge, 1)?);
     }
-    Graph::from_edges(num_nodes, num_nodes, &src, &dst)
+    Graph::from_edges(num_src, num_dst, &src, &dst)
 }
 
 /// Each destination's number of in-edges (its CSR row length).

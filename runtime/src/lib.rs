@@ -48,8 +48,8 @@ pub use element::{Element, ElementType};
 pub use exec::{balanced_row_chunks, for_each_row_chunk};
 pub use graph::{Graph, GraphError, StencilPlan, MAX_NODES};
 pub use graph_ops::{
-    add_self_loops, add_self_loops_first, from_edge_index, gcn_norm, in_degree, out_degree, Batch, BatchError, ExistingLoops,
-    GcnNormError, GcnNormOptions,
+    add_self_loops, add_self_loops_first, from_edge_index, from_edge_index_sized, gcn_norm, in_degree, out_degree, Batch,
+    BatchError, ExistingLoops, GcnNormError, GcnNormOptions,
 };
 pub use io::{parse_edge_list, parse_matrix_market, read_edge_list, read_edge_list_with, read_matrix_market, EdgeListOptions};
 pub use npy::{

@@ -48,7 +48,8 @@ use std::sync::OnceLock;
 
 pub use tiga_macros::message_passing;
 pub use tiga_runtime::{
-    add_self_loops, from_edge_index, gcn_norm, in_degree, out_degree, petgraph, Batch, BatchError, GcnNormError, GcnNormOptions,
+    add_self_loops, from_edge_index, from_edge_index_sized, gcn_norm, in_degree, out_degree, petgraph, Batch, BatchError,
+    GcnNormError, GcnNormOptions,
 };
 pub use tiga_runtime::{
     balanced_row_chunks, for_each_row_chunk, read_edge_list, read_edge_list_with, read_matrix_market, read_npy, write_npy,

@@ -84,6 +84,12 @@ fn graphs_from_edge_index_and_petgraph() {
         let e = tiga::from_edge_index(3, bad).expect_err("bad edge_index");
         assert!(e.to_string().contains(words), "{e}");
     }
+    // Bipartite: 3 sources, 2 destinations; a destination id of 2 is out of range.
+    let b = tiga::from_edge_index_sized(3, 2, &[2, 0, 1, 0, 1, 1]).expect("bipartite edge_index");
+    assert_eq!((b.num_src(), b.num_dst()), (3, 2));
+    assert_eq!(b.coo_in_user_order(), (vec![2, 0, 1], vec![0, 1, 1]));
+    let e = tiga::from_edge_index_sized(3, 2, &[0, 1, 2, 0]).expect_err("destination 2 of 2");
+    assert!(e.to_string().contains("destination 2 is not a node id below 2"), "{e}");
     let mut pg = tiga::petgraph::Graph::<(), ()>::new();
     let n: Vec<_> = (0..3).map(|_| pg.add_node(())).collect();
     for (a, b) in [(0, 1), (1, 2), (2, 0), (0, 2)] {
