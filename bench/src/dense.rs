@@ -63,14 +63,7 @@ pub struct Args {
 }
 
 pub fn main(args: &Args) -> ExitCode {
-    match run(args) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("tiga-bench dense: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::exit_code("dense", run(args))
 }
 
 /// Uniform values in [-1, 1) from a splitmix64 stream.

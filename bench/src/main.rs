@@ -216,6 +216,19 @@ fn positive(s: &str) -> Result<usize, String> {
 
 /// The peers script of this checkout: `bench/peers/peers.py`, found from
 /// the crate's directory (the benchmark carries its peers with it).
+/// A subcommand's exit: success when every target was met, failure
+/// (with the error on stderr, named by the subcommand) otherwise.
+pub(crate) fn exit_code(subcommand: &str, result: Result<bool, String>) -> ExitCode {
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("tiga-bench {subcommand}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 pub(crate) fn default_peers_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("peers").join("peers.py")
 }

@@ -61,14 +61,7 @@ pub struct Args {
 }
 
 pub fn main(args: &Args) -> ExitCode {
-    match run(args) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("tiga-bench python: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::exit_code("python", run(args))
 }
 
 /// The calls timed, in the order both sides report them.

@@ -84,14 +84,7 @@ pub struct Args {
 }
 
 pub fn main(args: &Args) -> ExitCode {
-    match run(args) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("tiga-bench renumber: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::exit_code("renumber", run(args))
 }
 
 /// An R-MAT graph of 2^scale nodes and `edges` edges (Chakrabarti, Zhan

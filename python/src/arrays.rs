@@ -98,7 +98,7 @@ pub fn index_array<'py>(py: Python<'py>, what: &str, obj: &Bound<'py, PyAny>) ->
 /// bf16 (which NumPy lacks) is widened to float32, exactly.
 pub fn to_numpy<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyAny>> {
     if t.is_mapped() && t.field_type() != tiga::FieldType::BF16 {
-        return mapped_to_numpy(py, t);
+        return borrow_mapping(py, t);
     }
     let (shape, buffer) = t.into_parts();
     // A scalar (a parameter gradient of shape []) is a 0-d array.
@@ -121,8 +121,9 @@ pub struct TensorMemory {
     tensor: Tensor,
 }
 
-/// A NumPy array over the mapping of `t`, which the array keeps alive.
-fn mapped_to_numpy<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyAny>> {
+/// A NumPy array over the mapping of `t` (f32, f64 or f16), which the
+/// array keeps alive.
+fn borrow_mapping<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyAny>> {
     fn borrowed<'py, T: Element>(
         owner: &Bound<'py, TensorMemory>,
         ptr: *const u8,
@@ -145,8 +146,8 @@ fn mapped_to_numpy<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyAny
     match ty {
         tiga::FieldType::F32 => borrowed::<f32>(&owner, ptr, &shape),
         tiga::FieldType::F64 => borrowed::<f64>(&owner, ptr, &shape),
-        tiga::FieldType::F16 => borrowed::<f16>(&owner, ptr, &shape),
-        tiga::FieldType::BF16 => Err(errors::input(py, "internal: a bf16 output is widened, not borrowed")),
+        // bf16 never comes here: `to_numpy` widens it.
+        _ => borrowed::<f16>(&owner, ptr, &shape),
     }
 }
 

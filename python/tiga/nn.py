@@ -112,21 +112,14 @@ def _edge_index(edge_index) -> Tensor:
     return edge_index
 
 
-def _graph(edge_index, n) -> Graph:
-    """The graph a plain aggregation runs on: a given ``tiga.Graph`` as it is."""
+def _graph(edge_index, n, num_dst=None) -> Graph:
+    """The graph a plain aggregation runs on: a given ``tiga.Graph`` as it
+    is; else ``n`` nodes, or ``n`` sources and ``num_dst`` destinations."""
     if isinstance(edge_index, Graph):
         return edge_index
-    return Graph.from_edge_index(edge_index, n)
-
-
-def _bipartite_graph(edge_index, shape) -> Graph:
-    """The graph of a layer from ``shape[0]`` source rows to ``shape[1]``
-    destination rows (square when they are equal)."""
-    if isinstance(edge_index, Graph):
-        return edge_index
-    if shape[0] == shape[1]:
-        return Graph.from_edge_index(edge_index, shape[0])
-    return Graph.from_edge_index(edge_index, size=shape)
+    if num_dst is None or num_dst == n:
+        return Graph.from_edge_index(edge_index, n)
+    return Graph.from_edge_index(edge_index, size=(n, num_dst))
 
 
 def _check_x(layer, x, in_channels):
@@ -226,9 +219,9 @@ class SAGEConv(Module):
         the output then has ``x_dst``'s rows only."""
         import tiga
 
-        x_src, x_dst = x if isinstance(x, (tuple, list)) else (x, x)
         if isinstance(x, (tuple, list)) and len(x) != 2:
             raise InputError(f"SAGEConv: x as a pair (x_src, x_dst), got {len(x)} items")
+        x_src, x_dst = x if isinstance(x, (tuple, list)) else (x, x)
         _check_x("SAGEConv", x_src, self.in_channels)
         _check_x("SAGEConv", x_dst, self.in_channels)
         shape = (x_src.shape[0], x_dst.shape[0])
@@ -236,7 +229,7 @@ class SAGEConv(Module):
             raise InputError(f"SAGEConv: size {tuple(size)} does not match x's rows {shape}")
         if isinstance(edge_index, Graph) and (edge_index.num_src, edge_index.num_dst) != shape:
             raise InputError(f"SAGEConv: the graph has {edge_index.num_src} sources and {edge_index.num_dst} destinations, x has rows {shape}")
-        g = self._graphs.get(edge_index, shape, lambda: _bipartite_graph(edge_index, shape))
+        g = self._graphs.get(edge_index, shape, lambda: _graph(edge_index, *shape))
         k = tiga.gnn.SageMean if self.aggr == "mean" else tiga.gnn.VecSum
         agg = tiga_torch.apply(k, g, src={"h": x_src})["out"]
         out = self.lin_l(agg)

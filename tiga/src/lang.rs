@@ -888,16 +888,16 @@ impl MaskArg for Mask {
     }
 }
 
-impl MaskArg for &Mask {
+impl<M: MaskArg> MaskArg for &M {
     fn bits(&self) -> &[bool] {
-        &self.0
+        (**self).bits()
     }
 }
 
 impl Not for Mask {
     type Output = Mask;
     fn not(self) -> Mask {
-        Mask(self.0.into_iter().map(|b| !b).collect())
+        !&self
     }
 }
 
@@ -972,17 +972,6 @@ macro_rules! impl_lanes {
                 self.0[i]
             }
         }
-        impl Lanes for &Vector<$T> {
-            type Elem = $T;
-            #[inline]
-            fn width(&self) -> Option<usize> {
-                Some(self.0.len())
-            }
-            #[inline]
-            fn lane(&self, i: usize) -> $T {
-                self.0[i]
-            }
-        }
         impl LanePair<$T> for $T {}
         impl LanePair<Vector<$T>> for $T {}
         impl LanePair<&Vector<$T>> for $T {}
@@ -997,6 +986,19 @@ macro_rules! impl_lanes {
 
 impl_lanes!(f32);
 impl_lanes!(f64);
+
+/// A borrowed operand reads as the operand.
+impl<L: Lanes> Lanes for &L {
+    type Elem = L::Elem;
+    #[inline]
+    fn width(&self) -> Option<usize> {
+        (**self).width()
+    }
+    #[inline]
+    fn lane(&self, i: usize) -> L::Elem {
+        (**self).lane(i)
+    }
+}
 
 /// The width two operands share (a scalar takes the other's); panics on two
 /// vectors of different widths, and on two scalars when `scalars` names the

@@ -280,12 +280,18 @@ impl Emitter<'_> {
         })
     }
 
+    /// Where accumulator `acc` adds in the feature loop being emitted, if
+    /// it is summed as partial sums there.
+    fn partial_sum(&self, acc: &Var) -> Option<String> {
+        self.partial.iter().find(|(p, _)| *p == acc.0).map(|(_, place)| place.clone())
+    }
+
     fn stmts(&mut self, s: &[Stmt], depth: usize) -> Result<(), RustSourceError> {
         let pad = "    ".repeat(depth);
         for st in s {
             match st {
-                Stmt::Set(acc, Inst::Binary(BinOp::Add, a, x)) if a == acc && self.partial.iter().any(|(p, _)| *p == acc.0) => {
-                    let place = self.partial.iter().find(|(p, _)| *p == acc.0).map(|(_, pl)| pl.clone()).unwrap_or_default();
+                Stmt::Set(acc, Inst::Binary(BinOp::Add, a, x)) if a == acc && self.partial_sum(acc).is_some() => {
+                    let place = self.partial_sum(acc).unwrap_or_default();
                     let _ = writeln!(self.out, "{pad}{place} = {place} + {};", self.var(x));
                 }
                 Stmt::Set(x, i) => {
