@@ -286,7 +286,7 @@ def main(argv=None):
     ap.add_argument("--sbm-nodes", type=int, default=100_000)
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--json", default="bench-training.json")
+    ap.add_argument("--json", default="target/bench/training.json")
     a = ap.parse_args(argv)
     if a.child:
         a.system, a.model, a.graph = a.child
@@ -395,6 +395,7 @@ def main(argv=None):
         "python_overhead": python,
         "table": table,
     }
+    os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
     with open(a.json + ".tmp", "w") as f:
         json.dump(out, f, indent=1)
         f.flush()

@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = crate::positive)]
     repeat: usize,
     /// Where the JSON goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench-compile-time.json")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/compile-time.json")]
     json: PathBuf,
 }
 

@@ -52,7 +52,7 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 7, value_parser = crate::positive)]
     repeat: usize,
     /// Where the JSON goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench-dense.json")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/dense.json")]
     json: PathBuf,
     /// Where the table goes too (besides stdout)
     #[arg(long, value_name = "PATH")]

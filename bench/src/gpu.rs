@@ -61,10 +61,10 @@ pub struct Args {
     #[arg(long)]
     peers: bool,
     /// Where the JSON goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench-gpu.json")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/gpu.json")]
     json: PathBuf,
     /// Where the table goes (it is printed too)
-    #[arg(long, value_name = "PATH", default_value = "bench-gpu.txt")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/gpu.txt")]
     table: PathBuf,
     /// Graph and field seed
     #[arg(long, value_name = "N", default_value_t = 7)]

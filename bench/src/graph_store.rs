@@ -60,10 +60,10 @@ pub struct Args {
     #[arg(long, value_name = "F", default_value_t = 128, value_parser = crate::positive)]
     width: usize,
     /// Where the JSON goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench-graph-store.json")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/graph-store.json")]
     json: PathBuf,
     /// Where the table goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench-graph-store.txt")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/graph-store.txt")]
     table: PathBuf,
 }
 

@@ -58,10 +58,10 @@ pub struct Args {
     #[arg(long, value_name = "N", value_parser = crate::positive)]
     threads: Option<usize>,
     /// Where to write the JSON
-    #[arg(long, value_name = "PATH", default_value = "bench-half.json")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/half.json")]
     json: PathBuf,
     /// Where to write the table
-    #[arg(long, value_name = "PATH", default_value = "bench-half.txt")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/half.txt")]
     table: PathBuf,
     /// Skip the Python peers
     #[arg(long)]

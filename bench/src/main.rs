@@ -50,7 +50,7 @@
 //!
 //! ```sh
 //! cargo run --release -p tiga-bench -- --quick          # 16× smaller graphs, 3 repeats
-//! cargo run --release -p tiga-bench -- --threads 2 --json bench.json
+//! cargo run --release -p tiga-bench -- --threads 2 --json target/bench/bench.json
 //! cargo run --release -p tiga-bench -- paged --quick    # the paged benchmark
 //! cargo run --release -p tiga-bench -- compile-time     # compile time against kernel size
 //! cargo run --release -p tiga-bench --features mpi,metis -- sharded   # sharded against one process
@@ -177,7 +177,7 @@ struct BenchArgs {
     #[arg(long, value_name = "N", value_parser = positive)]
     threads: Option<usize>,
     /// Where the JSON goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench.json")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/bench.json")]
     json: PathBuf,
     /// Only these cases, comma-separated: stencil-csr, stencil-generated,
     /// powerlaw-sum, powerlaw-mean, powerlaw-max, powerlaw-gat
@@ -1267,7 +1267,7 @@ mod tests {
         assert!(!o.quick);
         assert_eq!(o.repeat, 7);
         assert_eq!(o.threads, None);
-        assert_eq!(o.json, PathBuf::from("bench.json"));
+        assert_eq!(o.json, PathBuf::from("target/bench/bench.json"));
         assert!(o.peers && o.scaling);
         assert_eq!(o.peers_script, Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/peers.py"));
         assert!(o.peers_script.exists(), "the benchmark's own peers.py");
@@ -1329,7 +1329,7 @@ mod tests {
         let Some(Command::Paged(a)) = parse(&["paged"]).expect("parses").command else { panic!("paged") };
         let o = paged::Opts::from(&a);
         assert_eq!(o.side, 2000);
-        assert_eq!((o.json.to_str(), o.table.to_str()), (Some("bench-paged.json"), Some("bench-paged.txt")));
+        assert_eq!((o.json.to_str(), o.table.to_str()), (Some("target/bench/paged.json"), Some("target/bench/paged.txt")));
         assert!(o.dir.is_none() && !o.keep && o.threads.is_none());
         let Some(Command::Paged(a)) = parse(&["paged", "--quick"]).expect("parses").command else { panic!("paged") };
         assert_eq!(paged::Opts::from(&a).side, 500);
@@ -1349,7 +1349,7 @@ mod tests {
         let o = sharded::Opts::from(&a);
         assert_eq!((o.sizes.side, o.sizes.nodes, o.sizes.edges, o.sizes.width), (2000, 250_000, 4_000_000, 64));
         assert_eq!((o.rounds, o.sizes.steps, o.sizes.warmup, o.sizes.exchanges), (3, 7, 3, 7));
-        assert_eq!((o.json.to_str(), o.table.to_str()), (Some("bench-sharded.json"), Some("bench-sharded.txt")));
+        assert_eq!((o.json.to_str(), o.table.to_str()), (Some("target/bench/sharded.json"), Some("target/bench/sharded.txt")));
         assert!(o.mpi);
         let Some(Command::Sharded(a)) = parse(&["sharded", "--quick", "--no-mpi"]).expect("parses").command else {
             panic!("sharded")

@@ -32,7 +32,7 @@
 //! atomically (temp + fsync + rename).
 //!
 //! ```sh
-//! cargo run --release -p tiga-bench -- paged [--quick] [--json bench-paged.json]
+//! cargo run --release -p tiga-bench -- paged [--quick] [--json target/bench/paged.json]
 //! ```
 
 use crate::median;
@@ -67,10 +67,10 @@ pub struct Args {
     #[arg(long, value_name = "N", value_parser = crate::positive)]
     side: Option<usize>,
     /// Where the JSON goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench-paged.json")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/paged.json")]
     json: PathBuf,
     /// Where the table goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench-paged.txt")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/paged.txt")]
     table: PathBuf,
     /// Where the .gfg file is written [default: a new directory in the
     /// temporary directory, removed at the end]

@@ -85,10 +85,10 @@ pub struct Args {
     #[arg(long, value_name = "PATH", default_value = "mpirun")]
     mpirun: PathBuf,
     /// Where the JSON goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench-partitioned.json")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/partitioned.json")]
     json: PathBuf,
     /// Where the table goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench-partitioned.txt")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/partitioned.txt")]
     table: PathBuf,
     /// (Internal) run as one rank of an mpirun job: gather or step
     #[arg(long, value_name = "WHAT", hide = true)]

@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long, value_name = "P")]
     script: Option<PathBuf>,
     /// Where the JSON goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench-python.json")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/python.json")]
     json: PathBuf,
     /// Where the table goes too (besides stdout)
     #[arg(long, value_name = "PATH")]

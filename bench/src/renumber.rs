@@ -73,7 +73,7 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = crate::positive)]
     page_rows: usize,
     /// Where the JSON goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench-renumber.json")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/renumber.json")]
     json: PathBuf,
     /// Where the table goes as well (written atomically)
     #[arg(long, value_name = "PATH")]

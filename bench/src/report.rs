@@ -423,6 +423,8 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
         _ => Path::new("."),
     };
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "bench".into());
+    // The default outputs live under target/bench/, which a fresh checkout lacks.
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let io = |e: std::io::Error| format!("writing {}: {e}", path.display());
     let mut f = std::fs::File::create(&tmp).map_err(io)?;

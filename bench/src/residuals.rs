@@ -64,7 +64,7 @@ pub struct Args {
     #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::positive)]
     width: usize,
     /// Where the JSON goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench-residuals.json")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/residuals.json")]
     json: PathBuf,
     /// Where the table goes too (besides stdout)
     #[arg(long, value_name = "PATH")]

@@ -121,10 +121,10 @@ pub struct Args {
     #[arg(long, value_name = "PATH", default_value = "mpirun")]
     mpirun: PathBuf,
     /// Where the JSON goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench-sharded.json")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/sharded.json")]
     json: PathBuf,
     /// Where the table goes, written atomically
-    #[arg(long, value_name = "PATH", default_value = "bench-sharded.txt")]
+    #[arg(long, value_name = "PATH", default_value = "target/bench/sharded.txt")]
     table: PathBuf,
     /// (Internal) run as one rank of an mpirun job on this case
     #[arg(long, value_name = "CASE", hide = true, requires = "reference", value_parser = CaseKind::parse)]

@@ -251,11 +251,32 @@ struct ExplainArgs {
 struct ShardArgs {
     /// How rows are cut across ranks: contiguous blocks, blocks balanced by edges, or METIS (a tigac built
     /// with --features metis).
-    #[arg(long, value_name = "HOW", default_value = "contiguous", value_parser = ["contiguous", "balanced", "metis"])]
-    partition: String,
-    /// Ghosts kept this many hops deep.
-    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=255))]
-    halo_depth: u32,
+    /// Default: contiguous.
+    #[arg(long, value_name = "HOW", value_parser = ["contiguous", "balanced", "metis"])]
+    partition: Option<String>,
+    /// Ghosts kept this many hops deep. Default: 1.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=255))]
+    halo_depth: Option<u32>,
+}
+
+impl ShardArgs {
+    fn partition(&self) -> String {
+        self.partition.clone().unwrap_or_else(|| "contiguous".into())
+    }
+
+    fn halo_depth(&self) -> usize {
+        self.halo_depth.map_or(1, |k| k as usize)
+    }
+
+    /// The first sharding flag given, as written (`--partition metis`):
+    /// where no sharding happens, it is refused rather than ignored.
+    fn given(&self) -> Option<String> {
+        match (&self.partition, self.halo_depth) {
+            (Some(p), _) => Some(format!("--partition {p}")),
+            (None, Some(k)) => Some(format!("--halo-depth {k}")),
+            (None, None) => None,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -336,10 +357,15 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
         Command::Explain(a) => {
             let dtype = if a.dtype == "f64" { tiga::DType::F64 } else { tiga::DType::F32 };
             let variant = a.width.map(|w| (w as usize, dtype));
+            if let (None, Some(flag)) = (a.ranks, a.sharding.given()) {
+                return Err(report::Failure::new(format!(
+                    "{flag}: says how --ranks R would shard the graph; give --ranks (and --graph) or drop it"
+                )));
+            }
             let sharding = a.ranks.map(|r| explain::Sharding {
                 ranks: r as usize,
-                partition: a.sharding.partition.clone(),
-                depth: a.sharding.halo_depth as usize,
+                partition: a.sharding.partition(),
+                depth: a.sharding.halo_depth(),
                 width: a.width.map(|w| w as usize),
                 dtype,
             });
@@ -414,8 +440,8 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
                 grads: a.grads,
                 cotangents: a.cotangent,
                 paging: a.paging.page_args(),
-                partition: a.sharding.partition,
-                halo_depth: a.sharding.halo_depth as usize,
+                partition: a.sharding.partition(),
+                halo_depth: a.sharding.halo_depth(),
                 device: a.device,
                 renumber: a.renumber,
             };
@@ -431,7 +457,14 @@ fn dispatch(command: Command) -> Result<(), report::Failure> {
                     req.renumber.name()
                 ))),
                 Some(comm) => run_sharded::run(&req, comm),
-                None => run::run(&req),
+                None => match a.sharding.given() {
+                    Some(flag) => Err(report::Failure::new(format!(
+                        "{flag}: applies to a sharded run only, and this is one process ({}); drop the flag, or run \
+                         under `mpirun -n R` with R > 1",
+                        run_sharded::why_one_process()
+                    ))),
+                    None => run::run(&req),
+                },
             }
         }
     }

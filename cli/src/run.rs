@@ -292,6 +292,15 @@ pub(crate) fn median_ms(mut xs: Vec<f64>) -> f64 {
     }
 }
 
+/// The schedule a command line asks for: the `TIGA_*` environment
+/// variables, then the paging flags, the device and the renumbering.
+pub(crate) fn schedule_of(req: &RunRequest) -> Result<tiga::Schedule, Failure> {
+    let mut schedule = req.paging.schedule()?;
+    schedule.device = req.device;
+    schedule.renumber = req.renumber;
+    Ok(schedule)
+}
+
 pub fn run(req: &RunRequest) -> Result<(), Failure> {
     let paged = is_gfg(&req.graph);
     if let (false, Some(flag)) = (paged, req.paging.given()) {
@@ -456,9 +465,7 @@ pub fn run(req: &RunRequest) -> Result<(), Failure> {
         prepare_dir(dir)?;
     }
 
-    let mut schedule = req.paging.schedule()?;
-    schedule.device = req.device;
-    schedule.renumber = req.renumber;
+    let mut schedule = schedule_of(req)?;
     // The renumbering is built once, before the timed calls, and kept with
     // the graph (the calls reuse it): --timing reports its cost apart.
     // A file written in a node order runs in it (its layout), and takes

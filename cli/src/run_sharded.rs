@@ -44,6 +44,15 @@ pub fn world() -> Result<Option<Arc<dyn Communicator>>, Failure> {
     Ok(None)
 }
 
+/// Why [`world`] found no sharded run, for a flag that needs one.
+pub fn why_one_process() -> &'static str {
+    if cfg!(feature = "mpi") {
+        "not launched by mpirun with more than one rank"
+    } else {
+        "this tigac is built without --features mpi"
+    }
+}
+
 fn fail(rank: usize) -> impl Fn(String) -> Failure {
     move |m| Failure::new(format!("rank {rank}: {m}"))
 }
@@ -54,6 +63,9 @@ pub fn run(req: &RunRequest, comm: Arc<dyn Communicator>) -> Result<(), Failure>
     if let Some(flag) = req.paging.given() {
         return Err(f(format!("{flag}: a sharded run holds each rank's rows in memory; page plans do not apply")));
     }
+    // The single-process run's schedule (the environment, then the flags):
+    // one command line runs under one schedule, sharded or not.
+    let schedule = crate::run::schedule_of(req)?;
     let mut kernels = load_kernels(&req.file, Some(&req.kernel))?;
     let kernel = kernels.pop().ok_or_else(|| f(format!("no kernel named `{}`", req.kernel)))?;
     let plan = plan_outputs(&kernel, &req.outs)?;
@@ -89,7 +101,6 @@ pub fn run(req: &RunRequest, comm: Arc<dyn Communicator>) -> Result<(), Failure>
             prepare_dir(dir)?;
         }
     }
-    let schedule = tiga::Schedule::default();
     let mut times = Vec::new();
     let mut exchange = Vec::new();
     let mut outputs = None;

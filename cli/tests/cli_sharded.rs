@@ -75,3 +75,37 @@ fn explain_ranks_refusals() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("--features metis"));
     }
 }
+
+/// Sharding flags where no sharding happens are refused by name, before
+/// anything runs or is written: one process (no mpirun) does not shard,
+/// and `explain` only shards for `--ranks`.
+#[test]
+fn sharding_flags_without_a_sharded_run_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ring = ring_file(dir.path());
+    let x = dir.path().join("x.npy");
+    let t = tiga::Tensor::from_f32(vec![8], (0..8).map(|i| i as f32).collect()).expect("tensor");
+    tiga::write_npy(&x, &t.view()).expect("write x");
+    let out = dir.path().join("out.npy");
+    let (ring, x_arg, out_s) = (ring.to_str().expect("path"), format!("x={}", x.display()), out.to_str().expect("path"));
+    let base = ["run", &kernels(), "--kernel", "Smoothing", "--graph", ring, "--src", &x_arg, "--out", out_s];
+    // The same call without the flags runs, so the refusals below are the flags'.
+    let ok = tigac(&base);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    std::fs::remove_file(&out).expect("remove out");
+    for (flags, named) in [
+        (&["--partition", "metis"][..], "--partition metis"),
+        (&["--partition", "balanced"][..], "--partition balanced"),
+        (&["--halo-depth", "2"][..], "--halo-depth 2"),
+    ] {
+        let args: Vec<&str> = base.iter().copied().chain(flags.iter().copied()).collect();
+        let o = tigac(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{flags:?}: {err}");
+        assert!(err.contains(&format!("{named}: applies to a sharded run only")), "{flags:?}: {err}");
+        assert!(!out.exists(), "{flags:?}: an output was written");
+    }
+    let o = tigac(&["explain", &kernels(), "--kernel", "Smoothing", "--partition", "balanced"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--partition balanced: says how --ranks R would shard"));
+}

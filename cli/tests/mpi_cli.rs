@@ -186,6 +186,28 @@ fn ranks_that_opened_different_graphs_or_kernels_are_refused() {
     assert!(t.elapsed() < Duration::from_secs(120));
 }
 
+/// The sharded run takes its schedule where the single-process run does
+/// (the `TIGA_*` environment, then the flags): a variable that does not
+/// parse fails both, naming it, and a valid one leaves the bytes alone.
+#[test]
+fn sharded_tigac_run_reads_the_schedule_from_the_environment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (graph, fields) = inputs(dir.path(), 100, 500);
+    let one = dir.path().join("one.npy");
+    let o = Command::new(tigac()).args(run_args(&graph, &fields, &one, &dir.path().join("g1"))).output().expect("tigac");
+    ok(&o, "one process");
+    let out = dir.path().join("o.npy");
+    let args = run_args(&graph, &fields, &out, &dir.path().join("g2"));
+    let o = mpirun(2).arg(tigac()).args(&args).env("TIGA_GRAPH_RAM_BUDGET", "lots").output().expect("mpirun");
+    assert!(!o.status.success(), "a bad TIGA_GRAPH_RAM_BUDGET was ignored");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("TIGA_GRAPH_RAM_BUDGET"), "{err}");
+    assert!(!out.exists());
+    let o = mpirun(2).arg(tigac()).args(&args).env("TIGA_GRAPH_RAM_BUDGET", "1073741824").output().expect("mpirun");
+    ok(&o, "2 ranks with a RAM budget");
+    assert_eq!(std::fs::read(&out).expect("out"), std::fs::read(&one).expect("one"));
+}
+
 /// `mpirun -n R tigac sample`: every rank samples the centres it owns, and
 /// rank 0 writes the bytes one process writes, from an edge list and from
 /// its `.gfg`, weighted and not.
