@@ -8,6 +8,7 @@
 //! does), which parses them with the same rules, and the same errors, as
 //! `tigac`'s flags.
 
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -413,10 +414,10 @@ impl Schedule {
     /// The page plan over a graph with these row offsets, `edge_bytes`
     /// bytes of adjacency per edge: by bytes when the schedule says so,
     /// else by rows.
-    pub fn plan(&self, offsets: &[u64], edge_bytes: usize) -> Vec<std::ops::Range<usize>> {
+    pub fn plan(&self, offsets: &[u64], edge_bytes: usize) -> Vec<Range<usize>> {
         match self.page_bytes {
-            Some(b) => crate::exec::pages::plan_bytes(offsets, edge_bytes, b),
-            None => crate::exec::pages::plan_rows(offsets.len().saturating_sub(1), self.rows_per_page()),
+            Some(b) => plan_bytes(offsets, edge_bytes, b),
+            None => plan_rows(offsets.len().saturating_sub(1), self.rows_per_page()),
         }
     }
 
@@ -483,6 +484,31 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         return Err("a byte budget must be at least 1 byte".into());
     }
     Ok(bytes)
+}
+
+/// A page plan by rows alone: `rows_per_page` rows a page (at least one).
+pub fn plan_rows(num_rows: usize, rows_per_page: usize) -> Vec<Range<usize>> {
+    let rows = rows_per_page.max(1);
+    (0..num_rows).step_by(rows).map(|s| s..(s + rows).min(num_rows)).collect()
+}
+
+/// A page plan by adjacency bytes: each page as many rows as keep its
+/// edges' bytes (`edge_bytes` per edge) within `budget`, and at least one
+/// row.
+pub fn plan_bytes(offsets: &[u64], edge_bytes: usize, budget: usize) -> Vec<Range<usize>> {
+    let n = offsets.len().saturating_sub(1);
+    let budget = budget.max(1);
+    let mut pages = Vec::new();
+    let mut start = 0;
+    while start < n {
+        let mut end = start + 1;
+        while end < n && ((offsets[end + 1] - offsets[start]) as usize).saturating_mul(edge_bytes) <= budget {
+            end += 1;
+        }
+        pages.push(start..end);
+        start = end;
+    }
+    pages
 }
 
 #[cfg(test)]

@@ -28,8 +28,7 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Shape, St
 use tiga_compiler::ir::Role;
 use tiga_runtime::{Buffer, Data, Graph, Schedule, Tensor, TensorView};
 
-use crate::call::Inputs;
-use crate::vjp::Wrt;
+use crate::fields::{Inputs, Wrt};
 use crate::Kernel;
 
 /// One kernel over one graph, with its constant fields bound, as a family of

@@ -39,7 +39,8 @@ use tiga_runtime::gpu::{
 };
 use tiga_runtime::{DType, Rows, Schedule, Tensor, TensorView};
 
-use crate::call::{bind_extents, Inputs, Outputs};
+use crate::call::bind_extents;
+use crate::fields::{Inputs, Outputs};
 use crate::{Error, Kernel, Result};
 
 /// Regions of a slot start at multiples of this (coalesced loads, and

@@ -33,6 +33,7 @@ mod call;
 #[cfg(feature = "candle")]
 pub mod candle;
 mod explain;
+mod fields;
 mod gpu;
 pub mod lang;
 pub mod memory;
@@ -61,7 +62,7 @@ pub mod half {
     pub use tiga_runtime::{bf16, f16};
 }
 
-pub use call::{Input, Inputs, Outputs};
+pub use fields::{Gradients, Input, Inputs, Outputs, Wrt};
 pub use tiga_runtime::abi::{EntryFn, RawArgs, RawStencil, Stencil2d};
 
 /// A variant the macro compiled ahead of time: the kernel's loops as Rust,
@@ -97,7 +98,7 @@ pub use tiga_runtime::shard::{PartitionChoice, ShardOptions, Sharded};
 pub use tiga_runtime::{
     Backend, Device, DeviceTimer, DeviceTimes, Order, Progress, Renumber, Renumbered, RenumberedGraph, Schedule,
 };
-pub use vjp::{AdjointPlan, Gradients, Wrt};
+pub use vjp::AdjointPlan;
 
 use tiga_compiler::back::cranelift::{Jit, VariantKey};
 use tiga_compiler::ir;

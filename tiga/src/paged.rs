@@ -14,7 +14,8 @@ use tiga_compiler::ir::Role;
 use tiga_runtime::exec::{self, ParamPartials, RowRunner};
 use tiga_runtime::{PagedRows, Schedule, Tensor};
 
-use crate::call::{bind_extents, output_buffers, splittable, Inputs, Outputs};
+use crate::call::{bind_extents, output_buffers, splittable};
+use crate::fields::{Inputs, Outputs};
 use crate::{Error, Kernel, Result};
 
 impl Kernel {

@@ -27,8 +27,7 @@ use tiga_compiler::ir::Role;
 use tiga_runtime::exec::Side;
 use tiga_runtime::{Order, Realization, Renumber, Renumbered, RenumberedGraph, Schedule, Tensor, TensorView};
 
-use crate::call::{Inputs, Outputs};
-use crate::vjp::Gradients;
+use crate::fields::{Gradients, Inputs, Outputs};
 use crate::{Error, Kernel, Result};
 
 /// The renumbered view a call over `r` goes through: always where `r` is

@@ -31,9 +31,8 @@ use tiga_compiler::adjoint::kernel::{residual_plan, Adjoint, ResidualChoice, Res
 use tiga_runtime::exec::Side;
 use tiga_runtime::{Realization, Rows, Schedule, Tensor, TensorView};
 
-use crate::call::{Inputs, Outputs};
+use crate::fields::{Gradients, Inputs, Outputs, Wrt};
 use crate::memory::{Scope, TensorHandle};
-use crate::vjp::{Gradients, Wrt};
 use crate::{Error, Kernel, Result};
 
 /// The saved-residual forward and the stages of the backward that reads

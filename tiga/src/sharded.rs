@@ -28,8 +28,9 @@ use tiga_runtime::shard::{take_rows, take_rows_into, take_rows_padded, ShardErro
 use tiga_runtime::storage::FieldRole;
 use tiga_runtime::{Backend, Data, DataMut, Schedule, Tensor, TensorView};
 
-use crate::call::{bind_extents, output_buffers, Input, Inputs, Outputs};
-use crate::vjp::{Gradients, Seed};
+use crate::call::{bind_extents, output_buffers};
+use crate::fields::{Gradients, Input, Inputs, Outputs};
+use crate::vjp::Seed;
 use crate::{Error, Kernel, Result};
 
 impl From<ShardError> for Error {

@@ -8,9 +8,9 @@ use tiga_compiler::adjoint::kernel::{generate_adjoint, Adjoint, Binding, GraphUs
 use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
 use tiga_runtime::exec::{PageView, Side};
-use tiga_runtime::{Backend, DType, Data, DataMut, Graph, Realization, Rows, Schedule, Tensor, TensorView};
+use tiga_runtime::{Backend, DType, DataMut, Graph, Realization, Rows, Schedule, Tensor, TensorView};
 
-use crate::call::{Inputs, Outputs};
+use crate::fields::{add_tensors, Gradients, Inputs, Outputs, Wrt};
 use crate::{Error, Kernel, Result};
 
 /// Each output's name and shape, in declaration order.
@@ -29,82 +29,6 @@ pub(crate) enum Seed<'c, 'v> {
     Cotangents(&'c [(&'c str, TensorView<'v>)]),
     /// Ones on every rank's rows of this output (`grad`).
     SumOf(&'c str),
-}
-
-/// Which gradients a backward computes: every field's, or only those
-/// named (a parameter's alone, say, when nothing upstream needs the
-/// inputs'). Adjoint stages that feed none of them do not run, so asking
-/// for parameters only skips a source-side stage over the transposed
-/// graph; what is computed is the same bits as in a full backward.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Wrt {
-    #[default]
-    All,
-    Only(Vec<(Role, String)>),
-}
-
-impl Wrt {
-    /// Only these `(role, name)` fields' gradients.
-    pub fn only<'n>(fields: impl IntoIterator<Item = (Role, &'n str)>) -> Wrt {
-        Wrt::Only(fields.into_iter().map(|(r, n)| (r, n.to_string())).collect())
-    }
-    pub fn wants(&self, role: Role, name: &str) -> bool {
-        match self {
-            Wrt::All => true,
-            Wrt::Only(v) => v.iter().any(|(r, n)| *r == role && n == name),
-        }
-    }
-}
-
-/// Gradients by input role and name, shaped like the inputs.
-#[derive(Debug, Clone)]
-pub struct Gradients {
-    pub items: Vec<(Role, String, Tensor)>,
-}
-
-impl Gradients {
-    pub fn get(&self, role: Role, name: &str) -> Option<&Tensor> {
-        self.items.iter().find(|(r, n, _)| *r == role && n == name).map(|(_, _, t)| t)
-    }
-    /// The gradient of `(role, name)`, moved out (no copy).
-    pub fn take(&mut self, role: Role, name: &str) -> Option<Tensor> {
-        let at = self.items.iter().position(|(r, n, _)| *r == role && n == name)?;
-        Some(self.items.remove(at).2)
-    }
-    pub fn src(&self, name: &str) -> Option<&Tensor> {
-        self.get(Role::Src, name)
-    }
-    pub fn dst(&self, name: &str) -> Option<&Tensor> {
-        self.get(Role::Dst, name)
-    }
-    pub fn edge(&self, name: &str) -> Option<&Tensor> {
-        self.get(Role::Edge, name)
-    }
-    pub fn param(&self, name: &str) -> Option<&Tensor> {
-        self.get(Role::Param, name)
-    }
-
-    /// One gradient for a tensor given in several roles (`h` as both the
-    /// source and the destination field of a square graph, say): the sum,
-    /// in the order listed, of the gradients of those fields. An error if
-    /// one is missing or their shapes or dtypes differ.
-    pub fn summed(&self, fields: &[(Role, &str)]) -> Result<Tensor> {
-        let mut acc: Option<Tensor> = None;
-        for &(role, name) in fields {
-            let t = self.get(role, name).ok_or_else(|| Error::NoGradient { role: role.name(), name: name.to_string() })?;
-            match &mut acc {
-                None => acc = Some(t.clone()),
-                Some(a) if a.shape() != t.shape() => {
-                    return Err(Error::TensorMismatch {
-                        left: format!("{} {:?}", a.dtype(), a.shape()),
-                        right: format!("{} {:?}", t.dtype(), t.shape()),
-                    })
-                }
-                Some(a) => add_tensors(a, t)?,
-            }
-        }
-        acc.ok_or(Error::NoGradient { role: "any", name: "(no fields listed)".into() })
-    }
 }
 
 /// Which stages a backward runs to give the gradients `wrt` names: those
@@ -269,23 +193,6 @@ fn inv_degree_tensor(r: &dyn Realization, schedule: &Schedule, dtype: DType) -> 
         DType::F64 => Tensor::from_f64(vec![inv.len()], inv),
     }
     .map_err(Error::from)
-}
-
-/// `a += b`, element by element: an error when their lengths or dtypes
-/// differ, never a silent no-op.
-fn add_tensors(a: &mut Tensor, b: &Tensor) -> Result<()> {
-    if a.len() != b.len() || a.dtype() != b.dtype() {
-        return Err(Error::TensorMismatch {
-            left: format!("{} {:?}", a.dtype(), a.shape()),
-            right: format!("{} {:?}", b.dtype(), b.shape()),
-        });
-    }
-    match (a.data_mut(), b.data()) {
-        (tiga_runtime::DataMut::F32(x), Data::F32(y)) => x.iter_mut().zip(y).for_each(|(p, q)| *p += q),
-        (tiga_runtime::DataMut::F64(x), Data::F64(y)) => x.iter_mut().zip(y).for_each(|(p, q)| *p += q),
-        _ => unreachable!("dtypes checked above"),
-    }
-    Ok(())
 }
 
 impl Kernel {

@@ -20,9 +20,10 @@ pub mod pages;
 pub mod rows;
 pub mod user_order;
 
+pub use crate::schedule::{plan_bytes, plan_rows};
 pub use chunks::{balanced_row_chunks, for_each_row_chunk, row_chunks};
 pub use gfg::{GfgPages, Side};
-pub use pages::{check_plan, plan_bytes, plan_rows, run_pages, PageData, PageSource, PageView};
+pub use pages::{check_plan, run_pages, PageData, PageSource, PageView};
 pub use rows::{
     data_ptr, execute_generated, execute_row_runs, execute_rows, ExecError, ParamPartials, RowRunner, Work, SPLIT_EDGES,
 };

@@ -474,28 +474,3 @@ pub fn check_plan(plan: &[Range<usize>], num_rows: usize) -> Result<(), ExecErro
     }
     Ok(())
 }
-
-/// A page plan by rows alone: `rows_per_page` rows a page (at least one).
-pub fn plan_rows(num_rows: usize, rows_per_page: usize) -> Vec<Range<usize>> {
-    let rows = rows_per_page.max(1);
-    (0..num_rows).step_by(rows).map(|s| s..(s + rows).min(num_rows)).collect()
-}
-
-/// A page plan by adjacency bytes: each page as many rows as keep its
-/// edges' bytes (`edge_bytes` per edge) within `budget`, and at least one
-/// row.
-pub fn plan_bytes(offsets: &[u64], edge_bytes: usize, budget: usize) -> Vec<Range<usize>> {
-    let n = offsets.len().saturating_sub(1);
-    let budget = budget.max(1);
-    let mut pages = Vec::new();
-    let mut start = 0;
-    while start < n {
-        let mut end = start + 1;
-        while end < n && ((offsets[end + 1] - offsets[start]) as usize).saturating_mul(edge_bytes) <= budget {
-            end += 1;
-        }
-        pages.push(start..end);
-        start = end;
-    }
-    pages
-}
