@@ -105,7 +105,10 @@ struct Derived {
     transposed: OnceLock<Arc<Graph>>,
     row_reversed: OnceLock<Arc<Graph>>,
     /// Renumberings by degree, RCM and clusters ([`Graph::renumbered`]).
-    renumbered: [OnceLock<Arc<crate::renumber::Renumbered>>; 3],
+    /// Held as `Any` so that the graph, below every realization, need not
+    /// know the renumbered realization's type (`crate::renumber` does,
+    /// and is the only writer and reader of these slots).
+    renumbered: [OnceLock<Arc<dyn std::any::Any + Send + Sync>>; 3],
 }
 
 /// Equality is of the graph itself, not of what has been derived from it.
@@ -168,7 +171,7 @@ impl Graph {
     }
 
     /// Where [`Graph::renumbered`] keeps the renumbering by `method`.
-    pub(crate) fn renumbered_slot(&self, method: crate::Renumber) -> Option<&OnceLock<Arc<crate::renumber::Renumbered>>> {
+    pub(crate) fn renumbered_slot(&self, method: crate::Renumber) -> Option<&OnceLock<Arc<dyn std::any::Any + Send + Sync>>> {
         use crate::Renumber;
         match method {
             Renumber::None => None,

@@ -85,6 +85,8 @@ pub enum RenumberError {
     OtherGraph { made_for: (usize, usize, usize), given: (usize, usize, usize) },
     #[error("this renumbering is a file's stored layout: its rows are read from the file, not built in memory")]
     StoredLayout,
+    #[error("a graph's kept renumbering is not a renumbering (a bug in tiga; please report it)")]
+    Cache,
     #[error(transparent)]
     File(#[from] crate::GfgError),
     #[error(transparent)]
@@ -629,11 +631,15 @@ impl Graph {
     /// the graph (`None` for [`Renumber::None`]).
     pub fn renumbered(&self, method: Renumber) -> Result<Option<Arc<Renumbered>>, RenumberError> {
         let Some(slot) = self.renumbered_slot(method) else { return Ok(None) };
-        if let Some(r) = slot.get() {
-            return Ok(Some(r.clone()));
-        }
-        let Some(built) = Renumbered::build(self, method)? else { return Ok(None) };
-        Ok(Some(slot.get_or_init(|| Arc::new(built)).clone()))
+        let kept = match slot.get() {
+            Some(r) => r.clone(),
+            None => {
+                let Some(built) = Renumbered::build(self, method)? else { return Ok(None) };
+                slot.get_or_init(|| Arc::new(built)).clone()
+            }
+        };
+        // Only this function fills the slot, always with a `Renumbered`.
+        kept.downcast::<Renumbered>().map(Some).map_err(|_| RenumberError::Cache)
     }
 }
 
