@@ -25,7 +25,8 @@ use std::path::Path;
 use serde::Deserialize;
 use tiga_compiler::passes::Compiled;
 
-use crate::{Error, Kernel, Result};
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
 
 pub const FORMAT: &str = "tiga-artifact";
 pub const VERSION: u32 = 2;

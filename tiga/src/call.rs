@@ -13,8 +13,9 @@ use tiga_runtime::storage::{FieldHandle, FieldRole};
 use tiga_runtime::{Backend, Realization, Rows, Schedule};
 use tiga_runtime::{DType, FieldType, Graph, Tensor, TensorView};
 
+use crate::error::{Error, Result};
 use crate::fields::{Inputs, Outputs};
-use crate::{Error, Kernel, Result};
+use crate::kernel::Kernel;
 
 /// Fields in declaration order, checked against the kernel and the graph.
 pub(crate) struct Bound<'b> {
@@ -171,7 +172,7 @@ impl Kernel {
             (None, _) => {
                 let key =
                     VariantKey { stencil: stencil.cloned(), storage, ..self.variant_key(b.dtype, b.widths.clone(), edge_ids) };
-                let v = crate::jit().variant(self.loop_kernel(), &key)?.0;
+                let v = crate::kernel::jit().variant(self.loop_kernel(), &key)?.0;
                 (v.entry(), Some(v))
             }
         };

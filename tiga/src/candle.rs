@@ -29,7 +29,7 @@ use tiga_compiler::ir::Role;
 use tiga_runtime::{Buffer, Data, Graph, Schedule, Tensor, TensorView};
 
 use crate::fields::{Inputs, Wrt};
-use crate::Kernel;
+use crate::kernel::Kernel;
 
 /// One kernel over one graph, with its constant fields bound, as a family of
 /// candle operations (see the module doc).
@@ -109,7 +109,7 @@ struct Op {
     args: Vec<(Role, String)>,
 }
 
-fn wrap(e: crate::Error) -> candle_core::Error {
+fn wrap(e: crate::error::Error) -> candle_core::Error {
     candle_core::Error::wrap(e)
 }
 

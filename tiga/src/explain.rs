@@ -6,7 +6,8 @@ use tiga_compiler::adjoint::kernel::{Binding, GraphUse};
 use tiga_compiler::ir::{FieldDecl, Role};
 use tiga_compiler::passes::{PassRecord, RemarkKind};
 
-use crate::{AdjointPlan, Kernel};
+use crate::kernel::AdjointPlan;
+use crate::kernel::Kernel;
 
 /// Which back end runs the kernel on a generated stencil under
 /// `Backend::Auto`, and why.
@@ -92,7 +93,7 @@ pub(crate) fn explain(k: &Kernel) -> String {
         let _ = writeln!(s, "  {line}");
     }
     let _ = writeln!(s);
-    let stats = crate::jit().stats();
+    let stats = crate::kernel::jit().stats();
     let mine: Vec<_> = stats.variants.iter().filter(|(key, _)| key.kernel.starts_with(&format!("{}#", cap.name))).collect();
     let _ = writeln!(s, "variant cache (this process): {} hit(s), {} miss(es) over all kernels", stats.hits, stats.misses);
     if mine.is_empty() {
@@ -108,7 +109,7 @@ pub(crate) fn explain(k: &Kernel) -> String {
             if key.edge_ids { "permuted" } else { "identity" },
             ms
         );
-        if let Some(v) = crate::jit().get(key) {
+        if let Some(v) = crate::kernel::jit().get(key) {
             for note in &v.notes {
                 let _ = writeln!(s, "    {note}");
             }
@@ -419,4 +420,11 @@ fn graphs_text(graphs: &[GraphUse]) -> String {
         return "no stage".to_string();
     }
     graphs.iter().map(|g| graph_short(*g)).collect::<Vec<_>>().join(" and ")
+}
+
+impl Kernel {
+    /// A human-readable account of what the compiler did.
+    pub fn explain(&self) -> String {
+        explain(self)
+    }
 }

@@ -8,7 +8,7 @@
 use tiga_compiler::ir::Role;
 use tiga_runtime::{DType, Data, DataMut, FieldType, Tensor, TensorView};
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// One field or parameter of a call: a view of the caller's data, or a
 /// value the call holds itself (a scalar parameter given as a number).

@@ -40,8 +40,9 @@ use tiga_runtime::gpu::{
 use tiga_runtime::{DType, Rows, Schedule, Tensor, TensorView};
 
 use crate::call::bind_extents;
+use crate::error::{Error, Result};
 use crate::fields::{Inputs, Outputs};
-use crate::{Error, Kernel, Result};
+use crate::kernel::Kernel;
 
 /// Regions of a slot start at multiples of this (coalesced loads, and
 /// every element type aligned).

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use tiga_runtime::storage::{Snapshot, SpilledTensor, TensorStore};
 use tiga_runtime::Tensor;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// What to do when a tier is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -33,7 +33,7 @@ use tiga_runtime::exec::{ExecError, Side};
 use tiga_runtime::storage::{BuildOptions, FieldHandle, FieldRole, GfgBuilder, GfgFile};
 use tiga_runtime::{Graph, Realization, Rows, Schedule, StencilPlan};
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// One scope's settings: its RAM budget and spill directory.
 type Scope = (Option<u64>, Option<PathBuf>);

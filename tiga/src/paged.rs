@@ -15,8 +15,9 @@ use tiga_runtime::exec::{self, ParamPartials, RowRunner};
 use tiga_runtime::{PagedRows, Schedule, Tensor};
 
 use crate::call::{bind_extents, output_buffers, splittable};
+use crate::error::{Error, Result};
 use crate::fields::{Inputs, Outputs};
-use crate::{Error, Kernel, Result};
+use crate::kernel::Kernel;
 
 impl Kernel {
     /// The paged arm of a call: pages from `pages` (the schedule's plan and

@@ -27,8 +27,9 @@ use tiga_compiler::ir::Role;
 use tiga_runtime::exec::Side;
 use tiga_runtime::{Order, Realization, Renumber, Renumbered, RenumberedGraph, Schedule, Tensor, TensorView};
 
+use crate::error::{Error, Result};
 use crate::fields::{Gradients, Inputs, Outputs};
-use crate::{Error, Kernel, Result};
+use crate::kernel::Kernel;
 
 /// The renumbered view a call over `r` goes through: always where `r` is
 /// laid out in a node order (a file written renumbered), else the

@@ -27,25 +27,14 @@
 
 use std::sync::Arc;
 
-use tiga_compiler::adjoint::kernel::{residual_plan, Adjoint, ResidualChoice, ResidualPlan};
+use tiga_compiler::adjoint::kernel::{residual_plan, Adjoint, ResidualChoice};
 use tiga_runtime::exec::Side;
 use tiga_runtime::{Realization, Rows, Schedule, Tensor, TensorView};
 
+use crate::error::{Error, Result};
 use crate::fields::{Gradients, Inputs, Outputs, Wrt};
+use crate::kernel::{Kernel, ResidualStages, Residuals};
 use crate::memory::{Scope, TensorHandle};
-use crate::{Error, Kernel, Result};
-
-/// The saved-residual forward and the stages of the backward that reads
-/// its residuals, compiled.
-#[derive(Debug)]
-pub struct ResidualStages {
-    pub plan: ResidualPlan,
-    pub forward: Kernel,
-    pub stages: Vec<Kernel>,
-    /// The stages of the plan's in-memory variant
-    /// ([`ResidualPlan::in_memory`]), where it has one.
-    pub in_memory: Option<Vec<Kernel>>,
-}
 
 impl ResidualStages {
     /// The backward a call over `r` runs: without its edge side where the
@@ -61,14 +50,6 @@ impl ResidualStages {
         }
         Ok((&self.plan.adjoint, &self.stages))
     }
-}
-
-/// Whether a kernel's forward can keep residuals.
-#[derive(Debug, Clone)]
-pub enum Residuals {
-    Kept(Arc<ResidualStages>),
-    /// Its backward always recomputes; why.
-    Recomputed(String),
 }
 
 /// What a forward kept for its backward: the residuals by name (empty

@@ -29,9 +29,10 @@ use tiga_runtime::storage::FieldRole;
 use tiga_runtime::{Backend, Data, DataMut, Schedule, Tensor, TensorView};
 
 use crate::call::{bind_extents, output_buffers};
+use crate::error::{Error, Result};
 use crate::fields::{Gradients, Input, Inputs, Outputs};
+use crate::kernel::Kernel;
 use crate::vjp::Seed;
-use crate::{Error, Kernel, Result};
 
 impl From<ShardError> for Error {
     fn from(e: ShardError) -> Self {

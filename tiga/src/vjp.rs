@@ -10,18 +10,12 @@ use tiga_compiler::ir::Role;
 use tiga_runtime::exec::{PageView, Side};
 use tiga_runtime::{Backend, DType, DataMut, Graph, Realization, Rows, Schedule, Tensor, TensorView};
 
+use crate::error::{Error, Result};
 use crate::fields::{add_tensors, Gradients, Inputs, Outputs, Wrt};
-use crate::{Error, Kernel, Result};
+use crate::kernel::{AdjointPlan, Kernel};
 
 /// Each output's name and shape, in declaration order.
 pub type OutputShapes = Vec<(String, Vec<usize>)>;
-
-/// The adjoint of a kernel, compiled: its stages as runnable kernels.
-#[derive(Debug)]
-pub struct AdjointPlan {
-    pub adjoint: Adjoint,
-    pub stages: Vec<Kernel>,
-}
 
 /// What a sharded backward starts from.
 pub(crate) enum Seed<'c, 'v> {

@@ -10,7 +10,7 @@
 //! needed (and no two threads write one cache line at the widths where
 //! each range covers whole lines).
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use tiga_runtime::tensor::{Data, DataMut, Tensor, TensorView};
 
 /// The output pointer shared by the lane tasks.

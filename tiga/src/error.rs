@@ -1,0 +1,120 @@
+//! The facade's error: everything that can go wrong between a kernel's
+//! text and its outputs, with the runtime's and the compiler's errors as
+//! typed sources.
+
+use tiga_compiler::ir;
+use tiga_runtime::DType;
+
+/// Everything that can go wrong between a kernel's text and its outputs.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Front(FrontDiagnostic),
+    #[error(transparent)]
+    Pass(#[from] tiga_compiler::passes::PassError),
+    #[error(transparent)]
+    LoopSchedule(#[from] tiga_compiler::loops::ScheduleError),
+    #[error(transparent)]
+    Back(#[from] tiga_compiler::back::cranelift::BackError),
+    #[error(transparent)]
+    Bind(#[from] tiga_compiler::bind::BindError),
+    #[error(transparent)]
+    Verify(#[from] ir::VerifyError),
+    #[error(transparent)]
+    Interp(#[from] tiga_compiler::interp::InterpError),
+    /// What a call asks of this kernel or realization is not supported;
+    /// the message says what would do.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A cotangent that does not fit the kernel's outputs.
+    #[error("{0}")]
+    Cotangent(String),
+    /// A tensor scope refused (a tier over its budget, a name unknown or
+    /// taken).
+    #[error("{0}")]
+    Scope(String),
+    #[error("offloading a graph over the RAM budget: {source}")]
+    Offload {
+        #[source]
+        source: tiga_runtime::GfgError,
+    },
+    /// The adjoint of this kernel could not be built (generate-adjoint, or
+    /// one of its stages' passes, refused it).
+    #[error("{0}")]
+    Adjoint(String),
+    /// A sharded call's exchange or plan failed (a peer gone, a message
+    /// malformed, ranks that disagree).
+    #[error("sharded: {0}")]
+    Shard(tiga_runtime::shard::ShardError),
+    /// A broken promise inside tiga (a bug, never the input's fault).
+    #[error("internal error: {0}")]
+    Internal(String),
+    #[error(transparent)]
+    Tensor(#[from] tiga_runtime::TensorError),
+    #[error(transparent)]
+    Gfg(#[from] tiga_runtime::GfgError),
+    #[error(transparent)]
+    TensorStore(#[from] tiga_runtime::TensorStoreError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("artifact {path}: {message}")]
+    Artifact { path: String, message: String },
+    #[error(transparent)]
+    Graph(#[from] tiga_runtime::GraphError),
+    /// A renumbering the schedule asked for that this graph cannot take.
+    #[error(transparent)]
+    Renumber(#[from] tiga_runtime::RenumberError),
+    /// A GPU (or the simulator) refused: no driver, no such device, a
+    /// copy or launch that failed, a budget too small.
+    #[error(transparent)]
+    Gpu(#[from] tiga_runtime::gpu::GpuError),
+    /// The PTX back end does not lower this kernel (yet): the call is
+    /// refused rather than run on the CPU behind the caller's back.
+    #[error("kernel `{kernel}` cannot run on the GPU: {source}")]
+    GpuLowering {
+        kernel: String,
+        #[source]
+        source: tiga_compiler::back::ptx::PtxError,
+    },
+    /// The rows could not run: memory for outputs, a page of a file, a
+    /// worker.
+    #[error(transparent)]
+    Exec(#[from] tiga_runtime::exec::ExecError),
+    /// A schedule setting (from the environment) that does not parse.
+    #[error(transparent)]
+    Schedule(#[from] tiga_runtime::ScheduleError),
+    #[error("no kernel named `{name}`{hint}")]
+    UnknownKernel { name: String, hint: String },
+    #[error("no gradient for {role} field `{name}`")]
+    NoGradient { role: &'static str, name: String },
+    #[error("cannot add tensors of different dtypes or shapes: {left} and {right}")]
+    TensorMismatch { left: String, right: String },
+    #[error("no output `{name}` (the outputs: {outputs})")]
+    NoOutput { name: String, outputs: String },
+    #[error("output `{name}` is {dtype}, not {wanted}")]
+    OutputDtype { name: String, wanted: DType, dtype: DType },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A front-end error in a kernel's source: where and what. (The compiler's
+/// own error also carries a proc-macro span, which cannot cross threads.)
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{line}:{col}: {message}")]
+pub struct FrontDiagnostic {
+    pub message: String,
+    /// 1-based line.
+    pub line: u32,
+    /// 0-based column.
+    pub col: u32,
+}
+
+impl From<tiga_compiler::front::FrontError> for Error {
+    fn from(e: tiga_compiler::front::FrontError) -> Error {
+        Error::Front(FrontDiagnostic { message: e.message, line: e.line, col: e.col })
+    }
+}
