@@ -15,7 +15,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tiga_runtime::{write_npy, Graph, TensorView};
+use tiga_runtime::{Graph, TensorView};
+use tiga_storage::write_npy;
 
 /// The peers peers.py knows, and the cases each of them offers.
 pub const PEERS: [(&str, &[&str]); 3] = [

@@ -5,7 +5,7 @@
 //! `path:line: message`, out-of-range ids with `--num-nodes`); each edge
 //! goes to a [`GfgBuilder`], which keeps at most half the `--memory` budget
 //! of edges in RAM, spills sorted runs beside OUT and merges them into the
-//! file's sections (see `tiga_runtime::storage::GfgBuilder`). The `.gfg`
+//! file's sections (see `tiga_storage::GfgBuilder`). The `.gfg`
 //! keeps the input's edge order as its edge ids, so edge fields given for
 //! the text file line up with the converted graph. OUT is replaced
 //! atomically: a failed or interrupted convert leaves no partial OUT.
@@ -17,9 +17,9 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use tiga_runtime::io::{MatrixMarketLines, MtxLine};
-use tiga_runtime::storage::{BuildOptions, BuildPhase, GfgBuilder};
 use tiga_runtime::{GraphError, MAX_NODES};
+use tiga_storage::io::{MatrixMarketLines, MtxLine};
+use tiga_storage::{BuildOptions, BuildPhase, GfgBuilder};
 
 use crate::report::Failure;
 
@@ -39,7 +39,7 @@ pub struct ConvertRequest {
     pub renumber: tiga::Renumber,
 }
 
-fn gfg_failure(e: tiga_runtime::storage::GfgError) -> Failure {
+fn gfg_failure(e: tiga_storage::GfgError) -> Failure {
     Failure::new(e.to_string())
 }
 
@@ -130,7 +130,7 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
         let lines = {
             let b = &mut builder;
             let bar = &mut bar;
-            tiga_runtime::io::walk_file_lines(
+            tiga_storage::io::walk_file_lines(
                 &req.input,
                 |line, text| mtx_line(&mut mtx, req.edges.num_nodes, line, text, b),
                 |bytes| bar.update(&reading, bytes, total_bytes),
@@ -142,10 +142,10 @@ pub fn convert(req: &ConvertRequest) -> Result<(), Failure> {
         {
             let b = &mut builder;
             let bar = &mut bar;
-            tiga_runtime::io::walk_file_lines(
+            tiga_storage::io::walk_file_lines(
                 &req.input,
                 |line, text| {
-                    let parsed = tiga_runtime::io::parse_edge_line(&input, &req.edges, line, text);
+                    let parsed = tiga_storage::io::parse_edge_line(&input, &req.edges, line, text);
                     if let Some((s, d)) = parsed.map_err(|e| Failure::new(e.to_string()))? {
                         b.push(s, d).map_err(gfg_failure)?;
                     }
@@ -243,7 +243,7 @@ fn check_renumber_fits(req: &ConvertRequest, num_src: u64, num_dst: u64, num_edg
 /// transpose when asked).
 fn renumber_staged(req: &ConvertRequest, staged: &std::path::Path, work: &std::path::Path) -> Result<RenumberedFile, Failure> {
     let method = req.renumber.name();
-    let file = tiga_runtime::storage::GfgFile::open(staged).map_err(gfg_failure)?;
+    let file = tiga_storage::GfgFile::open(staged).map_err(gfg_failure)?;
     let g = file.load_graph().map_err(gfg_failure)?;
     drop(file);
     // The plain file is in memory now: its disk space is freed before the
@@ -254,7 +254,7 @@ fn renumber_staged(req: &ConvertRequest, staged: &std::path::Path, work: &std::p
         .map_err(|e| Failure::new(format!("--renumber {method}: {}: {e}", req.input.display())))?
         .ok_or_else(|| Failure::new(format!("--renumber {method}: no order")))?;
     let out = work.join("renumbered.gfg");
-    tiga_runtime::storage::GfgWriter::renumbered(&g, &r)
+    tiga_storage::GfgWriter::renumbered(&g, &r)
         .map_err(gfg_failure)?
         .with_transpose(req.transpose)
         .save(&out)
@@ -262,7 +262,7 @@ fn renumber_staged(req: &ConvertRequest, staged: &std::path::Path, work: &std::p
     // The renumbered CSR stores edge ids where the plain one did not
     // (its positions are no longer the user's edge order), and may drop
     // them where they became the identity.
-    let edge_ids = tiga_runtime::storage::GfgFile::open(&out).map_err(gfg_failure)?.has_edge_ids();
+    let edge_ids = tiga_storage::GfgFile::open(&out).map_err(gfg_failure)?.has_edge_ids();
     Ok(RenumberedFile { path: out, build_ms: r.build_ms, edge_ids })
 }
 

@@ -13,7 +13,7 @@
 use std::io::Write as _;
 use std::path::Path;
 
-use tiga_runtime::storage::{Checked, FieldRole, GfgFile};
+use tiga_storage::{Checked, FieldRole, GfgFile};
 
 use crate::report::Failure;
 

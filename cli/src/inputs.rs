@@ -15,7 +15,7 @@ use tiga::compiler::front::parse_kernel_file;
 use tiga::compiler::ir::Role;
 use tiga::compiler::passes::PassError;
 use tiga::{DType, Graph, Kernel, NpyError, Schedule, Tensor};
-use tiga_runtime::storage::GfgFile;
+use tiga_storage::GfgFile;
 
 use crate::report::Failure;
 
@@ -228,7 +228,7 @@ pub fn is_gfg(path: &Path) -> bool {
     let mut head = [0u8; 8];
     std::fs::File::open(path)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
-        .is_ok_and(|()| head == tiga_runtime::storage::MAGIC)
+        .is_ok_and(|()| head == tiga_storage::MAGIC)
 }
 
 /// A graph for `run` or `explain`: read into memory from text, or left on

@@ -15,7 +15,7 @@ use std::path::Path;
 use tiga::compiler::bind::{field_shape, Extents};
 use tiga::compiler::ir::{Role, Type};
 use tiga::{DType, Graph, Inputs, Kernel, Tensor};
-use tiga_runtime::{read_npy, write_npy};
+use tiga_storage::{read_npy, write_npy};
 
 mod common;
 use common::*;

@@ -5,8 +5,9 @@
 use std::path::Path;
 
 use tiga::TensorView;
-use tiga_runtime::storage::{save_gfg, FieldRole, GfgFile};
-use tiga_runtime::{read_edge_list, read_matrix_market, Graph};
+use tiga_runtime::Graph;
+use tiga_storage::{read_edge_list, read_matrix_market};
+use tiga_storage::{save_gfg, FieldRole, GfgFile};
 
 mod common;
 use common::*;

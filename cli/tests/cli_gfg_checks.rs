@@ -7,7 +7,7 @@
 mod common;
 use common::*;
 
-#[path = "../../runtime/tests/gfg_raw/mod.rs"]
+#[path = "../../runtime/storage/tests/gfg_raw/mod.rs"]
 mod gfg_raw;
 use gfg_raw::*;
 

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use tiga::{Gradients, Inputs, Kernel, TensorView};
-use tiga_runtime::read_npy;
+use tiga_storage::read_npy;
 
 mod common;
 use common::*;

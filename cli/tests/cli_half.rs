@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use tiga::{FieldType, Tensor};
-use tiga_runtime::{read_npy, write_npy};
+use tiga_storage::{read_npy, write_npy};
 
 mod common;
 use common::*;
@@ -102,7 +102,7 @@ fn half_npy_inputs_and_half_kernel_files_run() {
     assert_eq!(m.to_f64_vec(), want);
 
     // A file of a dtype no field can be: the message names what is accepted.
-    let ids = tiga_runtime::encode_npy_ids(&[1, 2, 3]).expect("ids");
+    let ids = tiga_storage::encode_npy_ids(&[1, 2, 3]).expect("ids");
     std::fs::write(d.join("i.npy"), ids).expect("write");
     let o = tigac(d, &["run", gnn, "--kernel", "VecSum", "--graph", "g.txt", "--src", "h=i.npy", "--out", "z.npy"]);
     fails_with(&o, &["'<i8'", "'<f2' (float16)", "'|V2'"]);

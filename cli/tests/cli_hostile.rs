@@ -20,7 +20,7 @@ fn sum_of(d: &Path, graph: &str, src: &str, extra: &[&str]) -> std::process::Out
 }
 
 fn out_of(d: &Path, name: &str) -> Vec<f32> {
-    tiga_runtime::read_npy(d.join(name)).expect("output").as_f32().expect("f32").to_vec()
+    tiga_storage::read_npy(d.join(name)).expect("output").as_f32().expect("f32").to_vec()
 }
 
 #[test]
@@ -282,9 +282,9 @@ fn convert_works_in_a_private_folder_and_clears_what_killed_runs_left() {
     want.sort();
     assert_eq!(names, want);
     // The same file as converting in memory would write.
-    let g = tiga_runtime::read_edge_list(d.join("g.txt"), None).expect("graph");
+    let g = tiga_storage::read_edge_list(d.join("g.txt"), None).expect("graph");
     let want = d.join("want.gfg");
-    let none: [(tiga_runtime::storage::FieldRole, &str, tiga::TensorView<'_>); 0] = [];
-    tiga_runtime::save_gfg(&want, &g, true, &none).expect("save");
+    let none: [(tiga_storage::FieldRole, &str, tiga::TensorView<'_>); 0] = [];
+    tiga_storage::save_gfg(&want, &g, true, &none).expect("save");
     assert_eq!(std::fs::read(d.join("g.gfg")).expect("read"), std::fs::read(&want).expect("read"));
 }

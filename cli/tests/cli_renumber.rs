@@ -150,7 +150,7 @@ fn graphs_written_in_a_node_order_run_with_the_plain_runs_bytes() {
     // A file in a node order says so in convert's summary, with the edge
     // ids it stores.
     let summary = stderr(&tigac(d, &["convert", "g.txt", "deg2.gfg", "--renumber", "degree"]));
-    let stored = tiga_runtime::storage::GfgFile::open(d.join("deg2.gfg")).expect("open").has_edge_ids();
+    let stored = tiga_storage::GfgFile::open(d.join("deg2.gfg")).expect("open").has_edge_ids();
     assert_eq!(summary.contains("edge ids stored"), stored, "{summary}");
     // A file runs in its stored order: another method is refused by name.
     let base = ["run", gnn, "--kernel", "VecSum", "--graph", "degree.gfg", "--src", "h=h.npy", "--out", "o.npy"];
@@ -160,7 +160,7 @@ fn graphs_written_in_a_node_order_run_with_the_plain_runs_bytes() {
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON line");
     assert_eq!((v["renumber"].as_str(), v["renumber_ms"].as_f64()), (Some("degree"), Some(0.0)), "{v}");
     // Sampling reads stored ids: refused on a file in a node order.
-    tiga_runtime::write_npy_ids(d.join("seeds.npy"), &[0, 1]).expect("seeds");
+    tiga_storage::write_npy_ids(d.join("seeds.npy"), &[0, 1]).expect("seeds");
     let o = tigac(d, &["sample", "--graph", "degree.gfg", "--seeds", "seeds.npy", "--fanout", "2", "--out", "s"]);
     fails_with(&o, &["node order"]);
 }

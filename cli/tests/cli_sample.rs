@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use tiga_runtime::{read_npy_ids, write_npy, write_npy_ids, Tensor};
+use tiga_runtime::Tensor;
+use tiga_storage::{read_npy_ids, write_npy, write_npy_ids};
 
 fn tigac(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tigac")).args(args).output().expect("tigac runs")

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use tiga_graph_store::{ConnectOptions, LoaderOptions, NeighborLoader, RemoteDataset};
-use tiga_runtime::{read_npy_ids, write_npy_ids};
+use tiga_storage::{read_npy_ids, write_npy_ids};
 
 fn tigac(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tigac")).args(args).output().expect("tigac runs")

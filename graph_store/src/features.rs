@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 use thiserror::Error;
-use tiga_runtime::{DType, Data, FieldHandle, FieldRole, GfgError, NpyError};
+use tiga_runtime::{DType, Data, FieldRole};
+use tiga_storage::{FieldHandle, GfgError, NpyError};
 
 /// Whether a feature has a row per node or per edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +123,7 @@ impl Feature {
         // changed under a running server is outside its contract (as for
         // the `.gfg`, which is replaced by rename, never in place).
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let layout = tiga_runtime::npy_layout(&map, &path.display().to_string())
+        let layout = tiga_storage::npy_layout(&map, &path.display().to_string())
             .map_err(|source| FeatureError::Npy { name: name.to_string(), source })?;
         let dim = match layout.shape[..] {
             [n] if n == rows => 1,

@@ -9,9 +9,9 @@ use tiga_compiler::loops::{LoopKernel, Storage};
 use tiga_runtime::abi::Stencil2d;
 use tiga_runtime::abi::{EntryFn, RawArgs, RawStencil};
 use tiga_runtime::exec::{self, ParamPartials, RowRunner, Side};
-use tiga_runtime::storage::{FieldHandle, FieldRole};
 use tiga_runtime::{Backend, Realization, Rows, Schedule};
 use tiga_runtime::{DType, FieldType, Graph, Tensor, TensorView};
+use tiga_runtime::{FieldRole, StoredField};
 
 use crate::error::{Error, Result};
 use crate::fields::{Inputs, Outputs};
@@ -215,7 +215,7 @@ impl Kernel {
 
     /// Run over the rows of `side` of `r` (an adjoint stage's graph).
     pub(crate) fn run_side(&self, r: &dyn Realization, side: Side, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
-        if let (Side::Forward, Some(sh)) = (side, r.shard()) {
+        if let (Side::Forward, Some(sh)) = (side, tiga_distributed::shard::sharded(r)) {
             return self.run_sharded(sh, inputs, schedule);
         }
         // Renumbered for locality: a forward where the schedule asks and the
@@ -271,7 +271,7 @@ impl Kernel {
             return self.interpret(&g, inputs);
         }
         // A GPU or the simulator, when the schedule names one.
-        if let Some(ctx) = tiga_runtime::gpu::open(schedule.device)? {
+        if let Some(ctx) = tiga_device::open(schedule.device)? {
             return self.run_device(&ctx, rows, extents, inputs, schedule);
         }
         match rows {
@@ -399,7 +399,11 @@ pub(crate) fn stencil_extents(k: &ir::Kernel, st: &Stencil2d) -> Result<Extents>
 
 /// The realization's own fields for the kernel's fields not in `inputs`
 /// (a file's are mapped lazily, when viewed).
-pub(crate) fn stored_fields(k: &ir::Kernel, r: &dyn Realization, inputs: &Inputs<'_>) -> Vec<(Role, String, FieldHandle)> {
+pub(crate) fn stored_fields(
+    k: &ir::Kernel,
+    r: &dyn Realization,
+    inputs: &Inputs<'_>,
+) -> Vec<(Role, String, Box<dyn StoredField>)> {
     k.fields
         .iter()
         .filter(|f| !inputs.has(f.role, &f.name))
@@ -416,7 +420,10 @@ pub(crate) fn stored_fields(k: &ir::Kernel, r: &dyn Realization, inputs: &Inputs
 }
 
 /// `inputs` plus the views of these stored fields.
-pub(crate) fn with_stored_fields<'a>(inputs: &Inputs<'a>, handles: &'a [(Role, String, FieldHandle)]) -> Result<Inputs<'a>> {
+pub(crate) fn with_stored_fields<'a>(
+    inputs: &Inputs<'a>,
+    handles: &'a [(Role, String, Box<dyn StoredField>)],
+) -> Result<Inputs<'a>> {
     let mut all = inputs.clone();
     for (r, n, h) in handles {
         all = all.with_role(*r, n, h.view().map_err(Error::from)?);

@@ -36,7 +36,7 @@ pub enum Error {
     #[error("offloading a graph over the RAM budget: {source}")]
     Offload {
         #[source]
-        source: tiga_runtime::GfgError,
+        source: tiga_storage::GfgError,
     },
     /// The adjoint of this kernel could not be built (generate-adjoint, or
     /// one of its stages' passes, refused it).
@@ -45,16 +45,16 @@ pub enum Error {
     /// A sharded call's exchange or plan failed (a peer gone, a message
     /// malformed, ranks that disagree).
     #[error("sharded: {0}")]
-    Shard(tiga_runtime::shard::ShardError),
+    Shard(tiga_distributed::shard::ShardError),
     /// A broken promise inside tiga (a bug, never the input's fault).
     #[error("internal error: {0}")]
     Internal(String),
     #[error(transparent)]
     Tensor(#[from] tiga_runtime::TensorError),
     #[error(transparent)]
-    Gfg(#[from] tiga_runtime::GfgError),
+    Gfg(#[from] tiga_storage::GfgError),
     #[error(transparent)]
-    TensorStore(#[from] tiga_runtime::TensorStoreError),
+    TensorStore(#[from] tiga_storage::TensorStoreError),
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -71,7 +71,7 @@ pub enum Error {
     /// A GPU (or the simulator) refused: no driver, no such device, a
     /// copy or launch that failed, a budget too small.
     #[error(transparent)]
-    Gpu(#[from] tiga_runtime::gpu::GpuError),
+    Gpu(#[from] tiga_device::GpuError),
     /// The PTX back end does not lower this kernel (yet): the call is
     /// refused rather than run on the CPU behind the caller's back.
     #[error("kernel `{kernel}` cannot run on the GPU: {source}")]

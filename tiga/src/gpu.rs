@@ -32,11 +32,11 @@ use std::sync::Arc;
 use tiga_compiler::back::ptx::lower_kernel;
 use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
-use tiga_runtime::exec::PageView;
-use tiga_runtime::gpu::{
+use tiga_device::{
     DeviceBuffer, EntryLaunch, Event, GpuContext, GpuDevice, GpuError, HostBuffer, LaunchArg, LaunchShape, LoadedKernel,
     ModuleKey, Stream,
 };
+use tiga_runtime::exec::PageView;
 use tiga_runtime::{DType, Rows, Schedule, Tensor, TensorView};
 
 use crate::call::bind_extents;
@@ -78,7 +78,7 @@ impl Kernel {
     /// ahead of a call (what `tigac run --timing` reports as its compile
     /// time on a GPU). Returns whether the module was cached already.
     pub fn prepare_device(&self, device: tiga_runtime::Device, dtype: DType, widths: &[usize]) -> Result<bool> {
-        let ctx = tiga_runtime::gpu::open(device)?
+        let ctx = tiga_device::open(device)?
             .ok_or_else(|| Error::Unsupported("prepare_device wants a GPU device (cuda:N or sim), not the CPU".into()))?;
         Ok(self.device_kernel(&ctx, dtype, widths)?.1)
     }

@@ -53,9 +53,9 @@ pub use tiga_runtime::{
     GcnNormError, GcnNormOptions,
 };
 pub use tiga_runtime::{
-    balanced_row_chunks, for_each_row_chunk, read_edge_list, read_edge_list_with, read_matrix_market, read_npy, write_npy,
-    Buffer, DType, Data, EdgeListOptions, FieldType, Graph, GraphError, NpyError, Tensor, TensorView,
+    balanced_row_chunks, for_each_row_chunk, Buffer, DType, Data, FieldType, Graph, GraphError, Tensor, TensorView,
 };
+pub use tiga_storage::{read_edge_list, read_edge_list_with, read_matrix_market, read_npy, write_npy, EdgeListOptions, NpyError};
 /// The half-precision element types of tensors (the `half` crate's): a
 /// field given as `Tensor::from_bf16(..)` is stored at half width.
 pub mod half {
@@ -71,12 +71,26 @@ pub use offload::{with_ram_budget, with_schedule, AnyGraph};
 pub use residuals::{ScopedTape, Tape};
 pub use tiga_compiler as compiler;
 pub use tiga_compiler::ir::Role;
-pub use tiga_runtime as runtime;
-pub use tiga_runtime::comm::{CommError, Communicator, InProcess};
+pub use tiga_device as device;
+pub use tiga_distributed as distributed;
+pub use tiga_storage as storage;
+
+/// The runtime crates under one path, as a user of the facade reaches
+/// them: the core's items (`tiga_runtime`), storage's (`tiga_storage`,
+/// also as `runtime::storage`), and the distributed and device crates by
+/// the module names they hold (`runtime::comm`, `runtime::gpu`, ...).
+pub mod runtime {
+    pub use tiga_device as gpu;
+    pub use tiga_distributed::{comm, embedding, partition, partitioned, sampling, shard};
+    pub use tiga_runtime::*;
+    pub use tiga_storage as storage;
+    pub use tiga_storage::*;
+}
+pub use tiga_distributed::comm::{CommError, Communicator, InProcess};
+pub use tiga_distributed::partition::{owned_range, Partition};
+pub use tiga_distributed::shard::{PartitionChoice, ShardOptions, Sharded};
 pub use tiga_runtime::exec::Side;
-pub use tiga_runtime::partition::{owned_range, Partition};
 pub use tiga_runtime::realization::{self, GraphRows, PagedRows, Realization, Rows};
-pub use tiga_runtime::shard::{PartitionChoice, ShardOptions, Sharded};
 pub use tiga_runtime::{
     Backend, Device, DeviceTimer, DeviceTimes, Order, Progress, Renumber, Renumbered, RenumberedGraph, Schedule,
 };

@@ -22,8 +22,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use tiga_runtime::storage::{Snapshot, SpilledTensor, TensorStore};
 use tiga_runtime::Tensor;
+use tiga_storage::{Snapshot, SpilledTensor, TensorStore};
 
 use crate::error::{Error, Result};
 
@@ -303,7 +303,7 @@ impl Scope {
         let st = self.lock();
         enum Value {
             Host(Arc<Tensor>),
-            Disk(tiga_runtime::MappedTensor),
+            Disk(tiga_storage::MappedTensor),
         }
         let mut values: Vec<(&str, Value)> = Vec::with_capacity(st.entries.len());
         // Host tensors are shared; spilled ones are checked against their
@@ -312,7 +312,7 @@ impl Scope {
             let v = match &e.place {
                 Place::Host(t) => Value::Host(t.clone()),
                 Place::Disk(s) => {
-                    let err = |er: tiga_runtime::TensorStoreError| Error::Scope(format!("snapshot `{name}`: {er}"));
+                    let err = |er: tiga_storage::TensorStoreError| Error::Scope(format!("snapshot `{name}`: {er}"));
                     let m = s.view_mapped().map_err(err)?;
                     m.verify().map_err(err)?;
                     Value::Disk(m)

@@ -30,8 +30,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tiga_runtime::exec::{ExecError, Side};
-use tiga_runtime::storage::{BuildOptions, FieldHandle, FieldRole, GfgBuilder, GfgFile};
 use tiga_runtime::{Graph, Realization, Rows, Schedule, StencilPlan};
+use tiga_storage::{BuildOptions, FieldRole, GfgBuilder, GfgFile};
 
 use crate::error::{Error, Result};
 
@@ -274,7 +274,7 @@ fn stream_to_disk(
     num_src: usize,
     num_dst: usize,
     budget: u64,
-    push_all: impl FnOnce(&mut GfgBuilder) -> std::result::Result<(), tiga_runtime::storage::GfgError>,
+    push_all: impl FnOnce(&mut GfgBuilder) -> std::result::Result<(), tiga_storage::GfgError>,
 ) -> Result<AnyGraph> {
     let n = SPILL_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = format!("graph-{}-{n}.gfg", std::process::id());
@@ -293,7 +293,7 @@ fn stream_to_disk(
             (Some(t), p)
         }
     };
-    let gfg = |source: tiga_runtime::storage::GfgError| Error::Offload { source };
+    let gfg = |source: tiga_storage::GfgError| Error::Offload { source };
     let memory_bytes = usize::try_from(budget).unwrap_or(usize::MAX);
     let mut b = GfgBuilder::new(&path, BuildOptions { memory_bytes, transpose: true }).map_err(gfg)?;
     push_all(&mut b).map_err(gfg)?;
@@ -409,7 +409,7 @@ impl Realization for AnyGraph {
             AnyGraph::Paged(p) => p.file.has_side(side),
         }
     }
-    fn stored_field(&self, role: FieldRole, name: &str) -> Option<FieldHandle> {
+    fn stored_field(&self, role: FieldRole, name: &str) -> Option<Box<dyn tiga_runtime::StoredField>> {
         match self {
             AnyGraph::Memory(g) => g.stored_field(role, name),
             AnyGraph::Paged(p) => p.file.stored_field(role, name),

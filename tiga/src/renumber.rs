@@ -21,7 +21,7 @@
 //! A `.gfg` written in a node order is laid out renumbered: every call over
 //! it, on every side, goes through its order, and a call with parameter
 //! sums reads its rows in the caller's order, copied through the order a
-//! page at a time (`tiga_runtime::exec::user_order`).
+//! page at a time (`tiga_storage::user_order`).
 
 use tiga_compiler::ir::Role;
 use tiga_runtime::exec::Side;

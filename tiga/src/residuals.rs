@@ -153,7 +153,7 @@ impl Kernel {
     /// ([`Kernel::vjp_taped`]). Otherwise the tape is empty.
     pub fn forward(&self, r: &dyn Realization, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<(Outputs, Tape)> {
         let empty = Tape { kernel: self.hash.clone(), items: Vec::new() };
-        if !schedule.residuals || r.shard().is_some() || schedule.device != tiga_runtime::Device::Cpu {
+        if !schedule.residuals || tiga_distributed::shard::sharded(r).is_some() || schedule.device != tiga_runtime::Device::Cpu {
             return Ok((self.run_with(r, inputs, schedule)?, empty));
         }
         let stages = match self.residuals()? {
@@ -212,7 +212,7 @@ impl Kernel {
         wrt: &Wrt,
         schedule: &Schedule,
     ) -> Result<Gradients> {
-        if tape.is_empty() || r.shard().is_some() {
+        if tape.is_empty() || tiga_distributed::shard::sharded(r).is_some() {
             return self.vjp_wrt(r, inputs, cotangents, wrt, schedule);
         }
         self.check_wrt(wrt)?;

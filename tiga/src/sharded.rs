@@ -22,11 +22,11 @@
 
 use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
+use tiga_distributed::shard::{take_rows, take_rows_into, take_rows_padded, ShardError, Sharded};
 use tiga_runtime::abi::RawArgs;
 use tiga_runtime::exec::{self, ParamPartials, RowRunner};
-use tiga_runtime::shard::{take_rows, take_rows_into, take_rows_padded, ShardError, Sharded};
-use tiga_runtime::storage::FieldRole;
 use tiga_runtime::{Backend, Data, DataMut, Schedule, Tensor, TensorView};
+use tiga_storage::FieldRole;
 
 use crate::call::{bind_extents, output_buffers};
 use crate::error::{Error, Result};

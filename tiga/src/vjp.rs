@@ -277,7 +277,7 @@ impl Kernel {
         schedule: &Schedule,
     ) -> Result<Gradients> {
         self.check_wrt(wrt)?;
-        if let Some(sh) = r.shard() {
+        if let Some(sh) = tiga_distributed::shard::sharded(r) {
             return self.vjp_sharded(sh, inputs, Seed::Cotangents(cotangents), schedule, wrt);
         }
         if let Some(view) = crate::renumber::view_for(r, schedule, true)? {
@@ -316,7 +316,7 @@ impl Kernel {
 
     /// [`Kernel::grad`] as `schedule` says.
     pub fn grad_with(&self, r: &dyn Realization, inputs: &Inputs<'_>, output: &str, schedule: &Schedule) -> Result<Gradients> {
-        if let Some(sh) = r.shard() {
+        if let Some(sh) = tiga_distributed::shard::sharded(r) {
             return self.vjp_sharded(sh, inputs, Seed::SumOf(output), schedule, &Wrt::All);
         }
         let cots = self.sum_cotangents(r, inputs, output)?;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use tiga::TensorView;
-use tiga_runtime::write_npy;
+use tiga_storage::write_npy;
 
 #[path = "../../../compiler/tests/common/rng.rs"]
 mod rng;
