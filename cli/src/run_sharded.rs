@@ -78,22 +78,15 @@ pub fn run(req: &RunRequest, comm: Arc<dyn Communicator>) -> Result<(), Failure>
         req.fields.iter().map(|(r, b)| Ok((*r, b.name.clone(), load_field(*r, b)?))).collect::<Result<_, Failure>>()?;
     let inputs = tensors.iter().fold(Inputs::new(), |acc, (r, n, t)| acc.with_role(*r, n, t));
     let partition = crate::partition_report::choice(&req.partition)?;
+    let opts = ShardOptions { partition, depth: req.halo_depth };
     let sh = if is_gfg(&req.graph) {
-        if req.halo_depth != 1 {
-            return Err(f(format!(
-                "--halo-depth {}: a .gfg is sharded one hop deep (each rank reads only its rows); convert the graph to an \
-                 edge list or .mtx for a deeper halo",
-                req.halo_depth
-            )));
-        }
         let file = tiga::runtime::GfgFile::open(&req.graph).map_err(|e| f(e.to_string()))?;
-        Sharded::from_gfg_with(file, comm.clone(), &partition).map_err(|e| f(e.to_string()))?
+        Sharded::from_gfg_options(file, comm.clone(), &opts).map_err(|e| f(e.to_string()))?
     } else {
         let g = match open_graph(&req.graph, &req.edges, &crate::inputs::any_size)? {
             GraphSource::Memory(g) => g,
             GraphSource::Paged(_) => return Err(f("a .gfg reached the in-memory path".into())),
         };
-        let opts = ShardOptions { partition, depth: req.halo_depth };
         Sharded::from_graph(&g, comm.clone(), &opts).map_err(|e| f(e.to_string()))?
     };
     if rank == 0 {

@@ -1,6 +1,6 @@
 //! `mpirun -n R tigac run` (a tigac built with `--features mpi`): rank 0
 //! writes the bytes one process writes, from an edge list and from a
-//! `.gfg`, contiguous and METIS; and the job refuses ranks that opened
+//! `.gfg` (one hop deep and two), contiguous and METIS; and the job refuses ranks that opened
 //! different graphs or kernels, naming what differs, without hanging.
 #![cfg(feature = "mpi")]
 
@@ -147,6 +147,18 @@ fn sharded_tigac_run_writes_the_single_process_files() {
         ok(&o, "3 ranks from a .gfg, METIS");
         assert_eq!(std::fs::read(&out_m).expect("out"), std::fs::read(&one_out).expect("one"), "from a .gfg, METIS");
     }
+    // A halo two hops deep, read from the .gfg: each rank reads its rows,
+    // then its first ghosts' rows.
+    let mut deep = args.clone();
+    let out_d = dir.path().join("out-gfg-deep.npy");
+    let at = deep.iter().position(|a| a == "--out").expect("flag");
+    deep[at + 1] = out_d.display().to_string();
+    let gat = deep.iter().position(|a| a == "--grads").expect("flag");
+    deep[gat + 1] = dir.path().join("grads-gfg-deep").display().to_string();
+    deep.extend(["--halo-depth".into(), "2".into()]);
+    let o = mpirun(3).arg(tigac()).args(&deep).output().expect("mpirun");
+    ok(&o, "3 ranks from a .gfg, halo depth 2");
+    assert_eq!(std::fs::read(&out_d).expect("out"), std::fs::read(&one_out).expect("one"), "from a .gfg, halo depth 2");
     let o = mpirun(2).arg(tigac()).args(&args).output().expect("mpirun");
     ok(&o, "2 ranks from a .gfg");
     assert_eq!(std::fs::read(&out).expect("out"), std::fs::read(&one_out).expect("one"), "from a .gfg: output bytes");

@@ -14,7 +14,7 @@
 //!
 //! The model code does not change between colocated and graph-store runs:
 //! a mini-batch sampled through the store is, for the same seed, the one
-//! [`tiga_distributed::sampling::sample_multi_hop`] makes from the whole file,
+//! [`tiga_dist::sampling::sample_multi_hop`] makes from the whole file,
 //! because a centre's sample depends only on (seed, centre, hop) and the
 //! server keeps global ids.
 //!
@@ -47,4 +47,4 @@ pub use client::{AblpInput, ConnectOptions, FeatureMeta, RemoteDataset, StoreErr
 pub use loader::{AblpBatch, AblpLoader, AblpOptions, LoaderOptions, NeighborLoader};
 pub use server::{serve_blocking, FeatureFile, ServeError, ServeOptions, ServerHandle};
 pub use split::{Part, SplitKind, SplitSpec};
-pub use tiga_distributed::sampling::MiniBatch;
+pub use tiga_dist::sampling::MiniBatch;

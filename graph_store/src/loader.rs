@@ -1,11 +1,11 @@
 //! Loaders: mini-batches of seeds (or of link-prediction anchors) sampled
 //! through the store, hop by hop, with their features, prefetched.
 //!
-//! A batch is made as [`tiga_distributed::sampling::sample_multi_hop`] makes
+//! A batch is made as [`tiga_dist::sampling::sample_multi_hop`] makes
 //! it: hop `k`'s centres are the nodes first reached at hop `k − 1` (the
 //! seeds at hop 0), each routed to the server that owns it, the answers
 //! put back in centre order and merged with
-//! [`tiga_distributed::sampling::append_unique`]. So a batch equals the one a
+//! [`tiga_dist::sampling::append_unique`]. So a batch equals the one a
 //! single process samples from the whole file with the same seed.
 //!
 //! **Prefetch.** An epoch runs one task on the dataset's runtime that
@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures_util::stream::StreamExt;
-use tiga_distributed::sampling::{append_unique, epoch_order, Hop, MiniBatch};
+use tiga_dist::sampling::{append_unique, epoch_order, Hop, MiniBatch};
 use tokio::sync::mpsc;
 use tonic::Request;
 

@@ -32,8 +32,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
-use tiga_distributed::partition::owned_range;
-use tiga_distributed::sampling::{sample_neighbors, HopRequest, SampleError};
+use tiga_dist::partition::owned_range;
+use tiga_dist::sampling::{sample_neighbors, HopRequest, SampleError};
 use tiga_runtime::{Graph, GraphError};
 use tiga_storage::{GfgError, GfgFile};
 use tokio::sync::{mpsc, Notify};
@@ -316,7 +316,7 @@ impl Store {
             }
         }
         // Session ids that a restarted server will not take for its own.
-        let base = tiga_distributed::sampling::mix(
+        let base = tiga_dist::sampling::mix(
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
                 ^ ((opts.rank as u64) << 48),
         ) >> 16;

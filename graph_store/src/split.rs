@@ -19,7 +19,7 @@
 //!   keyed by (negative seed, anchor): the same at every server and rank.
 
 use std::ops::Range;
-pub(crate) use tiga_distributed::sampling::mix;
+pub(crate) use tiga_dist::sampling::mix;
 
 use thiserror::Error;
 
@@ -174,7 +174,7 @@ pub fn negatives(seed: u64, anchor: u64, k: usize, num_nodes: u64) -> Vec<u64> {
 /// contiguous slices (`n / m` each, the last taking the rest). Every item
 /// goes to exactly one rank. `world == 0` means "every item".
 pub fn share(server: usize, servers: usize, rank: usize, world: usize, n: usize) -> Range<usize> {
-    use tiga_distributed::partition::owned_range;
+    use tiga_dist::partition::owned_range;
     if world == 0 {
         return 0..n;
     }

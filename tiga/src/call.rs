@@ -215,7 +215,7 @@ impl Kernel {
 
     /// Run over the rows of `side` of `r` (an adjoint stage's graph).
     pub(crate) fn run_side(&self, r: &dyn Realization, side: Side, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
-        if let (Side::Forward, Some(sh)) = (side, tiga_distributed::shard::sharded(r)) {
+        if let (Side::Forward, Some(sh)) = (side, tiga_dist::shard::sharded(r)) {
             return self.run_sharded(sh, inputs, schedule);
         }
         // Renumbered for locality: a forward where the schedule asks and the

@@ -45,7 +45,7 @@ pub enum Error {
     /// A sharded call's exchange or plan failed (a peer gone, a message
     /// malformed, ranks that disagree).
     #[error("sharded: {0}")]
-    Shard(tiga_distributed::shard::ShardError),
+    Shard(tiga_dist::shard::ShardError),
     /// A broken promise inside tiga (a bug, never the input's fault).
     #[error("internal error: {0}")]
     Internal(String),

@@ -72,7 +72,7 @@ pub use residuals::{ScopedTape, Tape};
 pub use tiga_compiler as compiler;
 pub use tiga_compiler::ir::Role;
 pub use tiga_device as device;
-pub use tiga_distributed as distributed;
+pub use tiga_dist as dist;
 pub use tiga_storage as storage;
 
 /// The runtime crates under one path, as a user of the facade reaches
@@ -81,14 +81,14 @@ pub use tiga_storage as storage;
 /// the module names they hold (`runtime::comm`, `runtime::gpu`, ...).
 pub mod runtime {
     pub use tiga_device as gpu;
-    pub use tiga_distributed::{comm, embedding, partition, partitioned, sampling, shard};
+    pub use tiga_dist::{comm, embedding, partition, partitioned, sampling, shard};
     pub use tiga_runtime::*;
     pub use tiga_storage as storage;
     pub use tiga_storage::*;
 }
-pub use tiga_distributed::comm::{CommError, Communicator, InProcess};
-pub use tiga_distributed::partition::{owned_range, Partition};
-pub use tiga_distributed::shard::{PartitionChoice, ShardOptions, Sharded};
+pub use tiga_dist::comm::{CommError, Communicator, InProcess};
+pub use tiga_dist::partition::{owned_range, Partition};
+pub use tiga_dist::shard::{PartitionChoice, ShardOptions, Sharded};
 pub use tiga_runtime::exec::Side;
 pub use tiga_runtime::realization::{self, GraphRows, PagedRows, Realization, Rows};
 pub use tiga_runtime::{

@@ -153,7 +153,10 @@ impl Kernel {
     /// ([`Kernel::vjp_taped`]). Otherwise the tape is empty.
     pub fn forward(&self, r: &dyn Realization, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<(Outputs, Tape)> {
         let empty = Tape { kernel: self.hash.clone(), items: Vec::new() };
-        if !schedule.residuals || tiga_distributed::shard::sharded(r).is_some() || schedule.device != tiga_runtime::Device::Cpu {
+        // A shard deeper than one hop computes ghost rows too, whose
+        // residuals its forward does not return: its backward recomputes.
+        let deep = tiga_dist::shard::sharded(r).is_some_and(|sh| sh.local().depth > 1);
+        if !schedule.residuals || deep || schedule.device != tiga_runtime::Device::Cpu {
             return Ok((self.run_with(r, inputs, schedule)?, empty));
         }
         let stages = match self.residuals()? {
@@ -212,7 +215,7 @@ impl Kernel {
         wrt: &Wrt,
         schedule: &Schedule,
     ) -> Result<Gradients> {
-        if tape.is_empty() || tiga_distributed::shard::sharded(r).is_some() {
+        if tape.is_empty() {
             return self.vjp_wrt(r, inputs, cotangents, wrt, schedule);
         }
         self.check_wrt(wrt)?;
@@ -221,6 +224,19 @@ impl Kernel {
                 "this tape was written by another kernel's forward, not `{}`'s: differentiate the kernel that ran it",
                 self.name()
             )));
+        }
+        // A shard: its inputs localized and its halo exchanged, the stages
+        // run over its local rows with the tape of its owned rows.
+        if let Some(sh) = tiga_dist::shard::sharded(r) {
+            if sh.local().depth > 1 {
+                return Err(Error::Unsupported(format!(
+                    "this tape holds the residuals of a shard one hop deep; this shard's halo is {} deep (its backward \
+                     recomputes them): differentiate over the shard that ran the forward",
+                    sh.local().depth
+                )));
+            }
+            let seed = crate::vjp::Seed::Cotangents(cotangents);
+            return self.vjp_sharded(sh, inputs, seed, schedule, wrt, Some(tape));
         }
         let Residuals::Kept(stages) = self.residuals()? else {
             return Err(Error::Internal(format!("kernel `{}` keeps no residuals, but a tape holds some", self.name())));

@@ -22,7 +22,7 @@
 
 use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::Role;
-use tiga_distributed::shard::{take_rows, take_rows_into, take_rows_padded, ShardError, Sharded};
+use tiga_dist::shard::{take_rows, take_rows_into, take_rows_padded, ShardError, Sharded};
 use tiga_runtime::abi::RawArgs;
 use tiga_runtime::exec::{self, ParamPartials, RowRunner};
 use tiga_runtime::{Backend, Data, DataMut, Schedule, Tensor, TensorView};
@@ -32,6 +32,7 @@ use crate::call::{bind_extents, output_buffers};
 use crate::error::{Error, Result};
 use crate::fields::{Gradients, Input, Inputs, Outputs};
 use crate::kernel::Kernel;
+use crate::residuals::Tape;
 use crate::vjp::Seed;
 
 impl From<ShardError> for Error {
@@ -179,7 +180,10 @@ impl Kernel {
         let k = self.captured();
         let deep = !local.dst_slots.is_empty();
         let param_outputs = !k.outputs_of(Role::Param).is_empty();
-        if schedule.backend == Backend::Reference || l.interior.is_empty() || deep || param_outputs {
+        // On a device the local rows run after the exchange, uploaded whole:
+        // the overlap below runs the interior rows on this CPU.
+        let device = schedule.device != tiga_runtime::Device::Cpu;
+        if schedule.backend == Backend::Reference || l.interior.is_empty() || deep || param_outputs || device {
             halo.finish(sh, &mut slot_fields)?;
             self.take_back(&mut local, slot_fields, sh)?;
             let out = self.run_with(&l.graph, &local.inputs(), schedule);
@@ -397,6 +401,7 @@ impl Kernel {
         seed: Seed<'_, '_>,
         schedule: &Schedule,
         wrt: &crate::Wrt,
+        tape: Option<&Tape>,
     ) -> Result<Gradients> {
         self.check_sharded_field_types(inputs)?;
         self.check_same_kernel(sh)?;
@@ -409,7 +414,13 @@ impl Kernel {
         let ins = local.inputs();
         let cots = self.local_cotangents(sh, &ins, seed)?;
         let views: Vec<(&str, TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
-        let grads = self.vjp_wrt(&l.graph, &ins, &views, wrt, schedule)?;
+        // A tape of a shard one hop deep holds the residuals of its owned
+        // rows, which are its local rows, in order (the forward gave its
+        // outputs so).
+        let grads = match tape {
+            Some(t) => self.vjp_taped_wrt(&l.graph, &ins, t, &views, wrt, schedule)?,
+            None => self.vjp_wrt(&l.graph, &ins, &views, wrt, schedule)?,
+        };
         // Source gradients over the slots: ghosts go home.
         let mut items = grads.items;
         let src_idx: Vec<usize> = items.iter().enumerate().filter(|(_, (r, _, _))| *r == Role::Src).map(|(i, _)| i).collect();

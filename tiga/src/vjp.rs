@@ -277,8 +277,8 @@ impl Kernel {
         schedule: &Schedule,
     ) -> Result<Gradients> {
         self.check_wrt(wrt)?;
-        if let Some(sh) = tiga_distributed::shard::sharded(r) {
-            return self.vjp_sharded(sh, inputs, Seed::Cotangents(cotangents), schedule, wrt);
+        if let Some(sh) = tiga_dist::shard::sharded(r) {
+            return self.vjp_sharded(sh, inputs, Seed::Cotangents(cotangents), schedule, wrt, None);
         }
         if let Some(view) = crate::renumber::view_for(r, schedule, true)? {
             return self.vjp_renumbered(&view, inputs, cotangents, schedule, wrt);
@@ -316,8 +316,8 @@ impl Kernel {
 
     /// [`Kernel::grad`] as `schedule` says.
     pub fn grad_with(&self, r: &dyn Realization, inputs: &Inputs<'_>, output: &str, schedule: &Schedule) -> Result<Gradients> {
-        if let Some(sh) = tiga_distributed::shard::sharded(r) {
-            return self.vjp_sharded(sh, inputs, Seed::SumOf(output), schedule, &Wrt::All);
+        if let Some(sh) = tiga_dist::shard::sharded(r) {
+            return self.vjp_sharded(sh, inputs, Seed::SumOf(output), schedule, &Wrt::All, None);
         }
         let cots = self.sum_cotangents(r, inputs, output)?;
         let views: Vec<(&str, TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();

@@ -116,3 +116,29 @@ fn generated_stencil_runs_as_its_csr() {
     let b = k.run_with(&g, &ins, &Schedule::new()).expect("csr on the cpu");
     gpu_suite::assert_bits(&a.items[0].1, &b.items[0].1, "generated stencil on the simulator");
 }
+
+/// Under sharding, each rank's local rows run on the device after the halo
+/// exchange: the bits of the sharded CPU run, with launches counted.
+#[test]
+fn sharded_runs_go_to_the_device() {
+    use std::sync::Arc;
+    use tiga::{InProcess, ShardOptions, Sharded};
+    let mut rng = Rng(0x5d_a7ed);
+    let g = common::random_graph(&mut rng, 90, 90, 500, false);
+    let x: Vec<f32> = (0..90).map(|i| (i as f32 * 0.21).cos()).collect();
+    let ins = Inputs::new().src("x", &x);
+    for k in [gnn::NeighborSum::kernel(), gnn::Smoothing::kernel()] {
+        let res = InProcess::run(3, |c| {
+            let sh = Sharded::from_graph(&g, Arc::new(c), &ShardOptions::default()).expect("shard");
+            let cpu = k.run(&sh, &ins).expect("on the CPU");
+            let timer = DeviceTimer::new();
+            let dev = k.run_with(&sh, &ins, &Schedule::new().device(SIM).device_timer(timer.clone())).expect("on the device");
+            (cpu, dev, timer.times().launches)
+        });
+        for r in res {
+            let (cpu, dev, launches) = r.expect("rank");
+            gpu_suite::assert_bits(&dev.items[0].1, &cpu.items[0].1, k.name());
+            assert!(launches > 0, "{}: a sharded run on the device launched nothing", k.name());
+        }
+    }
+}

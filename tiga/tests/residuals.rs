@@ -452,3 +452,42 @@ fn paged_calls_keep_residuals() {
         }
     }
 }
+
+/// A sharded forward keeps the residuals of each rank's owned rows, and the
+/// backward over the shard reads them: gradients bit for bit those of the
+/// recomputing sharded backward, outputs those of one process.
+#[test]
+fn sharded_calls_keep_residuals() {
+    use std::sync::Arc;
+    use tiga::{InProcess, ShardOptions, Sharded};
+    let mut rng = Rng(0x5a4d_0001);
+    let g = random_graph(&mut rng, 40, 40, 200, false);
+    for k in gnn_kernels() {
+        let fields = random_fields(k, &g, 4, || value(&mut rng));
+        let ts = tensors(&fields, true);
+        let ins = common::inputs(&fields, &ts);
+        let whole = k.run(&g, &ins).expect("one process");
+        let keeping = Schedule::new().residuals(true);
+        let per_rank = InProcess::run(3, |c| {
+            let sh = Sharded::from_graph(&g, Arc::new(c), &ShardOptions::default()).expect("shard");
+            let (out, tape) = k.forward(&sh, &ins, &keeping).expect("sharded forward");
+            let taped = k.grad_taped(&sh, &ins, &tape, "out", &keeping).expect("saved-residual backward");
+            let recomputed = k.grad_with(&sh, &ins, "out", &keeping).expect("recomputing backward");
+            (sh.owned_dst().to_vec(), out, tape.is_empty(), taped, recomputed)
+        });
+        for r in per_rank {
+            let (ids, out, empty, taped, recomputed) = r.expect("rank");
+            assert_eq!(empty, !KEEPS.contains(&k.name()), "{}: residuals kept on a shard", k.name());
+            let got = bits(out.tensor("out").expect("out"));
+            let w = whole.tensor("out").expect("out");
+            let width = w.shape().get(1).copied().unwrap_or(1);
+            let all = bits(w);
+            let want: Vec<u64> = ids.iter().flat_map(|&u| all[u as usize * width..(u as usize + 1) * width].to_vec()).collect();
+            assert_eq!(got, want, "{}: sharded forward keeping residuals", k.name());
+            assert_eq!(taped.items.len(), recomputed.items.len(), "{}", k.name());
+            for ((role, n, a), (_, _, b)) in taped.items.iter().zip(&recomputed.items) {
+                assert_eq!(bits(a), bits(b), "{}: gradient {}.{n} on a shard", k.name(), role.name());
+            }
+        }
+    }
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tiga::compiler::ir::Role;
 use tiga::runtime::{save_gfg, FieldRole, GfgFile};
-use tiga::{Graph, InProcess, Inputs, PartitionChoice, Sharded, Tensor, TensorView};
+use tiga::{Graph, InProcess, Inputs, PartitionChoice, ShardOptions, Sharded, Tensor, TensorView};
 
 mod common;
 use common::{disk_fields, random_fields, rows_of, tensors, Rng};
@@ -122,5 +122,70 @@ fn each_rank_reads_its_own_part_of_the_file() {
         let data: u64 = sections.iter().filter(|(n, _)| !n.contains("unused") && !n.starts_with("t_")).map(|(_, l)| l).sum();
         assert!(total < data / 2 + 8 * BLOCK, "read {total} of {data} bytes");
         assert!(total > data / 4, "read only {total} of {data} bytes: the count is not counting");
+    }
+}
+
+#[test]
+fn a_deep_halo_read_from_the_file_steps_as_one_process_and_plans_as_memory() {
+    let mut rng = Rng(0x5eed_0003);
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Edges out of CSR order: the file stores their user ids.
+    let g = common::random_graph(&mut rng, 60, 60, 240, false);
+    let path = dir.path().join("deep.gfg");
+    save_gfg(&path, &g, false, &[]).expect("save");
+    let k = gnn::Smoothing::kernel();
+    let x: Vec<f32> = (0..60).map(|_| rng.uniform() as f32).collect();
+    let ins = Inputs::new().src("x", &x);
+    let mut want = x.clone();
+    for _ in 0..3 {
+        want = k.run(&g, &Inputs::new().src("x", &want)).expect("one process").f32("out").expect("out").to_vec();
+    }
+    for depth in [1, 2, 3] {
+        for partition in [PartitionChoice::Contiguous, PartitionChoice::Balanced] {
+            let opts = ShardOptions { partition, depth };
+            let from_file = InProcess::run(3, |c| {
+                let file = GfgFile::open(&path).expect("open");
+                let sh = Sharded::from_gfg_options(file, Arc::new(c), &opts).expect("shard");
+                let out = k.iterate(&sh, &ins, "out", "x", 3, &tiga::Schedule::default()).expect("iterate");
+                let l = sh.local();
+                (
+                    sh.owned_dst().to_vec(),
+                    l.rows.clone(),
+                    l.slots.clone(),
+                    l.edge_ids.clone(),
+                    out.f32("out").expect("out").to_vec(),
+                )
+            });
+            let from_memory = InProcess::run(3, |c| {
+                let sh = Sharded::from_graph(&g, Arc::new(c), &opts).expect("shard");
+                let l = sh.local();
+                (l.rows.clone(), l.slots.clone(), l.edge_ids.clone())
+            });
+            for (f, m) in from_file.into_iter().zip(from_memory) {
+                let (ids, rows, slots, edges, out) = f.expect("rank");
+                let (m_rows, m_slots, m_edges) = m.expect("rank");
+                assert_eq!((&rows, &slots, &edges), (&m_rows, &m_slots, &m_edges), "depth {depth}: the file's plan");
+                let exp: Vec<u32> = ids.iter().map(|&u| want[u as usize].to_bits()).collect();
+                assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), exp, "depth {depth}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_deep_halo_of_a_non_square_file_is_refused_before_reading() {
+    let mut rng = Rng(0x5eed_0004);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let g = common::random_graph(&mut rng, 13, 29, 70, true);
+    let path = dir.path().join("rect.gfg");
+    save_gfg(&path, &g, false, &[]).expect("save");
+    let res = InProcess::run(2, |c| {
+        let file = GfgFile::open(&path).expect("open");
+        let opts = ShardOptions { partition: PartitionChoice::Contiguous, depth: 2 };
+        Sharded::from_gfg_options(file, Arc::new(c), &opts).map(|_| ()).map_err(|e| e.to_string())
+    });
+    for r in res {
+        let e = r.expect("rank").expect_err("refused");
+        assert!(e.contains("13 sources") || e.contains("square"), "{e}");
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! What realizes a graph elsewhere lives in the crates beside it, which
 //! depend on this one and never the reverse: `tiga_storage` (the `.gfg`
-//! format, `.npy`, edge lists, Matrix Market), `tiga_distributed` (communicators,
+//! format, `.npy`, edge lists, Matrix Market), `tiga_dist` (communicators,
 //! MPI, partitioners, halo shards, partitioned tensors, embeddings,
 //! sampling) and `tiga_device` (CUDA and the PTX simulator).
 //!

@@ -22,7 +22,7 @@
 //!
 //! Implemented here for [`Graph`] and [`Stencil2d`]; the crates above
 //! implement it for what they hold (`tiga_storage` for a `.gfg` file,
-//! `tiga_distributed` for a rank's shard of a halo-sharded graph), and a new
+//! `tiga_dist` for a rank's shard of a halo-sharded graph), and a new
 //! realization is one more implementation (the facade's offloaded graph is
 //! one; `tiga/tests/realization.rs` writes one in a test).
 
@@ -116,7 +116,7 @@ pub trait Realization: Sync {
     }
 
     /// This realization as its own type, for the layer that defined it to
-    /// recognize it behind a `dyn Realization` (`tiga_distributed` asks whether a
+    /// recognize it behind a `dyn Realization` (`tiga_dist` asks whether a
     /// realization is a rank's shard, whose calls exchange halos). `None`
     /// for a realization that borrows (a view), which no layer asks about.
     fn as_any(&self) -> Option<&dyn std::any::Any> {

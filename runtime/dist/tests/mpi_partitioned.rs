@@ -22,12 +22,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use tiga_distributed::comm::{Communicator, InProcess, Mpi, NodeGroups};
-use tiga_distributed::embedding::{Embedding, Optimizer};
-use tiga_distributed::partition::owned_range;
-use tiga_distributed::partitioned::{
-    CacheMode, CachePolicy, Capability, Location, MemoryType, Options, PartitionedTensor, RowSplit,
-};
+use tiga_dist::comm::{Communicator, InProcess, Mpi, NodeGroups};
+use tiga_dist::embedding::{Embedding, Optimizer};
+use tiga_dist::partition::owned_range;
+use tiga_dist::partitioned::{CacheMode, CachePolicy, Capability, Location, MemoryType, Options, PartitionedTensor, RowSplit};
 use tiga_runtime::ElementType;
 
 fn value(i: usize) -> f32 {

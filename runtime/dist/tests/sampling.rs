@@ -9,9 +9,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use tiga_distributed::comm::{Communicator, InProcess};
-use tiga_distributed::sampling::{append_unique, sample_multi_hop, sample_neighbors, HopRequest, SampleError};
-use tiga_distributed::shard::{PartitionChoice, ShardOptions, Sharded};
+use tiga_dist::comm::{Communicator, InProcess};
+use tiga_dist::sampling::{append_unique, sample_multi_hop, sample_neighbors, HopRequest, SampleError};
+use tiga_dist::shard::{PartitionChoice, ShardOptions, Sharded};
 use tiga_runtime::{add_self_loops_first, ExistingLoops, Graph};
 use tiga_storage::{save_gfg, GfgFile};
 

@@ -17,7 +17,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tiga_distributed::comm::{Communicator, Mpi};
+use tiga_dist::comm::{Communicator, Mpi};
 
 const ROUNDS: usize = 200;
 const DIES_AT: usize = 50;

@@ -8,7 +8,9 @@
 //! and columns) to partition, and sends every rank each node's part; the
 //! other ranks still read only their own rows, one page per run of
 //! consecutive owned rows. Ghosts are found from the rank's own rows and
-//! asked of their owners, as for any sharded graph.
+//! asked of their owners, as for any sharded graph. A halo k hops deep
+//! reads, besides, the rows of the ghosts of levels 1..k-1 (whose rows the
+//! rank computes too), a level at a time: still never the whole file.
 //!
 //! Stored fields are read by runs of consecutive owned rows too. A file
 //! with stored edge ids (one converted from an edge list) costs more: its
@@ -17,10 +19,11 @@
 //! its stored edge fields (pass edge fields in the call to avoid reading
 //! them there).
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::{exchange_requests, partition_at_root, LocalShard, PartitionChoice, PlanError, ShardError, Sharded};
+use super::{exchange_requests, partition_at_root, LocalShard, PartitionChoice, PlanError, ShardError, ShardOptions, Sharded};
 use crate::comm::{check_same, Communicator};
 use crate::partition::{Method, Partition, PartitionError};
 use tiga_runtime::{Data, Graph, Tensor};
@@ -84,6 +87,59 @@ fn file_partition(file: &GfgFile, comm: &dyn Communicator, choice: &PartitionCho
     })
 }
 
+/// The rows [`LocalShard::build`] walks for a halo `depth` hops deep: the
+/// owned rows, then the ghost rows of levels 1..depth-1 (the sources their
+/// rows read, which are rows of a square graph), read level by level, a
+/// run of consecutive rows at a time. The result is a graph over all the
+/// file's rows in which the rows not read are empty, and `ids[p]` the
+/// user edge of its position `p`.
+fn read_rows(file: &GfgFile, owned: &[u32], depth: usize) -> Result<(Graph, Vec<u64>), ShardError> {
+    let (ns, nd) = (file.num_src(), file.num_dst());
+    let mut read: BTreeMap<usize, (Vec<u32>, Vec<u64>)> = BTreeMap::new();
+    let mut level: Vec<usize> = owned.iter().map(|&u| u as usize).collect();
+    level.sort_unstable();
+    for l in 0..depth {
+        let mut next = Vec::new();
+        for run in runs(level.iter().copied()) {
+            let page = if file.has_edge_ids() { file.page(run.clone()) } else { file.page_without_ids(run.clone(), false) }
+                .map_err(file_error)?;
+            let first = page.offsets.first().copied().unwrap_or(0);
+            for (k, row) in run.clone().enumerate() {
+                let (a, b) = ((page.offsets[k] - first) as usize, (page.offsets[k + 1] - first) as usize);
+                let cols = page.cols[a..b].to_vec();
+                if l + 1 < depth {
+                    next.extend(cols.iter().map(|&c| c as usize).filter(|c| !read.contains_key(c)));
+                }
+                read.insert(row, (cols, (a..b).map(|p| page.edge_id(p)).collect()));
+            }
+            file.release_page(&page);
+        }
+        next.sort_unstable();
+        next.dedup();
+        next.retain(|c| !read.contains_key(c));
+        if next.is_empty() {
+            break;
+        }
+        level = next;
+    }
+    let mut offsets = vec![0u64; nd + 1];
+    let (mut cols, mut ids) = (Vec::new(), Vec::new());
+    let mut next_row = 0;
+    for (&row, (c, e)) in &read {
+        for o in offsets.iter_mut().take(row + 1).skip(next_row + 1) {
+            *o = cols.len() as u64;
+        }
+        cols.extend_from_slice(c);
+        ids.extend_from_slice(e);
+        offsets[row + 1] = cols.len() as u64;
+        next_row = row + 1;
+    }
+    for o in offsets.iter_mut().skip(next_row + 1) {
+        *o = cols.len() as u64;
+    }
+    Ok((Graph::from_csr(ns, nd, offsets, cols).map_err(PlanError::from)?, ids))
+}
+
 impl Sharded {
     /// This rank's part of the graph in `file`, which every rank opened
     /// (its manifest is compared across ranks), in contiguous blocks of
@@ -96,6 +152,15 @@ impl Sharded {
     /// [`Sharded::from_gfg`] with the rows cut as `choice` says (see the
     /// module doc for what each partition reads).
     pub fn from_gfg_with(file: GfgFile, comm: Arc<dyn Communicator>, choice: &PartitionChoice) -> Result<Sharded, ShardError> {
+        Self::from_gfg_options(file, comm, &ShardOptions { partition: choice.clone(), depth: 1 })
+    }
+
+    /// [`Sharded::from_gfg`] with the rows cut as `opts.partition` says and
+    /// ghosts `opts.depth` hops deep: a rank reads its own rows, then the
+    /// ghost rows of each level below the depth (a square graph's sources
+    /// are rows too), one level at a time.
+    pub fn from_gfg_options(file: GfgFile, comm: Arc<dyn Communicator>, opts: &ShardOptions) -> Result<Sharded, ShardError> {
+        let (choice, depth) = (&opts.partition, opts.depth);
         if file.has_node_order() {
             return Err(ShardError::Usage(format!(
                 "{} is stored in a node order (written with --renumber); a sharded run partitions the caller's numbering: \
@@ -106,35 +171,17 @@ impl Sharded {
         check_same(comm.as_ref(), "graph file", manifest_checksum(&file))?;
         let (world, rank) = (comm.size(), comm.rank());
         let (ns, nd) = (file.num_src(), file.num_dst());
+        // Refused before any read, with the plan's own messages.
+        if depth == 0 || depth > 255 {
+            return Err(PlanError::Depth(depth).into());
+        }
+        if depth > 1 && ns != nd {
+            return Err(PlanError::DepthNeedsSquare { num_src: ns, num_dst: nd }.into());
+        }
         let dst = file_partition(&file, comm.as_ref(), choice)?;
         let src = if ns == nd { dst.clone() } else { Partition::contiguous(ns, world)? };
-        // A graph with this rank's rows and no others (the plan reads only
-        // the owned rows' adjacency at depth 1), read a run of rows at a
-        // time; `ids[p]` is the user edge of its position `p`.
-        let mut offsets = vec![0u64; nd + 1];
-        let (mut cols, mut ids) = (Vec::new(), Vec::new());
-        let mut next_row = 0;
-        for run in runs(dst.owned(rank).iter().map(|&u| u as usize)) {
-            let page = if file.has_edge_ids() { file.page(run.clone()) } else { file.page_without_ids(run.clone(), false) }
-                .map_err(file_error)?;
-            for o in offsets.iter_mut().take(run.start + 1).skip(next_row + 1) {
-                *o = cols.len() as u64;
-            }
-            let first = page.offsets.first().copied().unwrap_or(0);
-            let base = cols.len() as u64;
-            for (k, &o) in page.offsets.iter().enumerate().skip(1) {
-                offsets[run.start + k] = base + o - first;
-            }
-            cols.extend_from_slice(page.cols);
-            ids.extend((0..page.cols.len()).map(|k| page.edge_id(k)));
-            file.release_page(&page);
-            next_row = run.end;
-        }
-        for o in offsets.iter_mut().skip(next_row + 1) {
-            *o = cols.len() as u64;
-        }
-        let partial = Graph::from_csr(ns, nd, offsets, cols).map_err(PlanError::from)?;
-        let mut local = LocalShard::build(&partial, &dst, &src, rank, 1)?;
+        let (partial, ids) = read_rows(&file, dst.owned(rank), depth)?;
+        let mut local = LocalShard::build(&partial, &dst, &src, rank, depth)?;
         for id in local.edge_ids.iter_mut() {
             *id = ids[*id as usize];
         }

@@ -3,7 +3,7 @@
 //! so that every rank runs the same collectives; at the end the ranks
 //! agree on the number of failures.
 
-use tiga_distributed::comm::Communicator;
+use tiga_dist::comm::Communicator;
 
 /// A rank's checks.
 pub struct Checks {

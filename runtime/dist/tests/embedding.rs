@@ -6,10 +6,10 @@
 mod common;
 
 use common::Rng;
-use tiga_distributed::comm::{Communicator, InProcess};
-use tiga_distributed::embedding::{Embedding, Optimizer};
-use tiga_distributed::partition::owned_range;
-use tiga_distributed::partitioned::{CacheMode, CachePolicy, MemoryType, Options, RowSplit};
+use tiga_dist::comm::{Communicator, InProcess};
+use tiga_dist::embedding::{Embedding, Optimizer};
+use tiga_dist::partition::owned_range;
+use tiga_dist::partitioned::{CacheMode, CachePolicy, MemoryType, Options, RowSplit};
 
 const ROWS: usize = 23;
 const DIM: usize = 5;

@@ -9,8 +9,8 @@ mod common;
 use std::sync::Mutex;
 
 use common::Rng;
-use tiga_distributed::comm::{Communicator, InProcess};
-use tiga_distributed::partitioned::{
+use tiga_dist::comm::{Communicator, InProcess};
+use tiga_dist::partitioned::{
     part_path, CacheMode, CachePolicy, Capability, Location, MemoryType, Options, PartitionedError, PartitionedTensor, RowSplit,
 };
 use tiga_runtime::element::{bytes_of, Element};

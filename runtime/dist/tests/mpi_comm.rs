@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tiga_distributed::comm::{launched_by_mpirun, CommError, Communicator, Mpi};
+use tiga_dist::comm::{launched_by_mpirun, CommError, Communicator, Mpi};
 
 /// A check's outcomes on this rank.
 /// The bytes rank `from` sends rank `to` in exchange `round`: a length that
