@@ -235,8 +235,7 @@ impl Kernel {
                     sh.local().depth
                 )));
             }
-            let seed = crate::vjp::Seed::Cotangents(cotangents);
-            return self.vjp_sharded(sh, inputs, seed, schedule, wrt, Some(tape));
+            return self.vjp_sharded_taped(sh, inputs, cotangents, schedule, wrt, tape);
         }
         let Residuals::Kept(stages) = self.residuals()? else {
             return Err(Error::Internal(format!("kernel `{}` keeps no residuals, but a tape holds some", self.name())));

@@ -390,6 +390,20 @@ impl Kernel {
         }
     }
 
+    /// [`Kernel::vjp_taped_wrt`] over a shard one hop deep: the tape holds
+    /// the residuals of this rank's owned rows.
+    pub(crate) fn vjp_sharded_taped(
+        &self,
+        sh: &Sharded,
+        inputs: &Inputs<'_>,
+        cotangents: &[(&str, TensorView<'_>)],
+        schedule: &Schedule,
+        wrt: &crate::Wrt,
+        tape: &Tape,
+    ) -> Result<Gradients> {
+        self.vjp_sharded(sh, inputs, Seed::Cotangents(cotangents), schedule, wrt, Some(tape))
+    }
+
     /// The VJP over a sharded graph: this rank's gradients (source ones
     /// complete, with the peers' contributions to its sources added in rank
     /// order), from cotangents per owned row and edge (or whole arrays), or
