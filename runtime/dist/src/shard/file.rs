@@ -19,7 +19,6 @@
 //! its stored edge fields (pass edge fields in the call to avoid reading
 //! them there).
 
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -87,6 +86,9 @@ fn file_partition(file: &GfgFile, comm: &dyn Communicator, choice: &PartitionCho
     })
 }
 
+/// A run of rows as read: the rows, their offsets from 0, columns and edge ids.
+type ReadRun = (Range<usize>, Vec<u64>, Vec<u32>, Vec<u64>);
+
 /// The rows [`LocalShard::build`] walks for a halo `depth` hops deep: the
 /// owned rows, then the ghost rows of levels 1..depth-1 (the sources their
 /// rows read, which are rows of a square graph), read level by level, a
@@ -95,47 +97,54 @@ fn file_partition(file: &GfgFile, comm: &dyn Communicator, choice: &PartitionCho
 /// user edge of its position `p`.
 fn read_rows(file: &GfgFile, owned: &[u32], depth: usize) -> Result<(Graph, Vec<u64>), ShardError> {
     let (ns, nd) = (file.num_src(), file.num_dst());
-    let mut read: BTreeMap<usize, (Vec<u32>, Vec<u64>)> = BTreeMap::new();
+    // Runs as read (rows, offsets from 0, columns, edge ids), not a vector
+    // per row: at depth 1 a rank reads its runs once and copies them once.
+    let mut read: Vec<ReadRun> = Vec::new();
+    let mut seen = vec![false; nd];
     let mut level: Vec<usize> = owned.iter().map(|&u| u as usize).collect();
     level.sort_unstable();
     for l in 0..depth {
+        for &r in &level {
+            seen[r] = true;
+        }
         let mut next = Vec::new();
         for run in runs(level.iter().copied()) {
             let page = if file.has_edge_ids() { file.page(run.clone()) } else { file.page_without_ids(run.clone(), false) }
                 .map_err(file_error)?;
             let first = page.offsets.first().copied().unwrap_or(0);
-            for (k, row) in run.clone().enumerate() {
-                let (a, b) = ((page.offsets[k] - first) as usize, (page.offsets[k + 1] - first) as usize);
-                let cols = page.cols[a..b].to_vec();
-                if l + 1 < depth {
-                    next.extend(cols.iter().map(|&c| c as usize).filter(|c| !read.contains_key(c)));
-                }
-                read.insert(row, (cols, (a..b).map(|p| page.edge_id(p)).collect()));
+            if l + 1 < depth {
+                next.extend(page.cols.iter().map(|&c| c as usize).filter(|&c| !seen[c]));
             }
+            let offsets = page.offsets.iter().map(|&o| o - first).collect();
+            let ids = (0..page.cols.len()).map(|p| page.edge_id(p)).collect();
+            read.push((run, offsets, page.cols.to_vec(), ids));
             file.release_page(&page);
         }
         next.sort_unstable();
         next.dedup();
-        next.retain(|c| !read.contains_key(c));
         if next.is_empty() {
             break;
         }
         level = next;
     }
+    read.sort_unstable_by_key(|(run, ..)| run.start);
     let mut offsets = vec![0u64; nd + 1];
     let (mut cols, mut ids) = (Vec::new(), Vec::new());
     let mut next_row = 0;
-    for (&row, (c, e)) in &read {
-        for o in offsets.iter_mut().take(row + 1).skip(next_row + 1) {
-            *o = cols.len() as u64;
+    for (run, o, c, e) in &read {
+        for x in offsets.iter_mut().take(run.start + 1).skip(next_row + 1) {
+            *x = cols.len() as u64;
+        }
+        let base = cols.len() as u64;
+        for (k, &v) in o.iter().enumerate().skip(1) {
+            offsets[run.start + k] = base + v;
         }
         cols.extend_from_slice(c);
         ids.extend_from_slice(e);
-        offsets[row + 1] = cols.len() as u64;
-        next_row = row + 1;
+        next_row = run.end;
     }
-    for o in offsets.iter_mut().skip(next_row + 1) {
-        *o = cols.len() as u64;
+    for x in offsets.iter_mut().skip(next_row + 1) {
+        *x = cols.len() as u64;
     }
     Ok((Graph::from_csr(ns, nd, offsets, cols).map_err(PlanError::from)?, ids))
 }
