@@ -550,11 +550,12 @@ fn measure_rank(
     // a step costs without the sharded call's own work (copies into slots,
     // the exchange, outputs put in owned order).
     let mut kernel_ms = Vec::with_capacity(s.steps);
+    let local_graph = l.graph.as_ref().ok_or("the local rows are not in memory")?;
     let local_ins = Inputs::new().src(case.field, &fields[0]);
     for i in 0..s.warmup + s.steps {
         barrier()?;
         let t = Instant::now();
-        let out = case.kernel.run_with(&l.graph, &local_ins, &schedule).map_err(|e| format!("local kernel: {e}"))?;
+        let out = case.kernel.run_with(local_graph, &local_ins, &schedule).map_err(|e| format!("local kernel: {e}"))?;
         let ms = ms_since(t);
         drop(out);
         if i >= s.warmup {
@@ -566,8 +567,8 @@ fn measure_rank(
         take_rows(reference.data(), reference.shape(), sh.owned_dst().iter().map(|&u| u as usize)).map_err(|e| e.to_string())?;
     let got = last.ok_or("no step ran")?;
     let (mismatched_rows, first_mismatch) = bit_mismatches(&got, &want)?;
-    let owned_edges = l.graph.offsets()[l.owned_rows] as usize;
-    let cut_edges = l.graph.cols()[..owned_edges].iter().filter(|&&c| c as usize >= l.owned_slots).count();
+    let owned_edges = local_graph.offsets()[l.owned_rows] as usize;
+    let cut_edges = local_graph.cols()[..owned_edges].iter().filter(|&&c| c as usize >= l.owned_slots).count();
     Ok(RankStats {
         rank: sh.rank(),
         world: sh.world(),

@@ -9,6 +9,10 @@
 //! numbering) and keeps its rows. Rank 0 gathers the outputs and gradients
 //! back into the user's numbering and writes the same `--out` and
 //! `--grads` files, bit for bit for outputs, that one process writes.
+//! A page plan (`--page-rows`, `--page-bytes`, `--prefetch`) or a RAM
+//! budget makes each rank write its local rows to a `.gfg` of its own in
+//! the spill directory and run them page by page, as one process runs a
+//! file, around the same halo exchange.
 //! `--timing` adds, per rank (arrays indexed by rank), `exchange_ms_median`
 //! (the halo exchange of one run, start to ghosts written) and
 //! `ghost_rows`.
@@ -60,9 +64,6 @@ fn fail(rank: usize) -> impl Fn(String) -> Failure {
 pub fn run(req: &RunRequest, comm: Arc<dyn Communicator>) -> Result<(), Failure> {
     let rank = comm.rank();
     let f = fail(rank);
-    if let Some(flag) = req.paging.given() {
-        return Err(f(format!("{flag}: a sharded run holds each rank's rows in memory; page plans do not apply")));
-    }
     // The single-process run's schedule (the environment, then the flags):
     // one command line runs under one schedule, sharded or not.
     let schedule = crate::run::schedule_of(req)?;
@@ -79,7 +80,7 @@ pub fn run(req: &RunRequest, comm: Arc<dyn Communicator>) -> Result<(), Failure>
     let inputs = tensors.iter().fold(Inputs::new(), |acc, (r, n, t)| acc.with_role(*r, n, t));
     let partition = crate::partition_report::choice(&req.partition)?;
     let opts = ShardOptions { partition, depth: req.halo_depth };
-    let sh = if is_gfg(&req.graph) {
+    let mut sh = if is_gfg(&req.graph) {
         let file = tiga::runtime::GfgFile::open(&req.graph).map_err(|e| f(e.to_string()))?;
         Sharded::from_gfg_options(file, comm.clone(), &opts).map_err(|e| f(e.to_string()))?
     } else {
@@ -89,6 +90,12 @@ pub fn run(req: &RunRequest, comm: Arc<dyn Communicator>) -> Result<(), Failure>
         };
         Sharded::from_graph(&g, comm.clone(), &opts).map_err(|e| f(e.to_string()))?
     };
+    // A page plan or a RAM budget: each rank runs its rows from a file of
+    // its own, page by page, under the same schedule.
+    if req.paging.given().is_some() || schedule.ram_budget.is_some() {
+        let dir = schedule.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
+        sh.page_local(&dir).map_err(|e| f(e.to_string()))?;
+    }
     if rank == 0 {
         if let Some((dir, _)) = &backward {
             prepare_dir(dir)?;

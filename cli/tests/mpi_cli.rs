@@ -81,6 +81,19 @@ fn run_args(graph: &Path, fields: &[String], out: &Path, grads: &Path) -> Vec<St
     a
 }
 
+/// The gradient files in `got` equal those in `want` to 1e-6 of the largest.
+fn grads_close(got: &Path, want: &Path, what: &str) {
+    for g in ["src.h", "src.cs", "dst.cd", "edge.w"] {
+        let a = npy_f32(&got.join(format!("{g}.npy")));
+        let b = npy_f32(&want.join(format!("{g}.npy")));
+        assert_eq!(a.len(), b.len(), "{what}: gradient {g}");
+        let scale = b.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!((x - y).abs() <= 1e-6 * scale, "{what}: gradient {g}[{i}]: {x} vs {y}");
+        }
+    }
+}
+
 fn npy_f32(p: &Path) -> Vec<f32> {
     tiga::read_npy(p).expect("npy").as_f32().expect("f32").to_vec()
 }
@@ -110,15 +123,7 @@ fn sharded_tigac_run_writes_the_single_process_files() {
             std::fs::read(&one_out).expect("one"),
             "{n} ranks, {partition}: output bytes"
         );
-        for g in ["src.h", "src.cs", "dst.cd", "edge.w"] {
-            let a = npy_f32(&grads.join(format!("{g}.npy")));
-            let b = npy_f32(&one_grads.join(format!("{g}.npy")));
-            assert_eq!(a.len(), b.len());
-            let scale = b.iter().fold(1.0f32, |m, x| m.max(x.abs()));
-            for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-                assert!((x - y).abs() <= 1e-6 * scale, "{n} ranks, {partition}: gradient {g}[{i}]: {x} vs {y}");
-            }
-        }
+        grads_close(&grads, &one_grads, &format!("{n} ranks, {partition}"));
     }
     // From a .gfg (each rank reads its rows), with --timing's per-rank figures.
     let gfg = dir.path().join("g.gfg");
@@ -159,6 +164,50 @@ fn sharded_tigac_run_writes_the_single_process_files() {
     let o = mpirun(3).arg(tigac()).args(&deep).output().expect("mpirun");
     ok(&o, "3 ranks from a .gfg, halo depth 2");
     assert_eq!(std::fs::read(&out_d).expect("out"), std::fs::read(&one_out).expect("one"), "from a .gfg, halo depth 2");
+    // A .gfg written in a node order, sharded in the caller's numbering.
+    let rcm = dir.path().join("g-rcm.gfg");
+    ok(
+        &Command::new(tigac())
+            .args([
+                "convert",
+                graph.to_str().expect("path"),
+                rcm.to_str().expect("path"),
+                "--num-nodes",
+                "300",
+                "--renumber",
+                "rcm",
+            ])
+            .output()
+            .expect("convert"),
+        "convert --renumber rcm",
+    );
+    let mut renumbered = deep.clone();
+    let gat = renumbered.iter().position(|a| a == "--graph").expect("flag");
+    renumbered[gat + 1] = rcm.display().to_string();
+    let out_r = dir.path().join("out-gfg-rcm.npy");
+    let at = renumbered.iter().position(|a| a == "--out").expect("flag");
+    renumbered[at + 1] = out_r.display().to_string();
+    let gat = renumbered.iter().position(|a| a == "--grads").expect("flag");
+    renumbered[gat + 1] = dir.path().join("grads-gfg-rcm").display().to_string();
+    let o = mpirun(3).arg(tigac()).args(&renumbered).output().expect("mpirun");
+    ok(&o, "3 ranks from a renumbered .gfg, halo depth 2");
+    assert_eq!(std::fs::read(&out_r).expect("out"), std::fs::read(&one_out).expect("one"), "from a renumbered .gfg");
+    // Each rank's rows paged from a file of its own, a deep halo too.
+    let spill = dir.path().join("spill");
+    std::fs::create_dir_all(&spill).expect("spill dir");
+    let mut paged = renumbered.clone();
+    let out_p = dir.path().join("out-gfg-paged.npy");
+    let at = paged.iter().position(|a| a == "--out").expect("flag");
+    paged[at + 1] = out_p.display().to_string();
+    let gat = paged.iter().position(|a| a == "--grads").expect("flag");
+    let grads_p = dir.path().join("grads-gfg-paged");
+    paged[gat + 1] = grads_p.display().to_string();
+    paged.extend(["--page-rows".into(), "7".into(), "--prefetch".into(), "1".into()]);
+    let o = mpirun(3).env("TIGA_SPILL_DIR", &spill).arg(tigac()).args(&paged).output().expect("mpirun");
+    ok(&o, "3 ranks, rows paged inside each");
+    assert_eq!(std::fs::read(&out_p).expect("out"), std::fs::read(&one_out).expect("one"), "rows paged inside each rank");
+    grads_close(&grads_p, &one_grads, "rows paged inside each rank");
+    assert_eq!(std::fs::read_dir(&spill).expect("spill").count(), 0, "each rank removed its local file");
     let o = mpirun(2).arg(tigac()).args(&args).output().expect("mpirun");
     ok(&o, "2 ranks from a .gfg");
     assert_eq!(std::fs::read(&out).expect("out"), std::fs::read(&one_out).expect("one"), "from a .gfg: output bytes");

@@ -176,23 +176,26 @@ impl Kernel {
         // Moved out of `local`, exchanged, then handed back.
         let mut slot_fields = local.take_slot_fields()?;
         let halo = sh.start_halo(&slot_fields.iter().collect::<Vec<_>>())?;
-        let extents = Extents { num_src: l.slots.len(), num_dst: l.rows.len(), num_edges: l.graph.num_edges() };
+        let extents = Extents { num_src: l.slots.len(), num_dst: l.rows.len(), num_edges: l.local_edges };
         let k = self.captured();
         let deep = !local.dst_slots.is_empty();
         let param_outputs = !k.outputs_of(Role::Param).is_empty();
         // On a device the local rows run after the exchange, uploaded whole:
         // the overlap below runs the interior rows on this CPU.
         let device = schedule.device != tiga_runtime::Device::Cpu;
-        if schedule.backend == Backend::Reference || l.interior.is_empty() || deep || param_outputs || device {
+        // Paged local rows stream from their file after the exchange too.
+        let memory = l.graph.as_ref().filter(|_| !sh.is_paged());
+        if schedule.backend == Backend::Reference || l.interior.is_empty() || deep || param_outputs || device || memory.is_none()
+        {
             halo.finish(sh, &mut slot_fields)?;
             self.take_back(&mut local, slot_fields, sh)?;
-            let out = self.run_with(&l.graph, &local.inputs(), schedule);
+            let out = self.run_with(sh.local_rows()?, &local.inputs(), schedule);
             for (_, t) in local.src {
                 sh.recycle(t);
             }
             return out;
         }
-        let g = &l.graph;
+        let g = memory.ok_or_else(|| Error::Internal("the overlap needs the local rows in memory".into()))?;
         // The interior rows read owned slots only: they run on the owned
         // prefix of each source field while the ghosts travel.
         let (p, mut outs, dtype, widths) = {
@@ -357,7 +360,7 @@ impl Kernel {
             self.take_back(&mut local, slot_fields, sh)?;
             for _ in 0..burst {
                 let ins = local.inputs();
-                let outs = self.run_with(&l.graph, &ins, schedule)?;
+                let outs = self.run_with(sh.local_rows()?, &ins, schedule)?;
                 let out = outs.tensor(feed)?;
                 // Each computed row's output becomes its node's slot.
                 let slot = local
@@ -432,8 +435,8 @@ impl Kernel {
         // rows, which are its local rows, in order (the forward gave its
         // outputs so).
         let grads = match tape {
-            Some(t) => self.vjp_taped_wrt(&l.graph, &ins, t, &views, wrt, schedule)?,
-            None => self.vjp_wrt(&l.graph, &ins, &views, wrt, schedule)?,
+            Some(t) => self.vjp_taped_wrt(sh.local_rows()?, &ins, t, &views, wrt, schedule)?,
+            None => self.vjp_wrt(sh.local_rows()?, &ins, &views, wrt, schedule)?,
         };
         // Source gradients over the slots: ghosts go home.
         let mut items = grads.items;
@@ -487,7 +490,7 @@ impl Kernel {
                 if !k.outputs.iter().any(|o| o.name == output) {
                     return Err(Error::NoOutput { name: output.into(), outputs: self.output_names().join(", ") });
                 }
-                let extents = Extents { num_src: l.slots.len(), num_dst: l.rows.len(), num_edges: l.graph.num_edges() };
+                let extents = Extents { num_src: l.slots.len(), num_dst: l.rows.len(), num_edges: l.local_edges };
                 let b = bind_extents(k, extents, ins)?;
                 for (o, shape) in k.outputs.iter().zip(output_shapes(k, &extents, &b.widths)) {
                     let w: usize = shape.iter().skip(1).product();

@@ -1,7 +1,8 @@
 //! Sharded graphs read from a `.gfg` every rank opens: each rank reads its
 //! own rows' pages and its own rows of the stored fields (counted through
 //! the file's read blocks), and computes what one process computes from
-//! memory, in contiguous, edge-balanced and METIS (feature `metis`) blocks.
+//! memory, in contiguous, edge-balanced and METIS (feature `metis`) blocks,
+//! from files in the caller's numbering and in node orders.
 
 use std::sync::Arc;
 
@@ -15,6 +16,14 @@ use common::{disk_fields, random_fields, rows_of, tensors, Rng};
 #[path = "common/gnn.rs"]
 mod gnn;
 
+/// A rank's `out` has the bits of one process's rows `dsts`.
+fn assert_owned_bits(got: &tiga::Outputs, want: &tiga::Outputs, dsts: &[u32], what: &str) {
+    let got: Vec<u64> = got.tensor("out").expect("out").to_f64_vec().iter().map(|x| x.to_bits()).collect();
+    let exp: Vec<u64> =
+        rows_of(want.tensor("out").expect("out"), dsts.iter().map(|&u| u as usize)).iter().map(|x| x.to_bits()).collect();
+    assert_eq!(got, exp, "{what}");
+}
+
 #[test]
 fn every_gnn_kernel_from_a_shared_file() {
     let mut rng = Rng(0x5eed_0001);
@@ -27,10 +36,21 @@ fn every_gnn_kernel_from_a_shared_file() {
             }
             let fields = random_fields(k, &g, 4, || rng.uniform() - 0.5);
             let ts = tensors(&fields, true);
-            let path = dir.path().join(format!("g{gi}-{ki}.gfg"));
             let named: Vec<(Role, String, Tensor)> =
                 fields.iter().zip(&ts).map(|((r, n, _, _), t)| (*r, n.clone(), t.clone())).collect();
-            save_gfg(&path, &g, false, &disk_fields(&named)).expect("save");
+            // The caller's numbering, and node orders: a file written in
+            // one is sharded in the caller's numbering. (Only `degree`
+            // renumbers a non-square graph, by rows.)
+            let mut paths = Vec::new();
+            for order in [tiga::Renumber::None, tiga::Renumber::Degree, tiga::Renumber::Cluster] {
+                let path = dir.path().join(format!("g{gi}-{ki}-{}.gfg", order.name()));
+                match order {
+                    tiga::Renumber::None => save_gfg(&path, &g, false, &disk_fields(&named)).expect("save"),
+                    tiga::Renumber::Cluster if ns != nd => continue,
+                    _ => save_renumbered(&path, &g, order, &disk_fields(&named)),
+                }
+                paths.push(path);
+            }
             let all = common::inputs(&fields, &ts);
             let want = k.run(&g, &all).expect("one process");
             let want_g = k.grad(&g, &all, "out").expect("one-process grad");
@@ -42,9 +62,10 @@ fn every_gnn_kernel_from_a_shared_file() {
             }
             let per_rank: Vec<_> = choices
                 .iter()
-                .flat_map(|choice| {
+                .flat_map(|choice| paths.iter().map(move |path| (choice, path)))
+                .flat_map(|(choice, path)| {
                     InProcess::run(3, |c| {
-                        let file = GfgFile::open(&path).expect("open");
+                        let file = GfgFile::open(path).expect("open");
                         let sh = Sharded::from_gfg_with(file, Arc::new(c), choice).expect("shard");
                         let out = k.run(&sh, &params).expect("sharded run");
                         let grads = k.grad(&sh, &params, "out").expect("sharded grad");
@@ -54,12 +75,7 @@ fn every_gnn_kernel_from_a_shared_file() {
                 .collect();
             for r in per_rank {
                 let (dsts, srcs, out, grads) = r.expect("rank");
-                let got: Vec<u64> = out.tensor("out").expect("out").to_f64_vec().iter().map(|x| x.to_bits()).collect();
-                let exp: Vec<u64> = rows_of(want.tensor("out").expect("out"), dsts.iter().map(|&u| u as usize))
-                    .iter()
-                    .map(|x| x.to_bits())
-                    .collect();
-                assert_eq!(got, exp, "{} on graph {gi}", k.name());
+                assert_owned_bits(&out, &want, &dsts, &format!("{} on graph {gi}", k.name()));
                 for (role, name, t) in &grads.items {
                     if *role != Role::Src {
                         continue;
@@ -133,6 +149,9 @@ fn a_deep_halo_read_from_the_file_steps_as_one_process_and_plans_as_memory() {
     let g = common::random_graph(&mut rng, 60, 60, 240, false);
     let path = dir.path().join("deep.gfg");
     save_gfg(&path, &g, false, &[]).expect("save");
+    // The same graph in RCM order: sharded in the caller's numbering.
+    let rcm = dir.path().join("deep-rcm.gfg");
+    save_renumbered(&rcm, &g, tiga::Renumber::Rcm, &[]);
     let k = gnn::Smoothing::kernel();
     let x: Vec<f32> = (0..60).map(|_| rng.uniform() as f32).collect();
     let ins = Inputs::new().src("x", &x);
@@ -141,10 +160,12 @@ fn a_deep_halo_read_from_the_file_steps_as_one_process_and_plans_as_memory() {
         want = k.run(&g, &Inputs::new().src("x", &want)).expect("one process").f32("out").expect("out").to_vec();
     }
     for depth in [1, 2, 3] {
-        for partition in [PartitionChoice::Contiguous, PartitionChoice::Balanced] {
+        for (path, partition) in
+            [(&path, PartitionChoice::Contiguous), (&path, PartitionChoice::Balanced), (&rcm, PartitionChoice::Balanced)]
+        {
             let opts = ShardOptions { partition, depth };
             let from_file = InProcess::run(3, |c| {
-                let file = GfgFile::open(&path).expect("open");
+                let file = GfgFile::open(path).expect("open");
                 let sh = Sharded::from_gfg_options(file, Arc::new(c), &opts).expect("shard");
                 let out = k.iterate(&sh, &ins, "out", "x", 3, &tiga::Schedule::default()).expect("iterate");
                 let l = sh.local();
@@ -164,7 +185,7 @@ fn a_deep_halo_read_from_the_file_steps_as_one_process_and_plans_as_memory() {
             for (f, m) in from_file.into_iter().zip(from_memory) {
                 let (ids, rows, slots, edges, out) = f.expect("rank");
                 let (m_rows, m_slots, m_edges) = m.expect("rank");
-                assert_eq!((&rows, &slots, &edges), (&m_rows, &m_slots, &m_edges), "depth {depth}: the file's plan");
+                assert_eq!((&rows, &slots, &edges), (&m_rows, &m_slots, &m_edges), "depth {depth}: {}'s plan", path.display());
                 let exp: Vec<u32> = ids.iter().map(|&u| want[u as usize].to_bits()).collect();
                 assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), exp, "depth {depth}");
             }
@@ -188,4 +209,76 @@ fn a_deep_halo_of_a_non_square_file_is_refused_before_reading() {
         let e = r.expect("rank").expect_err("refused");
         assert!(e.contains("13 sources") || e.contains("square"), "{e}");
     }
+}
+
+/// `g` written in `order`'s numbering with `fields` (given in the caller's).
+fn save_renumbered(path: &std::path::Path, g: &Graph, order: tiga::Renumber, fields: &[(FieldRole, &str, TensorView<'_>)]) {
+    let r = g.renumbered(order).expect("renumbers").expect("an order");
+    let mut w = tiga::storage::GfgWriter::renumbered(g, &r).expect("writer");
+    for (role, name, view) in fields {
+        w = w.field(*role, *name, view.clone());
+    }
+    w.save(path).expect("save");
+}
+
+#[test]
+fn paged_rows_inside_each_rank_compute_what_memory_does() {
+    let mut rng = Rng(0x5eed_0007);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spill = tempfile::tempdir().expect("spill dir");
+    let g = common::random_graph(&mut rng, 50, 50, 230, false);
+    for (ki, k) in gnn::all().into_iter().enumerate() {
+        let fields = random_fields(k, &g, 3, || rng.uniform() - 0.5);
+        let ts = tensors(&fields, true);
+        let named: Vec<(Role, String, Tensor)> =
+            fields.iter().zip(&ts).map(|((r, n, _, _), t)| (*r, n.clone(), t.clone())).collect();
+        let all = common::inputs(&fields, &ts);
+        let want = k.run(&g, &all).expect("one process");
+        let want_g = k.grad(&g, &all, "out").expect("one-process grad");
+        let path = dir.path().join(format!("p{ki}.gfg"));
+        save_gfg(&path, &g, false, &disk_fields(&named)).expect("save");
+        let params = common::params_only(&named);
+        // Pages of 4 rows, one ahead, under a 2 KiB budget (outputs spill).
+        let schedule = tiga::Schedule::new().page_rows(4).prefetch(1).ram_budget(2048).spill_dir(spill.path());
+        for from_file in [false, true] {
+            let per_rank = InProcess::run(3, |c| {
+                let mut sh = if from_file {
+                    Sharded::from_gfg(GfgFile::open(&path).expect("open"), Arc::new(c)).expect("shard")
+                } else {
+                    Sharded::from_graph(&g, Arc::new(c), &ShardOptions { partition: PartitionChoice::Balanced, depth: 1 })
+                        .expect("shard")
+                };
+                sh.page_local(spill.path()).expect("page the local rows");
+                assert!(sh.is_paged() && sh.local().graph.is_none(), "the local CSR left memory");
+                let ins = if from_file { params.clone() } else { all.clone() };
+                let out = k.run_with(&sh, &ins, &schedule).expect("sharded paged run");
+                let grads = k.grad_with(&sh, &ins, "out", &schedule).expect("sharded paged grad");
+                (sh.owned_dst().to_vec(), sh.owned_src().to_vec(), out, grads)
+            });
+            let what = format!("{} ({})", k.name(), if from_file { "file" } else { "memory" });
+            for r in per_rank {
+                let (dsts, srcs, out, grads) = r.expect("rank");
+                assert_owned_bits(&out, &want, &dsts, &what);
+                for (role, name, t) in &grads.items {
+                    let w = match role {
+                        Role::Src => rows_of(want_g.get(*role, name).expect("grad"), srcs.iter().map(|&u| u as usize)),
+                        Role::Param => want_g.get(*role, name).expect("grad").to_f64_vec(),
+                        _ => continue,
+                    };
+                    for (x, y) in t.to_f64_vec().iter().zip(&w) {
+                        assert!((x - y).abs() <= 1e-6 * y.abs().max(1.0), "{what} d{name}: {x} vs {y}");
+                    }
+                }
+            }
+        }
+    }
+    // Each shard removed its file when it went.
+    assert_eq!(
+        std::fs::read_dir(spill.path())
+            .expect("spill dir")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "gfg"))
+            .count(),
+        0
+    );
 }

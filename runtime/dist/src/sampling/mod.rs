@@ -65,6 +65,11 @@ pub enum SampleError {
          sample a graph written without --renumber"
     )]
     RenumberedLayout(String),
+    #[error(
+        "this sharded graph runs its rows from a local file's pages (Sharded::page_local); sampling reads a shard's rows \
+         in memory: sample a shard that was not paged"
+    )]
+    PagedShard,
     #[error("reading rows: {0}")]
     Rows(#[from] ExecError),
     #[error("ranks disagree: {0}")]
@@ -205,7 +210,7 @@ struct Row {
 /// ids out).
 enum RowReader<'r> {
     Rows(Rows<'r>),
-    Shard { local: &'r crate::shard::LocalShard, row_of: HashMap<u32, usize> },
+    Shard { local: &'r crate::shard::LocalShard, graph: &'r tiga_runtime::Graph, row_of: HashMap<u32, usize> },
 }
 
 impl<'r> RowReader<'r> {
@@ -216,8 +221,9 @@ impl<'r> RowReader<'r> {
         Ok(match crate::shard::sharded(r) {
             Some(sh) => {
                 let local = sh.local();
+                let graph = local.graph.as_ref().ok_or(SampleError::PagedShard)?;
                 let row_of = local.rows[..local.owned_rows].iter().enumerate().map(|(k, &g)| (g, k)).collect();
-                RowReader::Shard { local, row_of }
+                RowReader::Shard { local, graph, row_of }
             }
             None => RowReader::Rows(r.rows(Side::Forward, true)?),
         })
@@ -257,11 +263,11 @@ impl<'r> RowReader<'r> {
     fn row(&self, i: usize) -> Result<Row, SampleError> {
         let rows = match self {
             RowReader::Rows(rows) => rows,
-            RowReader::Shard { local, row_of } => {
+            RowReader::Shard { local, graph, row_of } => {
                 let k = *row_of.get(&(i as u32)).ok_or_else(|| SampleError::Corrupt(format!("row {i} is not on this rank")))?;
-                let range = local.graph.row(k);
+                let range = graph.row(k);
                 return Ok(Row {
-                    cols: local.graph.cols()[range.clone()].iter().map(|&slot| local.slots[slot as usize]).collect(),
+                    cols: graph.cols()[range.clone()].iter().map(|&slot| local.slots[slot as usize]).collect(),
                     ids: local.edge_ids[range].to_vec(),
                 });
             }

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use super::{exchange_requests, partition_at_root, LocalShard, PartitionChoice, PlanError, ShardError, ShardOptions, Sharded};
 use crate::comm::{check_same, Communicator};
 use crate::partition::{Method, Partition, PartitionError};
+use tiga_runtime::renumber::Renumbered;
 use tiga_runtime::{Data, Graph, Tensor};
 use tiga_storage::{FieldRole, GfgFile};
 
@@ -51,9 +52,24 @@ fn file_error(e: tiga_storage::GfgError) -> ShardError {
     ShardError::Usage(e.to_string())
 }
 
-/// The destination partition of `file`'s rows: contiguous blocks at once;
-/// a partition that needs the adjacency computed at rank 0 and shared.
-fn file_partition(file: &GfgFile, comm: &dyn Communicator, choice: &PartitionChoice) -> Result<Partition, ShardError> {
+/// The node order `file` was written in, if any: user node `u` is file row
+/// `perm[u]`, file row `r` user node `inv[r]` (the sources share it when the
+/// graph is square, else keep their ids).
+fn stored_order(file: &GfgFile) -> Result<Option<Arc<Renumbered>>, ShardError> {
+    file.node_order().map_err(file_error)
+}
+
+/// The destination partition of `file`'s rows, in the caller's numbering:
+/// contiguous blocks at once; a partition that needs the adjacency
+/// computed at rank 0 and shared. A file in a node order is balanced on
+/// the caller's degrees and METIS-partitioned as stored (the same graph,
+/// relabelled), each node then given its stored row's part.
+fn file_partition(
+    file: &GfgFile,
+    order: Option<&Renumbered>,
+    comm: &dyn Communicator,
+    choice: &PartitionChoice,
+) -> Result<Partition, ShardError> {
     let (world, nd) = (comm.size(), file.num_dst());
     let method = match choice {
         PartitionChoice::Contiguous => return Ok(Partition::contiguous(nd, world)?),
@@ -72,13 +88,32 @@ fn file_partition(file: &GfgFile, comm: &dyn Communicator, choice: &PartitionCho
     };
     partition_at_root(comm, nd, method, || {
         let offsets = file.offsets().map_err(file_error)?;
+        let perm = order.map(|o| o.dst.perm());
         let p = match method {
-            Method::Balanced => Partition::balanced(offsets, world)?,
+            Method::Balanced => match perm {
+                None => Partition::balanced(offsets, world)?,
+                Some(perm) => {
+                    let mut user = Vec::with_capacity(nd + 1);
+                    user.push(0u64);
+                    for &r in perm {
+                        let r = r as usize;
+                        user.push(user[user.len() - 1] + (offsets[r + 1] - offsets[r]));
+                    }
+                    Partition::balanced(&user, world)?
+                }
+            },
             _ => {
                 if file.num_src() != nd {
                     return Err(PartitionError::NotSquare { num_src: file.num_src(), num_dst: nd }.into());
                 }
-                Partition::metis(nd, offsets, file.cols().map_err(file_error)?, world)?
+                let stored = Partition::metis(nd, offsets, file.cols().map_err(file_error)?, world)?;
+                match perm {
+                    None => stored,
+                    Some(perm) => {
+                        let parts = perm.iter().map(|&r| stored.part_of(r as usize) as u32).collect();
+                        Partition::from_parts(parts, world)?.with_method(Method::Metis)
+                    }
+                }
             }
         };
         file.release_adjacency();
@@ -92,16 +127,22 @@ type ReadRun = (Range<usize>, Vec<u64>, Vec<u32>, Vec<u64>);
 /// The rows [`LocalShard::build`] walks for a halo `depth` hops deep: the
 /// owned rows, then the ghost rows of levels 1..depth-1 (the sources their
 /// rows read, which are rows of a square graph), read level by level, a
-/// run of consecutive rows at a time. The result is a graph over all the
-/// file's rows in which the rows not read are empty, and `ids[p]` the
-/// user edge of its position `p`.
-fn read_rows(file: &GfgFile, owned: &[u32], depth: usize) -> Result<(Graph, Vec<u64>), ShardError> {
+/// run of consecutive rows of the file at a time. The result is a graph in
+/// the caller's numbering over all the file's rows in which the rows not
+/// read are empty (each row's edges in the file's order), and `ids[p]` the
+/// user edge of its position `p`. A file in a node order is read at its
+/// stored rows (`perm[u]`) and relabelled back (rows and, when square,
+/// columns through `inv`).
+fn read_rows(file: &GfgFile, order: Option<&Renumbered>, owned: &[u32], depth: usize) -> Result<(Graph, Vec<u64>), ShardError> {
     let (ns, nd) = (file.num_src(), file.num_dst());
-    // Runs as read (rows, offsets from 0, columns, edge ids), not a vector
-    // per row: at depth 1 a rank reads its runs once and copies them once.
+    let to_file = |u: u32| order.map_or(u, |o| o.dst.perm()[u as usize]) as usize;
+    let row_of = |r: usize| order.map_or(r, |o| o.dst.inv()[r] as usize);
+    let col_inv = order.and_then(|o| o.src_order()).map(|o| o.inv());
+    // Runs as read (file rows, offsets from 0, columns, edge ids), not a
+    // vector per row: a rank reads each run once and copies it once.
     let mut read: Vec<ReadRun> = Vec::new();
     let mut seen = vec![false; nd];
-    let mut level: Vec<usize> = owned.iter().map(|&u| u as usize).collect();
+    let mut level: Vec<usize> = owned.iter().map(|&u| to_file(u)).collect();
     level.sort_unstable();
     for l in 0..depth {
         for &r in &level {
@@ -127,24 +168,33 @@ fn read_rows(file: &GfgFile, owned: &[u32], depth: usize) -> Result<(Graph, Vec<
         }
         level = next;
     }
-    read.sort_unstable_by_key(|(run, ..)| run.start);
+    // Each read row's length at its caller's row, then the rows' edges at
+    // their offsets.
     let mut offsets = vec![0u64; nd + 1];
-    let (mut cols, mut ids) = (Vec::new(), Vec::new());
-    let mut next_row = 0;
-    for (run, o, c, e) in &read {
-        for x in offsets.iter_mut().take(run.start + 1).skip(next_row + 1) {
-            *x = cols.len() as u64;
+    for (run, o, ..) in &read {
+        for (k, w) in o.windows(2).enumerate() {
+            offsets[row_of(run.start + k) + 1] = w[1] - w[0];
         }
-        let base = cols.len() as u64;
-        for (k, &v) in o.iter().enumerate().skip(1) {
-            offsets[run.start + k] = base + v;
-        }
-        cols.extend_from_slice(c);
-        ids.extend_from_slice(e);
-        next_row = run.end;
     }
-    for x in offsets.iter_mut().skip(next_row + 1) {
-        *x = cols.len() as u64;
+    for i in 0..nd {
+        offsets[i + 1] += offsets[i];
+    }
+    let total = offsets[nd] as usize;
+    let (mut cols, mut ids) = (vec![0u32; total], vec![0u64; total]);
+    for (run, o, c, e) in &read {
+        for (k, w) in o.windows(2).enumerate() {
+            let at = offsets[row_of(run.start + k)] as usize;
+            let (a, b) = (w[0] as usize, w[1] as usize);
+            match col_inv {
+                Some(inv) => {
+                    for (dst, &src) in cols[at..at + b - a].iter_mut().zip(&c[a..b]) {
+                        *dst = inv[src as usize];
+                    }
+                }
+                None => cols[at..at + b - a].copy_from_slice(&c[a..b]),
+            }
+            ids[at..at + b - a].copy_from_slice(&e[a..b]);
+        }
     }
     Ok((Graph::from_csr(ns, nd, offsets, cols).map_err(PlanError::from)?, ids))
 }
@@ -170,13 +220,6 @@ impl Sharded {
     /// are rows too), one level at a time.
     pub fn from_gfg_options(file: GfgFile, comm: Arc<dyn Communicator>, opts: &ShardOptions) -> Result<Sharded, ShardError> {
         let (choice, depth) = (&opts.partition, opts.depth);
-        if file.has_node_order() {
-            return Err(ShardError::Usage(format!(
-                "{} is stored in a node order (written with --renumber); a sharded run partitions the caller's numbering: \
-                 shard a .gfg written without --renumber (each rank's partition orders its rows already)",
-                file.path().display()
-            )));
-        }
         check_same(comm.as_ref(), "graph file", manifest_checksum(&file))?;
         let (world, rank) = (comm.size(), comm.rank());
         let (ns, nd) = (file.num_src(), file.num_dst());
@@ -187,9 +230,10 @@ impl Sharded {
         if depth > 1 && ns != nd {
             return Err(PlanError::DepthNeedsSquare { num_src: ns, num_dst: nd }.into());
         }
-        let dst = file_partition(&file, comm.as_ref(), choice)?;
+        let order = stored_order(&file)?;
+        let dst = file_partition(&file, order.as_deref(), comm.as_ref(), choice)?;
         let src = if ns == nd { dst.clone() } else { Partition::contiguous(ns, world)? };
-        let (partial, ids) = read_rows(&file, dst.owned(rank), depth)?;
+        let (partial, ids) = read_rows(&file, order.as_deref(), dst.owned(rank), depth)?;
         let mut local = LocalShard::build(&partial, &dst, &src, rank, depth)?;
         for id in local.edge_ids.iter_mut() {
             *id = ids[*id as usize];
@@ -208,24 +252,37 @@ impl Sharded {
 
     /// This rank's rows of the stored field `name` (owned sources,
     /// destinations or edges, in owned order), read from the file a run of
-    /// consecutive rows at a time; `None` when the graph has no file or the
-    /// file no such field.
+    /// consecutive stored rows at a time (a file in a node order stores
+    /// node `u`'s row at `perm[u]`); `None` when the graph has no file or
+    /// the file no such field.
     pub fn stored_owned(&self, role: FieldRole, name: &str) -> Option<Result<Tensor, ShardError>> {
         let file = self.file.as_ref()?;
         let h = file.field(role, name).ok()?;
         let read = || -> Result<Tensor, ShardError> {
-            let ids: Vec<usize> = match role {
-                FieldRole::Src => self.owned_src().iter().map(|&u| u as usize).collect(),
-                FieldRole::Dst => self.owned_dst().iter().map(|&u| u as usize).collect(),
-                FieldRole::Edge => self.owned_edges().iter().map(|&e| e as usize).collect(),
+            let order = stored_order(file)?;
+            let (ids, order): (Vec<usize>, Option<&tiga_runtime::Order>) = match role {
+                FieldRole::Src => {
+                    (self.owned_src().iter().map(|&u| u as usize).collect(), order.as_deref().and_then(|o| o.src_order()))
+                }
+                FieldRole::Dst => (self.owned_dst().iter().map(|&u| u as usize).collect(), order.as_deref().map(|o| &o.dst)),
+                FieldRole::Edge => (self.owned_edges().iter().map(|&e| e as usize).collect(), None),
             };
+            // (stored row, position in owned order), by stored row.
+            let mut at: Vec<(usize, usize)> =
+                ids.iter().enumerate().map(|(p, &u)| (order.map_or(u, |o| o.perm()[u] as usize), p)).collect();
+            at.sort_unstable();
             let mut shape = h.shape().to_vec();
             shape[0] = ids.len();
-            let (mut v32, mut v64) = (Vec::new(), Vec::new());
-            for run in runs(ids.iter().copied()) {
+            let width: usize = shape[1..].iter().product();
+            let mut v32 = if h.dtype() == tiga_runtime::DType::F32 { vec![0f32; ids.len() * width] } else { Vec::new() };
+            let mut v64 = if h.dtype() == tiga_runtime::DType::F64 { vec![0f64; ids.len() * width] } else { Vec::new() };
+            let mut next = 0;
+            for run in runs(at.iter().map(|&(r, _)| r)) {
+                let dest = &at[next..next + run.len()];
+                next += run.len();
                 match h.rows(run).map_err(file_error)? {
-                    Data::F32(d) => v32.extend_from_slice(d),
-                    Data::F64(d) => v64.extend_from_slice(d),
+                    Data::F32(d) => scatter_rows(&mut v32, d, dest, width),
+                    Data::F64(d) => scatter_rows(&mut v64, d, dest, width),
                     // A `.gfg` stores f32 and f64 fields only.
                     Data::F16(_) | Data::BF16(_) => {
                         return Err(ShardError::Usage(format!(
@@ -242,6 +299,13 @@ impl Sharded {
             t.map_err(|e| ShardError::Usage(format!("stored field `{name}`: {e}")))
         };
         Some(read())
+    }
+}
+
+/// Row `k` of `rows` into row `dest[k].1` of `out`, rows `width` wide.
+fn scatter_rows<T: Copy>(out: &mut [T], rows: &[T], dest: &[(usize, usize)], width: usize) {
+    for (row, &(_, p)) in rows.chunks_exact(width.max(1)).zip(dest) {
+        out[p * width..(p + 1) * width].copy_from_slice(&row[..width]);
     }
 }
 

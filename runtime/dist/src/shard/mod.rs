@@ -179,7 +179,24 @@ pub struct Sharded {
     spare: std::sync::Mutex<Vec<Tensor>>,
     /// The file the graph was read from ([`Sharded::from_gfg`]).
     file: Option<tiga_storage::GfgFile>,
+    /// The local CSR written to a file, its rows run from its pages
+    /// ([`Sharded::page_local`]).
+    paged: Option<PagedLocal>,
     stats: Stats,
+}
+
+/// A rank's local CSR in a file of its own, removed when the shard goes.
+#[derive(Debug)]
+struct PagedLocal {
+    file: tiga_storage::GfgFile,
+    path: std::path::PathBuf,
+}
+
+impl Drop for PagedLocal {
+    fn drop(&mut self) {
+        // A file this shard wrote for itself; nothing else reads it.
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// Halo exchanges so far ([`Sharded::stats`]).
@@ -282,6 +299,7 @@ impl Sharded {
             agreed: Default::default(),
             spare: Default::default(),
             file: None,
+            paged: None,
             stats: Stats::default(),
         }
     }
@@ -291,6 +309,45 @@ impl Sharded {
     }
     pub fn local(&self) -> &LocalShard {
         &self.plan.local
+    }
+
+    /// The rows this rank runs (owned, then a deep halo's ghost rows, over
+    /// the slots): the local CSR in memory, or its file once paged.
+    pub fn local_rows(&self) -> Result<&dyn Realization, ShardError> {
+        match (&self.paged, &self.plan.local.graph) {
+            (Some(p), _) => Ok(&p.file),
+            (None, Some(g)) => Ok(g),
+            (None, None) => Err(ShardError::Usage("this shard's local rows are neither in memory nor in a file".into())),
+        }
+    }
+
+    /// Whether the local rows run from a file's pages ([`Sharded::page_local`]).
+    pub fn is_paged(&self) -> bool {
+        self.paged.is_some()
+    }
+
+    /// Write this rank's local CSR (and its transpose, for a backward) to a
+    /// `.gfg` of its own in `dir` and drop it from memory: calls then run
+    /// the local rows page by page as the schedule says (page rows,
+    /// prefetch, RAM budget), as a single-process call over a file does,
+    /// around the same halo exchange. The file is written whole beside its
+    /// name, fsynced and renamed, and removed when the shard is dropped.
+    /// Kept in memory: the plan's row and slot ids, each local edge's user
+    /// id and the exchange lists (O(rows + edges) words, not the CSR).
+    pub fn page_local(&mut self, dir: &std::path::Path) -> Result<(), ShardError> {
+        static WRITTEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let Some(graph) = self.plan.local.graph.as_ref() else { return Ok(()) };
+        let n = WRITTEN.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!("tiga-shard-{}-rank{}-{n}.gfg", std::process::id(), self.rank()));
+        let written = tiga_storage::GfgWriter::new(graph).with_transpose(true).save(&path);
+        let opened = written.and_then(|()| tiga_storage::GfgFile::open(&path));
+        let file = opened.map_err(|e| {
+            let _ = std::fs::remove_file(&path);
+            ShardError::Usage(format!("writing rank {}'s rows to {}: {e}", self.rank(), dir.display()))
+        })?;
+        self.paged = Some(PagedLocal { file, path });
+        self.plan.local.graph = None;
+        Ok(())
     }
     pub fn comm(&self) -> &Arc<dyn Communicator> {
         &self.comm
@@ -563,7 +620,7 @@ impl Sharded {
     pub fn describe(&self) -> String {
         let l = &self.plan.local;
         format!(
-            "sharded (rank {} of {}, {}, {}; {} owned rows, {} edges, {} ghosts, depth {}; {} sources, {} destinations, {} edges in all)",
+            "sharded (rank {} of {}, {}, {}; {} owned rows, {} edges, {} ghosts, depth {}{}; {} sources, {} destinations, {} edges in all)",
             l.rank,
             l.world,
             self.comm.engine(),
@@ -572,6 +629,7 @@ impl Sharded {
             l.owned_edges,
             self.plan.ghost_rows(),
             l.depth,
+            if self.paged.is_some() { ", rows paged from a local file" } else { "" },
             l.num_src,
             l.num_dst,
             l.num_edges

@@ -70,8 +70,11 @@ pub struct LocalShard {
     pub owned_slots: usize,
     /// Ghost slots received from each peer.
     pub recv: Vec<Range<usize>>,
-    /// The local CSR: rows × slots.
-    pub graph: Graph,
+    /// The local CSR: rows × slots; `None` once the rows were written to a
+    /// local file and run from its pages ([`crate::shard::Sharded::page_local`]).
+    pub graph: Option<Graph>,
+    /// Edges of the local CSR (all local rows).
+    pub local_edges: usize,
     /// The user edge id of each local CSR position.
     pub edge_ids: Vec<u64>,
     /// Edges of the owned rows: local positions `0..owned_edges`.
@@ -183,6 +186,7 @@ impl LocalShard {
         }
         let row_slot = square.then(|| rows.iter().map(|&v| slot_of[v as usize]).collect());
         let local = Graph::from_csr(slots.len(), rows.len(), offsets, cols)?;
+        let local_edges = local.num_edges();
         Ok(LocalShard {
             rank,
             world,
@@ -197,7 +201,8 @@ impl LocalShard {
             slots,
             owned_slots,
             recv,
-            graph: local,
+            graph: Some(local),
+            local_edges,
             edge_ids,
             owned_edges,
             row_slot,
@@ -311,8 +316,9 @@ mod tests {
         assert_eq!(r0.ghost_rows(), 2);
         assert_eq!(edge_cut(&g, &p, &p), 4);
         // Row 0 of rank 0 reads 7, 0, 1: slots 5, 0, 1.
-        let row = r0.local.graph.row(0);
-        assert_eq!(&r0.local.graph.cols()[row], &[5, 0, 1]);
+        let g = r0.local.graph.as_ref().expect("in memory");
+        let row = g.row(0);
+        assert_eq!(&g.cols()[row], &[5, 0, 1]);
     }
 
     #[test]
