@@ -37,7 +37,6 @@ mod explain;
 mod fields;
 mod gpu;
 mod kernel;
-pub mod lang;
 pub mod memory;
 pub mod offload;
 mod paged;
@@ -70,6 +69,7 @@ pub use kernel::{jit, AdjointPlan, AotVariant, Kernel, ResidualStages, Residuals
 pub use offload::{with_ram_budget, with_schedule, AnyGraph};
 pub use residuals::{ScopedTape, Tape};
 pub use tiga_compiler as compiler;
+pub use tiga_lang as lang;
 pub use tiga_compiler::ir::Role;
 pub use tiga_device as device;
 pub use tiga_dist as dist;

@@ -32,7 +32,7 @@
 //!   `elu` is built on it.
 //!
 //! ```
-//! use tiga::lang::*;
+//! use tiga_lang::*;
 //!
 //! pub struct Src { pub h: Vector<f32>, pub cs: f32 }
 //! pub struct Edge { pub w: f32 }
@@ -231,7 +231,7 @@ impl_float!(f64);
 /// and computed with in f32: in a kernel's functions its values are f32,
 /// so for rustc `bf16` is `f32` here, and the oracle functions compute as
 /// the compiled kernel does. The stored type is the tensor's
-/// ([`crate::half::bf16`]); the front end reads this name from the source.
+/// (`tiga::half::bf16`); the front end reads this name from the source.
 #[allow(non_camel_case_types)]
 pub type bf16 = f32;
 
