@@ -69,10 +69,10 @@ pub use kernel::{jit, AdjointPlan, AotVariant, Kernel, ResidualStages, Residuals
 pub use offload::{with_ram_budget, with_schedule, AnyGraph};
 pub use residuals::{ScopedTape, Tape};
 pub use tiga_compiler as compiler;
-pub use tiga_lang as lang;
 pub use tiga_compiler::ir::Role;
 pub use tiga_device as device;
 pub use tiga_dist as dist;
+pub use tiga_lang as lang;
 pub use tiga_storage as storage;
 
 /// The runtime crates under one path, as a user of the facade reaches

@@ -59,6 +59,12 @@ pub enum GpuError {
     /// A size the PTX ABI cannot express (`num_rows` is a `u32`).
     #[error("{0}")]
     TooLarge(String),
+    /// The rows of a streamed call could not be read (a page of a file).
+    #[error(transparent)]
+    Rows(#[from] tiga_runtime::exec::ExecError),
+    /// A broken invariant of a streamed call (a bug, not a user error).
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 pub type Result<T, E = GpuError> = std::result::Result<T, E>;

@@ -19,15 +19,18 @@
 //!
 //! The runtime knows nothing of the kernel IR or of the PTX lowering: the
 //! facade lowers a kernel to a [`tiga_ptx::Module`] and hands it here;
-//! [`GpuContext`] keeps one loaded module per [`ModuleKey`] per device.
+//! [`GpuContext`] keeps one loaded module per [`ModuleKey`] per device,
+//! and [`run_rows`] streams a call's rows through it in pages.
 
 mod cache;
+mod call;
 mod context;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod sim;
 
 pub use cache::{EntryLaunch, LoadedKernel, LoadedModule, ModuleKey};
+pub use call::{run_rows, CallArrays, Place};
 #[cfg(feature = "cuda")]
 pub use cuda::CudaDevice;
 pub use sim::SimDevice;
