@@ -118,3 +118,12 @@ impl From<tiga_compiler::front::FrontError> for Error {
         Error::Front(FrontDiagnostic { message: e.message, line: e.line, col: e.col })
     }
 }
+
+impl From<tiga_storage::scope::ScopeError> for Error {
+    fn from(e: tiga_storage::scope::ScopeError) -> Self {
+        match e {
+            tiga_storage::scope::ScopeError::Refused(m) => Error::Scope(m),
+            tiga_storage::scope::ScopeError::Store(e) => Error::TensorStore(e),
+        }
+    }
+}

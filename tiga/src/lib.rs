@@ -37,7 +37,6 @@ mod explain;
 mod fields;
 mod gpu;
 mod kernel;
-pub mod memory;
 pub mod offload;
 mod paged;
 mod renumber;
@@ -74,6 +73,8 @@ pub use tiga_device as device;
 pub use tiga_dist as dist;
 pub use tiga_lang as lang;
 pub use tiga_storage as storage;
+/// Tensors in the memory hierarchy (host and disk tiers under budgets).
+pub use tiga_storage::scope as memory;
 
 /// The runtime crates under one path, as a user of the facade reaches
 /// them: the core's items (`tiga_runtime`), storage's (`tiga_storage`,

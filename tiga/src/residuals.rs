@@ -14,7 +14,7 @@
 //! The residuals are row outputs of the forward, so a paged call counts
 //! them with its outputs against the RAM budget and spills them to files
 //! like any output over it; [`Tape::keep_in`] puts them in a
-//! [`Scope`](crate::memory::Scope), whose memory report lists them and
+//! [`Scope`](tiga_storage::scope::Scope), whose memory report lists them and
 //! whose budget may spill them. A sharded realization's forward, and a GPU
 //! call's, keep none (their backward recomputes): the sharded backward
 //! runs its own stages per rank, and the PTX lowering of the saved-residual
@@ -34,7 +34,7 @@ use tiga_runtime::{Realization, Rows, Schedule, Tensor, TensorView};
 use crate::error::{Error, Result};
 use crate::fields::{Gradients, Inputs, Outputs, Wrt};
 use crate::kernel::{Kernel, ResidualStages, Residuals};
-use crate::memory::{Scope, TensorHandle};
+use tiga_storage::scope::{Scope, TensorHandle};
 
 impl ResidualStages {
     /// The backward a call over `r` runs: without its edge side where the
@@ -72,7 +72,7 @@ impl Tape {
     }
     /// Their size in bytes.
     pub fn bytes(&self) -> u64 {
-        self.items.iter().map(|(_, t)| crate::memory::tensor_bytes(t)).sum()
+        self.items.iter().map(|(_, t)| tiga_storage::scope::tensor_bytes(t)).sum()
     }
     pub(crate) fn view(&self, name: &str) -> Option<TensorView<'_>> {
         self.items.iter().find(|(n, _)| n == name).map(|(_, t)| t.view())

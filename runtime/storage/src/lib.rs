@@ -51,6 +51,7 @@ pub mod npy;
 mod pages;
 mod reader;
 mod realization;
+pub mod scope;
 mod snapshot;
 mod stream;
 pub mod tensor_store;

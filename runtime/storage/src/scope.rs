@@ -23,9 +23,22 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use tiga_runtime::Tensor;
-use tiga_storage::{Snapshot, SpilledTensor, TensorStore};
 
-use crate::error::{Error, Result};
+use crate::snapshot::Snapshot;
+use crate::tensor_store::{SpilledTensor, TensorStore, TensorStoreError};
+
+/// Why a scope refused a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ScopeError {
+    /// A tier over its budget, a name unknown or taken.
+    #[error("{0}")]
+    Refused(String),
+    /// The tensor store under the disk tier failed.
+    #[error(transparent)]
+    Store(#[from] TensorStoreError),
+}
+
+type Result<T, E = ScopeError> = std::result::Result<T, E>;
 
 /// What to do when a tier is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,7 +146,8 @@ pub struct Scope {
     state: Mutex<State>,
 }
 
-pub(crate) fn tensor_bytes(t: &Tensor) -> u64 {
+/// The bytes a tensor's elements take: what it counts against a tier.
+pub fn tensor_bytes(t: &Tensor) -> u64 {
     (t.len() * t.dtype().size()) as u64
 }
 
@@ -143,7 +157,7 @@ impl Scope {
     /// [`TensorStore::at`] (or [`TensorStore::from_env`], which reads
     /// `TIGA_SPILL_DIR`).
     pub fn new(host_budget: u64, disk_budget: u64, policy: Eviction) -> Result<Scope> {
-        let store = TensorStore::process().map_err(Error::from)?;
+        let store = TensorStore::process().map_err(ScopeError::from)?;
         Ok(Scope::with_store(host_budget, disk_budget, policy, store))
     }
 
@@ -168,13 +182,13 @@ impl Scope {
             return Ok(());
         }
         if self.policy == Eviction::Error {
-            return Err(Error::Scope(format!(
+            return Err(ScopeError::Refused(format!(
                 "host tier over budget: {used} bytes used + {need} requested > {} (eviction policy `error`)",
                 self.host_budget
             )));
         }
         if need > self.host_budget {
-            return Err(Error::Scope(format!(
+            return Err(ScopeError::Refused(format!(
                 "host tier over budget: {need} bytes requested, more than the whole {}-byte budget (nothing was spilled)",
                 self.host_budget
             )));
@@ -196,7 +210,7 @@ impl Scope {
         if used + need <= self.host_budget {
             return Ok(());
         }
-        Err(Error::Scope(format!(
+        Err(ScopeError::Refused(format!(
             "host tier over budget: {need} bytes requested, {} budget, and nothing left to evict",
             self.host_budget
         )))
@@ -205,16 +219,16 @@ impl Scope {
     fn spill_locked(&self, st: &mut State, name: &str) -> Result<()> {
         let disk_used = Self::used(st, Tier::Disk);
         let Some(e) = st.entries.get(name) else {
-            return Err(Error::Scope(format!("no tensor `{name}` in this scope")));
+            return Err(ScopeError::Refused(format!("no tensor `{name}` in this scope")));
         };
         let Place::Host(t) = &e.place else { return Ok(()) };
         if disk_used + e.bytes > self.disk_budget {
-            return Err(Error::Scope(format!(
+            return Err(ScopeError::Refused(format!(
                 "disk tier over budget: spilling `{name}` ({} bytes) onto {disk_used} used > {}",
                 e.bytes, self.disk_budget
             )));
         }
-        let spilled = self.store.spill(name, &t.view()).map_err(Error::from)?;
+        let spilled = self.store.spill(name, &t.view()).map_err(ScopeError::from)?;
         if let Some(e) = st.entries.get_mut(name) {
             e.place = Place::Disk(spilled);
             e.owns_file = true;
@@ -227,7 +241,7 @@ impl Scope {
     pub fn add(&self, name: &str, t: Tensor) -> Result<TensorHandle> {
         let mut st = self.lock();
         if st.entries.contains_key(name) {
-            return Err(Error::Scope(format!("a tensor named `{name}` is already in this scope")));
+            return Err(ScopeError::Refused(format!("a tensor named `{name}` is already in this scope")));
         }
         let bytes = tensor_bytes(&t);
         self.make_room(&mut st, bytes, name)?;
@@ -243,7 +257,7 @@ impl Scope {
         st.clock += 1;
         let clock = st.clock;
         let (bytes, spilled) = match st.entries.get_mut(&h.name) {
-            None => return Err(Error::Scope(format!("no tensor `{}` in this scope", h.name))),
+            None => return Err(ScopeError::Refused(format!("no tensor `{}` in this scope", h.name))),
             Some(e) => {
                 e.last_use = clock;
                 match &e.place {
@@ -253,7 +267,7 @@ impl Scope {
             }
         };
         self.make_room(&mut st, bytes, &h.name)?;
-        let t = Arc::new(spilled.load().map_err(Error::from)?);
+        let t = Arc::new(spilled.load().map_err(ScopeError::from)?);
         let mut owned = false;
         if let Some(e) = st.entries.get_mut(&h.name) {
             e.place = Place::Host(t.clone());
@@ -288,7 +302,7 @@ impl Scope {
     pub fn remove(&self, h: &TensorHandle) -> Result<()> {
         let mut st = self.lock();
         if let Some(Entry { owns_file: true, .. }) = st.entries.remove(&h.name) {
-            self.store.remove(&h.name).map_err(Error::from)?;
+            self.store.remove(&h.name).map_err(ScopeError::from)?;
         }
         Ok(())
     }
@@ -303,7 +317,7 @@ impl Scope {
         let st = self.lock();
         enum Value {
             Host(Arc<Tensor>),
-            Disk(tiga_storage::MappedTensor),
+            Disk(crate::tensor_store::MappedTensor),
         }
         let mut values: Vec<(&str, Value)> = Vec::with_capacity(st.entries.len());
         // Host tensors are shared; spilled ones are checked against their
@@ -312,7 +326,7 @@ impl Scope {
             let v = match &e.place {
                 Place::Host(t) => Value::Host(t.clone()),
                 Place::Disk(s) => {
-                    let err = |er: tiga_storage::TensorStoreError| Error::Scope(format!("snapshot `{name}`: {er}"));
+                    let err = |er: TensorStoreError| ScopeError::Refused(format!("snapshot `{name}`: {er}"));
                     let m = s.view_mapped().map_err(err)?;
                     m.verify().map_err(err)?;
                     Value::Disk(m)
@@ -327,7 +341,7 @@ impl Scope {
                 Value::Disk(m) => (*n, m.view()),
             })
             .collect();
-        self.store.save_snapshot(name, &views).map_err(|e| Error::Scope(format!("snapshot `{name}`: {e}")))
+        self.store.save_snapshot(name, &views).map_err(|e| ScopeError::Refused(format!("snapshot `{name}`: {e}")))
     }
 
     /// Bring snapshot `name` of the scope's store into the scope, lazily:
@@ -336,15 +350,17 @@ impl Scope {
     /// anything is added, when a name is already in the scope or the disk
     /// tier cannot hold the members.
     pub fn restore_snapshot(&self, name: &str) -> Result<Vec<TensorHandle>> {
-        let snap = self.store.open_snapshot(name).map_err(Error::from)?;
+        let snap = self.store.open_snapshot(name).map_err(ScopeError::from)?;
         let mut st = self.lock();
         if let Some(dup) = snap.names().find(|n| st.entries.contains_key(*n)) {
-            return Err(Error::Scope(format!("restoring snapshot `{name}`: a tensor named `{dup}` is already in this scope")));
+            return Err(ScopeError::Refused(format!(
+                "restoring snapshot `{name}`: a tensor named `{dup}` is already in this scope"
+            )));
         }
         let bytes: u64 = snap.members().iter().map(|(_, t)| t.byte_len()).sum();
         let disk_used = Self::used(&st, Tier::Disk);
         if disk_used + bytes > self.disk_budget {
-            return Err(Error::Scope(format!(
+            return Err(ScopeError::Refused(format!(
                 "disk tier over budget: restoring snapshot `{name}` ({bytes} bytes) onto {disk_used} used > {}",
                 self.disk_budget
             )));
