@@ -127,3 +127,15 @@ impl From<tiga_storage::scope::ScopeError> for Error {
         }
     }
 }
+
+impl From<tiga_storage::offload::OffloadError> for Error {
+    fn from(e: tiga_storage::offload::OffloadError) -> Self {
+        use tiga_storage::offload::OffloadError as E;
+        match e {
+            E::Graph(e) => Error::Graph(e),
+            E::Io { what, source } => Error::Io { what, source },
+            E::Write { source } => Error::Offload { source },
+            E::Open(e) => Error::Gfg(e),
+        }
+    }
+}

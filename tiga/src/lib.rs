@@ -37,7 +37,6 @@ mod explain;
 mod fields;
 mod gpu;
 mod kernel;
-pub mod offload;
 mod paged;
 mod renumber;
 mod residuals;
@@ -73,6 +72,8 @@ pub use tiga_device as device;
 pub use tiga_dist as dist;
 pub use tiga_lang as lang;
 pub use tiga_storage as storage;
+/// Graphs over a RAM budget built on disk ([`with_ram_budget`]).
+pub use tiga_storage::offload;
 /// Tensors in the memory hierarchy (host and disk tiers under budgets).
 pub use tiga_storage::scope as memory;
 

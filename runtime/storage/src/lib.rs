@@ -48,6 +48,7 @@ mod format;
 mod invariants;
 pub mod io;
 pub mod npy;
+pub mod offload;
 mod pages;
 mod reader;
 mod realization;

@@ -30,10 +30,37 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tiga_runtime::exec::{ExecError, Side};
-use tiga_runtime::{Graph, Realization, Rows, Schedule, StencilPlan};
-use tiga_storage::{BuildOptions, FieldRole, GfgBuilder, GfgFile};
+use tiga_runtime::{FieldRole, Graph, GraphError, Realization, Rows, Schedule, StencilPlan};
 
-use crate::error::{Error, Result};
+use crate::error::GfgError;
+use crate::external::{BuildOptions, GfgBuilder};
+use crate::reader::GfgFile;
+
+/// Why a graph could not be built under the budget.
+#[derive(Debug, thiserror::Error)]
+pub enum OffloadError {
+    /// The graph itself is refused (an id out of range, too many nodes).
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// The spill directory could not be made.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing the offloaded `.gfg`.
+    #[error("offloading a graph over the RAM budget: {source}")]
+    Write {
+        #[source]
+        source: GfgError,
+    },
+    /// Reopening the offloaded `.gfg`.
+    #[error(transparent)]
+    Open(GfgError),
+}
+
+type Result<T, E = OffloadError> = std::result::Result<T, E>;
 
 /// One scope's settings: its RAM budget and spill directory.
 type Scope = (Option<u64>, Option<PathBuf>);
@@ -163,7 +190,7 @@ fn ambient_spill_dir() -> Option<PathBuf> {
 /// (`bytes`): the schedule's spill directory, else the ambient one, else
 /// the system's temporary directory. `None` (keep them in memory) without a
 /// budget or under it.
-pub(crate) fn output_spill_dir(bytes: u64, schedule: &Schedule) -> Option<PathBuf> {
+pub fn output_spill_dir(bytes: u64, schedule: &Schedule) -> Option<PathBuf> {
     let budget = schedule.ram_budget.or_else(ram_budget)?;
     if bytes <= budget {
         return None;
@@ -173,7 +200,7 @@ pub(crate) fn output_spill_dir(bytes: u64, schedule: &Schedule) -> Option<PathBu
 
 /// Where a call's spilled tensors go: the schedule's spill directory, else
 /// the ambient one, else the system's temporary directory.
-pub(crate) fn spill_dir(schedule: &Schedule) -> PathBuf {
+pub fn spill_dir(schedule: &Schedule) -> PathBuf {
     schedule.spill_dir.clone().or_else(ambient_spill_dir).unwrap_or_else(std::env::temp_dir)
 }
 
@@ -274,31 +301,31 @@ fn stream_to_disk(
     num_src: usize,
     num_dst: usize,
     budget: u64,
-    push_all: impl FnOnce(&mut GfgBuilder) -> std::result::Result<(), tiga_storage::GfgError>,
+    push_all: impl FnOnce(&mut GfgBuilder) -> std::result::Result<(), GfgError>,
 ) -> Result<AnyGraph> {
     let n = SPILL_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = format!("graph-{}-{n}.gfg", std::process::id());
     let (dir, path) = match ambient_spill_dir() {
         Some(d) => {
             std::fs::create_dir_all(&d)
-                .map_err(|source| Error::Io { what: format!("spill directory {}", d.display()), source })?;
+                .map_err(|source| OffloadError::Io { what: format!("spill directory {}", d.display()), source })?;
             (None, d.join(name))
         }
         None => {
             let t = tempfile::Builder::new()
                 .prefix("tiga-spill-")
                 .tempdir()
-                .map_err(|source| Error::Io { what: "cannot create a spill directory".into(), source })?;
+                .map_err(|source| OffloadError::Io { what: "cannot create a spill directory".into(), source })?;
             let p = t.path().join(name);
             (Some(t), p)
         }
     };
-    let gfg = |source: tiga_storage::GfgError| Error::Offload { source };
+    let gfg = |source: GfgError| OffloadError::Write { source };
     let memory_bytes = usize::try_from(budget).unwrap_or(usize::MAX);
     let mut b = GfgBuilder::new(&path, BuildOptions { memory_bytes, transpose: true }).map_err(gfg)?;
     push_all(&mut b).map_err(gfg)?;
     b.save(num_src as u64, num_dst as u64, &mut |_, _, _| {}).map_err(gfg)?;
-    let file = GfgFile::open(&path).map_err(Error::from)?;
+    let file = GfgFile::open(&path).map_err(OffloadError::Open)?;
     Ok(AnyGraph::Paged(Arc::new(PagedGraph { file, path, _dir: dir })))
 }
 
@@ -353,7 +380,7 @@ pub mod build {
         let mut shifts = Vec::with_capacity(parts.len());
         for g in parts {
             let (Ok(so), Ok(dof)) = (u32::try_from(ns), u32::try_from(nd)) else {
-                return Err(Error::Graph(tiga_runtime::GraphError::TooManyNodes { side: "source", count: ns.max(nd) }));
+                return Err(OffloadError::Graph(GraphError::TooManyNodes { side: "source", count: ns.max(nd) }));
             };
             shifts.push((so, dof));
             ns += g.num_src();
@@ -364,7 +391,7 @@ pub mod build {
         let ids = parts.iter().any(|g| g.edge_ids().is_some());
         if let Some(budget) = ram_budget().filter(|&b| csr_bytes(nd, edges, ids) > b) {
             if u32::try_from(ns).is_err() || u32::try_from(nd).is_err() {
-                return Err(Error::Graph(tiga_runtime::GraphError::TooManyNodes { side: "source", count: ns.max(nd) }));
+                return Err(OffloadError::Graph(GraphError::TooManyNodes { side: "source", count: ns.max(nd) }));
             }
             return stream_to_disk(ns, nd, budget, |b| {
                 for (g, &(so, dof)) in parts.iter().zip(&shifts) {
