@@ -139,3 +139,14 @@ impl From<tiga_storage::offload::OffloadError> for Error {
         }
     }
 }
+
+impl From<tiga_runtime::exec::ScatterError> for Error {
+    fn from(e: tiga_runtime::exec::ScatterError) -> Self {
+        use tiga_runtime::exec::ScatterError as E;
+        match e {
+            E::InexactRanks => Error::Unsupported(e.to_string()),
+            E::Alloc(e) => Error::from(e),
+            E::Internal(m) => Error::Internal(m),
+        }
+    }
+}

@@ -42,7 +42,6 @@ mod renumber;
 mod residuals;
 mod sharded;
 mod vjp;
-mod winner_scatter;
 
 pub use tiga_macros::message_passing;
 pub use tiga_runtime::{

@@ -123,9 +123,10 @@ fn winner_sums(
             winner_sums(view.base(), schedule, extents, w, v)
         });
     }
-    let mut sc = crate::winner_scatter::WinnerScatter::new(extents.num_src, extents.num_dst, winner, value)?;
+    let mut sc = tiga_runtime::exec::WinnerScatter::new(extents.num_src, extents.num_dst, winner, value)?;
     let rows = r.rows(Side::Forward, false)?;
-    rows.for_each_page(schedule, |v| sc.add_rows(v.first_row, v.offsets, v.cols)).unwrap_or_else(|| Err(no_csr()))?;
+    rows.for_each_page(schedule, |v| sc.add_rows(v.first_row, v.offsets, v.cols).map_err(Error::from))
+        .unwrap_or_else(|| Err(no_csr()))?;
     Ok(sc.finish())
 }
 
@@ -159,7 +160,7 @@ fn ranks_tensor(r: &dyn Realization, schedule: &Schedule, num_edges: usize, dtyp
     rows.for_each_page(schedule, |v| {
         match ranks.data_mut() {
             DataMut::F32(d) => {
-                crate::winner_scatter::f32_ranks_exact(v.offsets)?;
+                tiga_runtime::exec::f32_ranks_exact(v.offsets)?;
                 fill(d, &v, |r| r as f32)
             }
             DataMut::F64(d) => fill(d, &v, |r| r as f64),

@@ -11,6 +11,8 @@
 //! - [`pages`]: the page stream: a [`PageSource`] hands out pages of rows
 //!   (a file's pages viewed in place, or any slices of a graph), read ahead
 //!   `prefetch` pages, and released in order once their rows are done;
+//! - [`winner_scatter`]: the winner scatter of a max/min backward, rows in
+//!   order, threads over lanes (no atomics);
 //!
 //! Page sources live with what they page: a `.gfg` file's are in
 //! `tiga_storage`, any other is one implementation of [`PageSource`].
@@ -18,6 +20,7 @@
 pub mod chunks;
 pub mod pages;
 pub mod rows;
+pub mod winner_scatter;
 
 pub use crate::schedule::{plan_bytes, plan_rows};
 pub use chunks::{balanced_row_chunks, for_each_row_chunk, row_chunks};
@@ -25,6 +28,7 @@ pub use pages::{check_plan, run_pages, PageData, PageSource, PageView};
 pub use rows::{
     data_ptr, execute_generated, execute_row_runs, execute_rows, ExecError, ParamPartials, RowRunner, Work, SPLIT_EDGES,
 };
+pub use winner_scatter::{f32_ranks_exact, ScatterError, WinnerScatter};
 
 /// Which CSR of a graph a run walks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -10,8 +10,22 @@
 //! needed (and no two threads write one cache line at the widths where
 //! each range covers whole lines).
 
-use crate::error::{Error, Result};
-use tiga_runtime::tensor::{Data, DataMut, Tensor, TensorView};
+use crate::tensor::{Data, DataMut, Tensor, TensorError, TensorView};
+
+/// Why a winner scatter could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ScatterError {
+    /// Rows whose ranks f32 cannot hold exactly.
+    #[error("a row has more than 2^24 edges: the f32 backward of max/min cannot name its winning edge exactly; run in f64")]
+    InexactRanks,
+    #[error(transparent)]
+    Alloc(#[from] TensorError),
+    /// A broken promise of the caller (a bug, never the input's fault).
+    #[error("{0}")]
+    Internal(String),
+}
+
+type Result<T, E = ScatterError> = std::result::Result<T, E>;
 
 /// The output pointer shared by the lane tasks.
 struct Lanes<T>(*mut T);
@@ -29,7 +43,7 @@ unsafe impl<T: Send> Sync for Lanes<T> {}
 /// `out[col(i, winner[i][f])][f] += value[i][f]` into `num_src` rows of
 /// the width of the winners (a vector per row, or a scalar), the forward
 /// CSR's rows given in order, all at once or a block (a page) at a time.
-pub(crate) struct WinnerScatter<'v> {
+pub struct WinnerScatter<'v> {
     winner: TensorView<'v>,
     value: TensorView<'v>,
     width: usize,
@@ -43,10 +57,10 @@ pub(crate) struct WinnerScatter<'v> {
 }
 
 impl<'v> WinnerScatter<'v> {
-    pub(crate) fn new(num_src: usize, num_dst: usize, winner: TensorView<'v>, value: TensorView<'v>) -> Result<Self> {
+    pub fn new(num_src: usize, num_dst: usize, winner: TensorView<'v>, value: TensorView<'v>) -> Result<Self> {
         let shape = winner.shape();
         if shape != value.shape() || shape.first() != Some(&num_dst) || shape.len() > 2 || winner.dtype() != value.dtype() {
-            return Err(Error::Internal(format!(
+            return Err(ScatterError::Internal(format!(
                 "winner scatter over {num_dst} rows got {} winners of shape {:?} and {} cotangents of shape {:?}",
                 winner.dtype(),
                 shape,
@@ -57,18 +71,18 @@ impl<'v> WinnerScatter<'v> {
         let width = shape.get(1).copied().unwrap_or(1);
         let mut out_shape = shape.to_vec();
         out_shape[0] = num_src;
-        let out = Tensor::zeros(value.dtype(), out_shape).map_err(Error::from)?;
+        let out = Tensor::zeros(value.dtype(), out_shape)?;
         Ok(WinnerScatter { winner, value, width, out, has_edges: vec![false; num_src], next_row: 0 })
     }
 
     /// The rows from `first_row` on whose absolute CSR positions are
     /// `offsets` (one more than the rows), `cols` the columns of positions
     /// `offsets[0]..offsets[last]`. Rows come in order, each once.
-    pub(crate) fn add_rows(&mut self, first_row: usize, offsets: &[u64], cols: &[u32]) -> Result<()> {
+    pub fn add_rows(&mut self, first_row: usize, offsets: &[u64], cols: &[u32]) -> Result<()> {
         let base = offsets.first().copied().unwrap_or(0) as usize;
         let end = offsets.last().copied().unwrap_or(0) as usize;
         if first_row != self.next_row || end.saturating_sub(base) != cols.len() {
-            return Err(Error::Internal(format!(
+            return Err(ScatterError::Internal(format!(
                 "winner scatter expected row {} with its columns, got row {first_row} with {} columns for {} edges",
                 self.next_row,
                 cols.len(),
@@ -84,13 +98,13 @@ impl<'v> WinnerScatter<'v> {
                 g.scatter(w, v, o, seen);
             }
             (Data::F64(w), Data::F64(v), DataMut::F64(o)) => g.scatter(w, v, o, seen),
-            _ => return Err(Error::Internal("winner scatter of mixed element types".into())),
+            _ => return Err(ScatterError::Internal("winner scatter of mixed element types".into())),
         }
         Ok(())
     }
 
     /// The sums, and which sources have an out-edge.
-    pub(crate) fn finish(self) -> (Tensor, Vec<bool>) {
+    pub fn finish(self) -> (Tensor, Vec<bool>) {
         (self.out, self.has_edges)
     }
 }
@@ -109,11 +123,9 @@ struct Rows<'g> {
 
 /// Refuse rows whose ranks f32 cannot hold exactly (a max/min's winner is
 /// named by its rank in the row, in the call's dtype).
-pub(crate) fn f32_ranks_exact(offsets: &[u64]) -> Result<()> {
+pub fn f32_ranks_exact(offsets: &[u64]) -> Result<()> {
     if offsets.windows(2).any(|r| r[1].saturating_sub(r[0]) > 1 << 24) {
-        return Err(Error::Unsupported(
-            "a row has more than 2^24 edges: the f32 backward of max/min cannot name its winning edge exactly; run in f64".into(),
-        ));
+        return Err(ScatterError::InexactRanks);
     }
     Ok(())
 }
