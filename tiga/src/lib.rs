@@ -69,7 +69,11 @@ pub use tiga_compiler as compiler;
 pub use tiga_compiler::ir::Role;
 pub use tiga_device as device;
 pub use tiga_dist as dist;
-pub use tiga_lang as lang;
+/// The kernel language as plain Rust (`tiga-lang`): what the user's
+/// functions are written against.
+pub mod lang {
+    pub use tiga_lang::*;
+}
 pub use tiga_storage as storage;
 /// Graphs over a RAM budget built on disk ([`with_ram_budget`]).
 pub use tiga_storage::offload;
