@@ -13,7 +13,7 @@
 //!
 //! The kernel is the same either way: an [`AnyGraph`] is a
 //! [`Realization`], so `kernel.run(&any, ..)` and `kernel.vjp(&any, ..)`
-//! run in memory or paged, with the same numbers (see `tests/paged.rs`).
+//! run in memory or paged, with the same numbers (see `tiga/tests/paged.rs`).
 //!
 //! A builder whose CSR would be over the budget never builds it: it streams
 //! the edges (in the user's order) through the external sort of `tigac
