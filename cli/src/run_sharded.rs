@@ -93,7 +93,7 @@ pub fn run(req: &RunRequest, comm: Arc<dyn Communicator>) -> Result<(), Failure>
     // A page plan or a RAM budget: each rank runs its rows from a file of
     // its own, page by page, under the same schedule.
     if req.paging.given().is_some() || schedule.ram_budget.is_some() {
-        let dir = schedule.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let dir = tiga::offload::spill_dir(&schedule);
         sh.page_local(&dir).map_err(|e| f(e.to_string()))?;
     }
     if rank == 0 {

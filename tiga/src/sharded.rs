@@ -183,10 +183,10 @@ impl Kernel {
         // On a device the local rows run after the exchange, uploaded whole:
         // the overlap below runs the interior rows on this CPU.
         let device = schedule.device != tiga_runtime::Device::Cpu;
-        // Paged local rows stream from their file after the exchange too.
-        let memory = l.graph.as_ref().filter(|_| !sh.is_paged());
-        if schedule.backend == Backend::Reference || l.interior.is_empty() || deep || param_outputs || device || memory.is_none()
-        {
+        let overlap = schedule.backend != Backend::Reference && !l.interior.is_empty() && !deep && !param_outputs && !device;
+        // Paged local rows (no CSR in memory) stream from their file after
+        // the exchange too.
+        let Some(g) = l.graph.as_ref().filter(|_| overlap) else {
             halo.finish(sh, &mut slot_fields)?;
             self.take_back(&mut local, slot_fields, sh)?;
             let out = self.run_with(sh.local_rows()?, &local.inputs(), schedule);
@@ -194,8 +194,7 @@ impl Kernel {
                 sh.recycle(t);
             }
             return out;
-        }
-        let g = memory.ok_or_else(|| Error::Internal("the overlap needs the local rows in memory".into()))?;
+        };
         // The interior rows read owned slots only: they run on the owned
         // prefix of each source field while the ghosts travel.
         let (p, mut outs, dtype, widths) = {
