@@ -62,6 +62,30 @@ use core::mem::offset_of;
 
 pub mod half_bits;
 
+/// Where a field or output of a kernel lives: on the source nodes, the
+/// destination nodes, the edges, or once per call (a parameter). The
+/// compiler's IR declares fields with it and every runtime layer places a
+/// call's arrays by it, so it is defined once, here, below both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum Role {
+    Src,
+    Dst,
+    Edge,
+    Param,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Src => "src",
+            Role::Dst => "dst",
+            Role::Edge => "edge",
+            Role::Param => "param",
+        }
+    }
+}
+
 /// The element type of every field, output and arithmetic operation of a
 /// call (a call picks one for all its fields): what a variant is compiled
 /// for and what a tensor holds. One enum for the compiler and the runtime.

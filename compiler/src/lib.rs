@@ -13,6 +13,7 @@
 pub mod adjoint;
 pub mod back;
 pub mod bind;
+pub mod explain;
 pub mod front;
 pub mod interp;
 pub mod ir;

@@ -150,3 +150,15 @@ impl From<tiga_runtime::exec::ScatterError> for Error {
         }
     }
 }
+
+impl From<tiga_dist::shard::ShardError> for Error {
+    fn from(e: tiga_dist::shard::ShardError) -> Self {
+        use tiga_dist::shard::ShardError as E;
+        match e {
+            E::ScalarField { .. } | E::FieldRows { .. } | E::DeepEdgeField { .. } => Error::Unsupported(e.to_string()),
+            E::CotangentRows { .. } => Error::Cotangent(e.to_string()),
+            E::Half(_) | E::Lost(_) => Error::Internal(e.to_string()),
+            e => Error::Shard(e),
+        }
+    }
+}

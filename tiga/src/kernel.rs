@@ -1,8 +1,8 @@
 //! A checked, lowered kernel ([`Kernel`]): what `#[message_passing]` embeds
 //! and a `tigac compile` artifact holds, with its ahead-of-time variants
 //! ([`AotVariant`]) and the process-wide JIT cache ([`jit`]). The ways of
-//! running it (`call`, `vjp`, `paged`, `sharded`, `gpu`, ...) are `impl
-//! Kernel` blocks in their own modules.
+//! running it (`call`, `bind`, `rows`, `vjp`, `sharded`, `renumber`,
+//! `residuals`) are `impl Kernel` blocks in their own modules.
 
 use std::sync::OnceLock;
 

@@ -26,20 +26,20 @@
 //! binds a call's fields to a kernel's declared fields, picks the variant,
 //! and hands the JIT-compiled code the runtime's arrays; on a GPU (the
 //! schedule's [`Device`]), it lowers the kernel to PTX and hands the
-//! runtime's device layer the module and the arrays (`gpu.rs`).
+//! runtime's device layer the module and the arrays (`rows.rs`).
 
 pub mod artifact;
+mod bind;
 mod call;
 #[cfg(feature = "candle")]
 pub mod candle;
 mod error;
 mod explain;
 mod fields;
-mod gpu;
 mod kernel;
-mod paged;
 mod renumber;
 mod residuals;
+mod rows;
 mod sharded;
 mod vjp;
 

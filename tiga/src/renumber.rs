@@ -74,7 +74,7 @@ pub(crate) fn moved_result(
     if !t.is_file_backed() {
         return moved(r, Some(o), way, &t.view());
     }
-    let dir = crate::offload::spill_dir(schedule);
+    let dir = tiga_storage::offload::spill_dir(schedule);
     let out = Tensor::zeros_in_file(t.dtype(), t.shape().to_vec(), &dir).map_err(Error::from)?;
     Ok(Some(o.moved_into(&t.view(), way == Way::ToNew, Some(out))?))
 }
@@ -210,7 +210,7 @@ impl Kernel {
         inputs: &Inputs<'_>,
         cotangents: &[(&str, TensorView<'_>)],
         schedule: &Schedule,
-        wrt: &crate::Wrt,
+        wrt: &crate::fields::Wrt,
     ) -> Result<Gradients> {
         self.vjp_renumbered_by(view, inputs, cotangents, schedule, |ins, cots, s| self.run_vjp_on(view, ins, cots, s, wrt))
     }

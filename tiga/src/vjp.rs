@@ -220,9 +220,9 @@ impl Kernel {
     /// The call's dtype and its outputs' shapes, binding once.
     fn bound_outputs(&self, r: &dyn Realization, inputs: &Inputs<'_>) -> Result<(DType, OutputShapes)> {
         let extents = Extents { num_src: r.num_src(), num_dst: r.num_dst(), num_edges: r.num_edges() };
-        let handles = crate::call::stored_fields(self.captured(), r, inputs);
-        let all = crate::call::with_stored_fields(inputs, &handles)?;
-        let b = crate::call::bind_extents(self.captured(), extents, &all)?;
+        let handles = crate::bind::stored_fields(self.captured(), r, inputs);
+        let all = crate::bind::with_stored_fields(inputs, &handles)?;
+        let b = crate::bind::bind_extents(self.captured(), extents, &all)?;
         let shapes = output_shapes(self.captured(), &b.extents, &b.widths);
         Ok((b.dtype, self.captured().outputs.iter().map(|o| o.name.clone()).zip(shapes).collect()))
     }
@@ -382,7 +382,7 @@ impl Kernel {
         // stencil's checks (no edge fields, a grid this machine can hold).
         let paged = match r.rows(Side::Forward, false)? {
             Rows::Generated(st) => {
-                crate::call::stencil_extents(k, &st)?;
+                crate::bind::stencil_extents(k, &st)?;
                 false
             }
             Rows::Pages(p) => p.out_of_core(),
@@ -390,10 +390,10 @@ impl Kernel {
         };
         // Fields not given are the realization's own (a file's, mapped
         // lazily).
-        let handles = crate::call::stored_fields(k, r, inputs);
-        let with_file = crate::call::with_stored_fields(inputs, &handles)?;
+        let handles = crate::bind::stored_fields(k, r, inputs);
+        let with_file = crate::bind::with_stored_fields(inputs, &handles)?;
         let inputs = &with_file;
-        let b = crate::call::bind_extents(k, extents, inputs)?;
+        let b = crate::bind::bind_extents(k, extents, inputs)?;
         // Cotangents: one per output, shaped like it, in the call's dtype.
         let out_shapes = output_shapes(k, &extents, &b.widths);
         for (name, _) in cotangents {
@@ -500,8 +500,9 @@ impl Kernel {
                 .filter(|(f, _)| f.role == Role::Src)
                 .map(|(_, v)| (v.len() * dtype.size()) as u64)
                 .sum();
-            let to_file =
-                paged && r.has_side(Side::Transposed) && crate::offload::output_spill_dir(src_grad_bytes, schedule).is_some();
+            let to_file = paged
+                && r.has_side(Side::Transposed)
+                && tiga_storage::offload::output_spill_dir(src_grad_bytes, schedule).is_some();
             if to_file {
                 sides.scatter
             } else {

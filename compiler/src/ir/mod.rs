@@ -88,24 +88,7 @@ impl Type {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Role {
-    Src,
-    Dst,
-    Edge,
-    Param,
-}
-
-impl Role {
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Src => "src",
-            Role::Dst => "dst",
-            Role::Edge => "edge",
-            Role::Param => "param",
-        }
-    }
-}
+pub use tiga_abi::Role;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct FieldId(pub u32);

@@ -136,7 +136,45 @@ fn analyze(k: &Kernel, r: &Region) -> Result<Analysis, ScheduleError> {
 
 /// Schedule one region. `slots` are the state slots (init/step write them,
 /// step/finish read them); finish writes the kernel outputs.
+/// A region's plan: every choice its emission follows, made before any
+/// statement is written (as Cranelift keeps a function's layout apart from
+/// its emission): the values' classes and phases, the variables of its
+/// top-level values, the loops that need each vector lane by lane, where
+/// each output goes, and the scratch buffers vectors are kept in.
+struct RegionPlan {
+    a: Analysis,
+    top_var: Vec<Option<Var>>,
+    demands: BTreeMap<Pos, BTreeSet<usize>>,
+    home_of: Vec<Option<Pos>>,
+    max_phase: u32,
+    vec_sinks: Vec<VecSink>,
+    scalar_sinks: Vec<(usize, Slot)>,
+    scalar_outputs: Vec<(usize, u32, bool)>,
+    copies: Vec<(u32, u32, WidthId)>,
+    /// (value node, output) of matrix parameter outputs (sums of outer products).
+    matrix_sinks: Vec<(usize, u32)>,
+    /// The scratch buffer of each vector kept in memory.
+    mat: Vec<Option<u32>>,
+}
+
+struct VecSink {
+    node: usize,
+    target: SinkTarget,
+    pos: Pos,
+}
+#[derive(Clone, Copy)]
+enum SinkTarget {
+    Scratch(u32),
+    /// Output index, and whether to accumulate (parameter sums).
+    Output(u32, bool),
+}
 fn schedule_region(b: &mut Builder, k: &Kernel, r: &Region, slots: &[Slot], sink: SinkKind) -> Result<Vec<Stmt>, ScheduleError> {
+    let plan = plan_region(b, k, r, slots, sink)?;
+    emit_region(b, k, r, slots, plan)
+}
+
+/// Plan region `r` (see [`RegionPlan`]), its state in `slots`, its sink `sink`.
+fn plan_region(b: &mut Builder, k: &Kernel, r: &Region, slots: &[Slot], sink: SinkKind) -> Result<RegionPlan, ScheduleError> {
     let a = analyze(k, r)?;
     let n = r.nodes.len();
     let ty = |i: usize| r.nodes[i].ty;
@@ -187,17 +225,6 @@ fn schedule_region(b: &mut Builder, k: &Kernel, r: &Region, slots: &[Slot], sink
         }
     }
     // Sinks: which value goes where, and in which loop vector sinks store.
-    struct VecSink {
-        node: usize,
-        target: SinkTarget,
-        pos: Pos,
-    }
-    #[derive(Clone, Copy)]
-    enum SinkTarget {
-        Scratch(u32),
-        /// Output index, and whether to accumulate (parameter sums).
-        Output(u32, bool),
-    }
     let mut vec_sinks: Vec<VecSink> = Vec::new();
     let mut scalar_sinks: Vec<(usize, Slot)> = Vec::new();
     let mut scalar_outputs: Vec<(usize, u32, bool)> = Vec::new();
@@ -328,7 +355,26 @@ fn schedule_region(b: &mut Builder, k: &Kernel, r: &Region, slots: &[Slot], sink
             mat[i] = Some(b.scratch(width_of(ty(i)).unwrap_or(WidthId(0))));
         }
     }
+    Ok(RegionPlan { a, top_var, demands, home_of, max_phase, vec_sinks, scalar_sinks, scalar_outputs, copies, matrix_sinks, mat })
+}
 
+/// The statements of region `r` (its state in `slots`) as `plan` says.
+fn emit_region(b: &mut Builder, k: &Kernel, r: &Region, slots: &[Slot], plan: RegionPlan) -> Result<Vec<Stmt>, ScheduleError> {
+    let RegionPlan {
+        a,
+        top_var,
+        demands,
+        home_of,
+        max_phase,
+        vec_sinks,
+        scalar_sinks,
+        scalar_outputs,
+        copies,
+        matrix_sinks,
+        mat,
+    } = plan;
+    let n = r.nodes.len();
+    let ty = |i: usize| r.nodes[i].ty;
     let mut out: Vec<Stmt> = Vec::new();
     let field_addr = |f: crate::ir::FieldId, lanes: Vec<LoopVar>| Addr::Field { field: f, lanes };
     // Address of a vector's lane when it lives in memory (leaf, matvec, materialized).

@@ -25,8 +25,10 @@
 //! whose message names the problem, never a panic.
 
 pub use tiga_abi as abi;
+pub use tiga_abi::Role;
 pub mod element;
 pub mod exec;
+pub mod fields;
 pub mod graph;
 pub mod graph_ops;
 pub mod realization;

@@ -45,6 +45,17 @@ pub enum FieldRole {
 }
 
 impl FieldRole {
+    /// The rows a field of kernel role `role` is indexed by (`None` for a
+    /// parameter, which has no rows and is never stored).
+    pub fn of(role: tiga_abi::Role) -> Option<FieldRole> {
+        match role {
+            tiga_abi::Role::Src => Some(FieldRole::Src),
+            tiga_abi::Role::Dst => Some(FieldRole::Dst),
+            tiga_abi::Role::Edge => Some(FieldRole::Edge),
+            tiga_abi::Role::Param => None,
+        }
+    }
+
     /// The name used in section names (`field.src.NAME`) and messages.
     pub fn name(self) -> &'static str {
         match self {

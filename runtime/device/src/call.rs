@@ -24,32 +24,24 @@
 use std::ops::Range;
 
 use tiga_runtime::exec::PageView;
-use tiga_runtime::{DType, Rows, Schedule, Tensor, TensorView};
+use tiga_runtime::{DType, Role, Rows, Schedule, Tensor, TensorView};
 
 use crate::cache::LoadedKernel;
 use crate::context::{DeviceBuffer, Event, GpuDevice, GpuError, HostBuffer, LaunchArg, LaunchShape, Result, Stream};
 
-/// Where an array of a call lives on the device: source fields and
-/// parameters resident for the whole call, destination fields and outputs
-/// by row, edge fields and outputs by edge (in CSR order on the device),
-/// parameter outputs as per-thread partials.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Place {
-    Src,
-    Dst,
-    Edge,
-    Param,
-}
-
 /// The arrays of one call: the bound fields in the kernel's field order
-/// with their places, and the outputs' places and shapes.
+/// with their roles, and the outputs' roles and shapes. A role says where
+/// an array lives on the device: source fields and parameters resident
+/// for the whole call, destination fields and outputs by row, edge fields
+/// and outputs by edge (in CSR order on the device), parameter outputs as
+/// per-thread partials.
 #[derive(Debug)]
 pub struct CallArrays<'c> {
     /// The kernel's name, for messages.
     pub name: &'c str,
     pub fields: &'c [TensorView<'c>],
-    pub field_places: Vec<Place>,
-    pub output_places: Vec<Place>,
+    pub field_roles: Vec<Role>,
+    pub output_roles: Vec<Role>,
     pub shapes: &'c [Vec<usize>],
     pub dtype: DType,
 }
@@ -134,7 +126,7 @@ struct Slot {
 /// Per output: its role and elements per row (per parameter output: in
 /// all).
 struct OutSpec {
-    role: Place,
+    role: Role,
     len: usize,
 }
 
@@ -144,7 +136,7 @@ struct DeviceCall<'c> {
     kernel: &'c LoadedKernel,
     name: String,
     views: &'c [TensorView<'c>],
-    roles: Vec<Place>,
+    roles: Vec<Role>,
     /// Per field: elements per row (per parameter: in all).
     field_len: Vec<usize>,
     outs: Vec<OutSpec>,
@@ -177,30 +169,30 @@ impl<'c> DeviceCall<'c> {
         schedule: &Schedule,
     ) -> Result<DeviceCall<'c>> {
         let (views, shapes, dtype) = (arrays.fields, arrays.shapes, arrays.dtype);
-        if arrays.field_places.len() != views.len() || arrays.output_places.len() != shapes.len() {
+        if arrays.field_roles.len() != views.len() || arrays.output_roles.len() != shapes.len() {
             return Err(GpuError::Internal(format!(
                 "kernel `{}`: {} fields for {} places, {} outputs for {} places",
                 arrays.name,
                 views.len(),
-                arrays.field_places.len(),
+                arrays.field_roles.len(),
                 shapes.len(),
-                arrays.output_places.len()
+                arrays.output_roles.len()
             )));
         }
-        let roles: Vec<Place> = arrays.field_places.clone();
+        let roles: Vec<Role> = arrays.field_roles.clone();
         let field_len =
-            views.iter().zip(&roles).map(|(v, r)| if *r == Place::Param { v.len() } else { row_len(v.shape()) }).collect();
+            views.iter().zip(&roles).map(|(v, r)| if *r == Role::Param { v.len() } else { row_len(v.shape()) }).collect();
         let outs: Vec<OutSpec> = arrays
-            .output_places
+            .output_roles
             .iter()
             .zip(shapes)
-            .map(|(&role, s)| OutSpec { role, len: if role == Place::Param { s.iter().product() } else { row_len(s) } })
+            .map(|(&role, s)| OutSpec { role, len: if role == Role::Param { s.iter().product() } else { row_len(s) } })
             .collect();
         let budget = schedule.device_budget.unwrap_or_else(|| dev.default_budget());
         let mut resident = Vec::with_capacity(views.len());
         let mut resident_bytes = 0u64;
         for (v, r) in views.iter().zip(&roles) {
-            if matches!(r, Place::Src | Place::Param) {
+            if matches!(r, Role::Src | Role::Param) {
                 resident_bytes += align(v.len() * dtype.size()) as u64;
             }
         }
@@ -214,18 +206,18 @@ impl<'c> DeviceCall<'c> {
         let mut copied = 0u64;
         for (v, r) in views.iter().zip(&roles) {
             resident.push(match r {
-                Place::Src | Place::Param => {
+                Role::Src | Role::Param => {
                     let bytes = v.data().as_bytes();
                     let buf = dev.alloc(bytes.len())?;
                     dev.upload(Stream::Copy, &buf, 0, bytes)?;
                     copied += bytes.len() as u64;
                     Some(buf)
                 }
-                Place::Dst | Place::Edge => None,
+                Role::Dst | Role::Edge => None,
             });
         }
-        let has_params = outs.iter().any(|o| o.role == Place::Param);
-        let param_sums = outs.iter().map(|o| (o.role == Place::Param).then(|| vec![0u8; o.len * dtype.size()])).collect();
+        let has_params = outs.iter().any(|o| o.role == Role::Param);
+        let param_sums = outs.iter().map(|o| (o.role == Role::Param).then(|| vec![0u8; o.len * dtype.size()])).collect();
         Ok(DeviceCall {
             dev,
             kernel,
@@ -271,9 +263,9 @@ impl<'c> DeviceCall<'c> {
             .iter()
             .zip(&self.field_len)
             .map(|(r, &len)| match r {
-                Place::Dst => Some(take(rows * len * size)),
-                Place::Edge => Some(take(edges * len * size)),
-                Place::Src | Place::Param => None,
+                Role::Dst => Some(take(rows * len * size)),
+                Role::Edge => Some(take(edges * len * size)),
+                Role::Src | Role::Param => None,
             })
             .collect();
         let inputs_end = take(0);
@@ -284,9 +276,9 @@ impl<'c> DeviceCall<'c> {
             .iter()
             .map(|o| {
                 let bytes = match o.role {
-                    Place::Dst | Place::Src => rows * o.len * size,
-                    Place::Edge => edges * o.len * size,
-                    Place::Param => threads * o.len * size,
+                    Role::Dst | Role::Src => rows * o.len * size,
+                    Role::Edge => edges * o.len * size,
+                    Role::Param => threads * o.len * size,
                 };
                 (take(bytes), bytes)
             })
@@ -376,7 +368,7 @@ impl<'c> DeviceCall<'c> {
                 let bytes = self.views[f].data().as_bytes();
                 let row = self.field_len[f] * size;
                 match self.roles[f] {
-                    Place::Dst => {
+                    Role::Dst => {
                         let r0 = page.first_row + local.start;
                         buf[at..at + rows * row].copy_from_slice(&bytes[r0 * row..(r0 + rows) * row]);
                     }
@@ -424,7 +416,7 @@ impl<'c> DeviceCall<'c> {
         // buffers stay allocated until the sub-page is collected.
         unsafe { self.dev.launch(Stream::Compute, &self.kernel.module, &self.kernel.launch.entry, shape, &args)? };
         let end = self.dev.record(Stream::Compute)?;
-        let edge_ids = match (self.outs.iter().any(|o| o.role == Place::Edge), page.edge_ids) {
+        let edge_ids = match (self.outs.iter().any(|o| o.role == Role::Edge), page.edge_ids) {
             (true, Some(ids)) => Some(ids[edge_pos(0)..edge_pos(edges)].to_vec()),
             _ => None,
         };
@@ -455,14 +447,14 @@ impl<'c> DeviceCall<'c> {
         for (o, (spec, &(at, bytes))) in self.outs.iter().zip(&p.layout.outputs).enumerate() {
             let row = spec.len * size;
             match spec.role {
-                Place::Dst | Place::Src => {
+                Role::Dst | Role::Src => {
                     let host = outs[o].data_mut().into_bytes();
                     let dst = host
                         .get_mut(p.rows.start * row..p.rows.end * row)
                         .ok_or(GpuError::Internal("an output row out of range".into()))?;
                     self.dev.download(Stream::Copy, dbuf, at, dst)?;
                 }
-                Place::Edge => {
+                Role::Edge => {
                     let mut tmp = vec![0u8; bytes];
                     self.dev.download(Stream::Copy, dbuf, at, &mut tmp)?;
                     let host = outs[o].data_mut().into_bytes();
@@ -471,7 +463,7 @@ impl<'c> DeviceCall<'c> {
                         host[u * row..(u + 1) * row].copy_from_slice(&tmp[q * row..(q + 1) * row]);
                     }
                 }
-                Place::Param => {
+                Role::Param => {
                     let mut tmp = vec![0u8; bytes];
                     self.dev.download(Stream::Copy, dbuf, at, &mut tmp)?;
                     let acc = self.param_sums[o].as_mut().ok_or(GpuError::Internal("a parameter output without sums".into()))?;

@@ -30,7 +30,7 @@ mod cuda;
 mod sim;
 
 pub use cache::{EntryLaunch, LoadedKernel, LoadedModule, ModuleKey};
-pub use call::{run_rows, CallArrays, Place};
+pub use call::{run_rows, CallArrays};
 #[cfg(feature = "cuda")]
 pub use cuda::CudaDevice;
 pub use sim::SimDevice;

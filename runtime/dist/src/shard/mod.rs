@@ -17,12 +17,14 @@
 //! Ranks must agree on the graph: [`Sharded::from_graph`] compares a
 //! checksum of it across ranks and refuses to build when they differ.
 
+mod call;
 mod file;
 pub mod plan;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+pub use call::{copy_rows_to, LocalCall};
 pub use plan::{edge_cut, plan_all, LocalShard, PlanError, ShardPlan};
 
 use crate::comm::{check_same, CommError, Communicator, PendingExchange};
@@ -58,6 +60,31 @@ pub enum ShardError {
     Usage(String),
     #[error(transparent)]
     Partitioned(#[from] crate::partitioned::PartitionedError),
+    /// A call's field with no rows to place.
+    #[error("{role} field `{name}` is a scalar; a sharded call needs its rows")]
+    ScalarField { role: &'static str, name: String },
+    /// A call's field in neither numbering.
+    #[error(
+        "{role} field `{name}` has {got} rows: a sharded call takes the whole array ({global} rows, the user's numbering) \
+         or rank {rank}'s own rows ({owned})"
+    )]
+    FieldRows { role: &'static str, name: String, got: usize, global: usize, owned: usize, rank: usize },
+    /// An edge field in owned order on a deep halo, whose ghost rows read
+    /// edges no rank owns.
+    #[error(
+        "edge field `{name}`: a halo deeper than 1 computes ghost rows too, whose edges only the whole array has: pass \
+         it in the user's numbering ({rows} rows)"
+    )]
+    DeepEdgeField { name: String, rows: usize },
+    /// A cotangent in neither numbering.
+    #[error("the cotangent of `{name}` has {got} rows: give the whole array ({global}) or this rank's own ({owned})")]
+    CotangentRows { name: String, got: usize, global: usize, owned: usize },
+    /// A half-precision value where a sharded call adds (refused up front).
+    #[error("{0} in half precision: a sharded call adds f32 and f64 only")]
+    Half(&'static str),
+    /// Something a call moved out did not come back (a bug).
+    #[error("{0} went missing")]
+    Lost(&'static str),
 }
 
 /// How to cut a graph across ranks.
