@@ -25,7 +25,8 @@
 
 use tiga_compiler::ir::Role;
 use tiga_runtime::exec::Side;
-use tiga_runtime::{Order, Realization, Renumber, Renumbered, RenumberedGraph, Schedule, Tensor, TensorView};
+use tiga_runtime::renumber::order_of;
+use tiga_runtime::{Order, Realization, Renumber, Renumbered, RenumberedGraph, Schedule, Tensor, TensorView, Way};
 
 use crate::error::{Error, Result};
 use crate::fields::{Gradients, Inputs, Outputs};
@@ -43,78 +44,6 @@ pub(crate) fn view_for<'r>(r: &'r dyn Realization, schedule: &Schedule, wants: b
     Ok(r.renumbered(schedule.renumber)?)
 }
 
-/// Which way fields move.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Way {
-    /// Caller's numbering to the renumbered one.
-    ToNew,
-    /// Back.
-    ToOld,
-}
-
-/// `t` moved by `order` (`None`: ids kept, no copy made), into one of
-/// `r`'s kept buffers where one fits.
-fn moved(r: &Renumbered, order: Option<&Order>, way: Way, t: &TensorView<'_>) -> Result<Option<Tensor>> {
-    let Some(o) = order else { return Ok(None) };
-    let out = r.scratch(t.field_type(), t.shape());
-    Ok(Some(o.moved_into(t, way == Way::ToNew, out)?))
-}
-
-/// [`moved`] for a result of a call: one in a file (a paged call's row
-/// output or gradient over its RAM budget) is moved into a file too, in
-/// the schedule's spill directory, so that the budget still holds.
-pub(crate) fn moved_result(
-    r: &Renumbered,
-    order: Option<&Order>,
-    way: Way,
-    t: &Tensor,
-    schedule: &Schedule,
-) -> Result<Option<Tensor>> {
-    let Some(o) = order else { return Ok(None) };
-    if !t.is_file_backed() {
-        return moved(r, Some(o), way, &t.view());
-    }
-    let dir = tiga_storage::offload::spill_dir(schedule);
-    let out = Tensor::zeros_in_file(t.dtype(), t.shape().to_vec(), &dir).map_err(Error::from)?;
-    Ok(Some(o.moved_into(&t.view(), way == Way::ToNew, Some(out))?))
-}
-
-/// The order a field of `role` moves by, given the orders of the sources
-/// and destinations of the rows it is read over.
-fn order_of<'o>(role: Role, src: Option<&'o Order>, dst: Option<&'o Order>) -> Option<&'o Order> {
-    match role {
-        Role::Src => src,
-        Role::Dst => dst,
-        Role::Edge | Role::Param => None,
-    }
-}
-
-/// The source and destination fields of `inputs` moved (`None` where a
-/// field stays as it is: edge fields, parameters, sides that keep their
-/// ids).
-fn move_inputs(
-    r: &Renumbered,
-    inputs: &Inputs<'_>,
-    src: Option<&Order>,
-    dst: Option<&Order>,
-    way: Way,
-) -> Result<Vec<Option<Tensor>>> {
-    inputs.fields.iter().map(|(role, _, v)| moved(r, order_of(*role, src, dst), way, &v.view())).collect()
-}
-
-/// Keep the buffers a call moved its fields into for the next call.
-fn keep_all(r: &Renumbered, moved: Vec<Option<Tensor>>) {
-    moved.into_iter().flatten().for_each(|t| r.keep(t));
-}
-
-/// `inputs` with the fields [`move_inputs`] moved in place of the originals.
-fn with_moved<'a>(inputs: &'a Inputs<'_>, moved: &'a [Option<Tensor>]) -> Inputs<'a> {
-    inputs.fields.iter().zip(moved).fold(Inputs::new(), |acc, ((role, name, v), m)| match m {
-        Some(t) => acc.with_role(*role, name, t.view()),
-        None => acc.with_role(*role, name, v.view()),
-    })
-}
-
 impl Kernel {
     /// The destination-row outputs of a call over rows whose destinations
     /// are in `dst`'s numbering, moved the `way` asked.
@@ -127,7 +56,7 @@ impl Kernel {
         schedule: &Schedule,
     ) -> Result<Outputs> {
         for (o, (_, t)) in self.captured().outputs.iter().zip(outs.items.iter_mut()) {
-            if let Some(m) = moved_result(r, order_of(o.role, None, dst), way, t, schedule)? {
+            if let Some(m) = r.moved_result(order_of(o.role, None, dst), way, t, || tiga_storage::offload::spill_dir(schedule))? {
                 r.keep(std::mem::replace(t, m));
             }
         }
@@ -194,11 +123,10 @@ impl Kernel {
     ) -> Result<Outputs> {
         let r = &view.renumbered;
         let (src, dst) = r.side_orders(side);
-        let m = move_inputs(r, inputs, src, dst, way)?;
-        let outs = self.run_side(over, side, &with_moved(inputs, &m), schedule)?;
-        let back = if way == Way::ToNew { Way::ToOld } else { Way::ToNew };
-        let outs = self.move_outputs(r, outs, dst, back, schedule);
-        keep_all(r, m);
+        let m = r.move_inputs(inputs, src, dst, way)?;
+        let outs = self.run_side(over, side, &inputs.with_moved(&m), schedule)?;
+        let outs = self.move_outputs(r, outs, dst, way.back(), schedule);
+        r.keep_all(m);
         outs
     }
 
@@ -227,25 +155,27 @@ impl Kernel {
     ) -> Result<Gradients> {
         let r = &view.renumbered;
         let (src, dst) = (r.src_order(), Some(&r.dst));
-        let m = move_inputs(r, inputs, src, dst, Way::ToNew)?;
+        let m = r.move_inputs(inputs, src, dst, Way::ToNew)?;
         let k = self.captured();
         let cots: Vec<Option<Tensor>> = cotangents
             .iter()
             .map(|(name, v)| {
                 let role = k.outputs.iter().find(|o| o.name == *name).map_or(Role::Param, |o| o.role);
-                moved(r, order_of(role, src, dst), Way::ToNew, v)
+                r.moved(order_of(role, src, dst), Way::ToNew, v)
             })
-            .collect::<Result<_>>()?;
+            .collect::<std::result::Result<_, _>>()?;
         let cot_views: Vec<(&str, TensorView<'_>)> =
             cotangents.iter().zip(&cots).map(|((n, v), c)| (*n, c.as_ref().map_or_else(|| v.clone(), |t| t.view()))).collect();
         let inner = schedule.clone().renumber(Renumber::None);
-        let grads = stages(&with_moved(inputs, &m), &cot_views, &inner);
+        let grads = stages(&inputs.with_moved(&m), &cot_views, &inner);
         drop(cot_views);
-        keep_all(r, m);
-        keep_all(r, cots);
+        r.keep_all(m);
+        r.keep_all(cots);
         let mut grads = grads?;
         for (role, _, t) in grads.items.iter_mut() {
-            if let Some(back) = moved_result(r, order_of(*role, src, dst), Way::ToOld, t, schedule)? {
+            if let Some(back) =
+                r.moved_result(order_of(*role, src, dst), Way::ToOld, t, || tiga_storage::offload::spill_dir(schedule))?
+            {
                 r.keep(std::mem::replace(t, back));
             }
         }

@@ -253,7 +253,8 @@ impl Kernel {
                 .items
                 .iter()
                 .map(|(n, t)| {
-                    let moved = crate::renumber::moved_result(r, dst, crate::renumber::Way::ToNew, t, schedule)?;
+                    let moved =
+                        r.moved_result(dst, tiga_runtime::Way::ToNew, t, || tiga_storage::offload::spill_dir(schedule))?;
                     Ok((n.clone(), Arc::new(moved.unwrap_or_else(|| (**t).clone()))))
                 })
                 .collect::<Result<Vec<_>>>()?;

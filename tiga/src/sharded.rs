@@ -49,77 +49,54 @@ impl Kernel {
         let inputs = &self.with_stored(sh, inputs)?;
         let mut local = sh.localize(inputs)?;
         let l = sh.local();
-        // Moved out of `local`, exchanged, then handed back.
-        let mut slot_fields = local.take_slot_fields()?;
-        let halo = sh.start_halo(&slot_fields.iter().collect::<Vec<_>>())?;
         let extents = Extents { num_src: l.slots.len(), num_dst: l.rows.len(), num_edges: l.local_edges };
         let k = self.captured();
-        let deep = local.exchanges_dst();
         let param_outputs = !k.outputs_of(Role::Param).is_empty();
         // On a device the local rows run after the exchange, uploaded whole:
         // the overlap below runs the interior rows on this CPU.
         let device = schedule.device != tiga_runtime::Device::Cpu;
-        let overlap = schedule.backend != Backend::Reference && !l.interior.is_empty() && !deep && !param_outputs && !device;
+        let overlap = schedule.backend != Backend::Reference
+            && !l.interior.is_empty()
+            && !local.exchanges_dst()
+            && !param_outputs
+            && !device;
         // Paged local rows (no CSR in memory) stream from their file after
         // the exchange too.
         let Some(g) = l.graph.as_ref().filter(|_| overlap) else {
-            halo.finish(sh, &mut slot_fields)?;
-            local.take_back(slot_fields, sh)?;
+            local.exchange(sh)?;
             let out = self.run_with(sh.local_rows()?, &local.inputs(), schedule);
             local.recycle(sh);
             return out;
         };
-        // The interior rows read owned slots only: they run on the owned
-        // prefix of each source field while the ghosts travel.
-        let (p, mut outs, dtype, widths) = {
-            let ins = local.inputs_with_src(&slot_fields, Some(l.owned_slots))?;
-            let b = bind_extents(k, Extents { num_src: l.owned_slots, ..extents }, &ins)?;
-            let p = self.prepare(&b, false, None, schedule.backend)?;
-            let outs = output_buffers(self.loop_kernel(), b.dtype, &p.shapes)?;
-            (p, outs, b.dtype, b.widths.clone())
-        };
-        if output_shapes(k, &extents, &widths) != p.shapes {
-            return Err(Error::Internal("sharded output shapes differ between the interior and boundary rows".into()));
-        }
-        let partials = ParamPartials::new(g.num_dst(), &p.param_outs);
-        let runner = RowRunner::new(p.entry, &p.shapes, dtype, &mut outs, partials);
-        let raw_for = |f: &[*const u8]| RawArgs {
-            offsets: g.offsets().as_ptr(),
-            cols: g.cols().as_ptr(),
-            edge_ids: std::ptr::null(),
-            fields: f.as_ptr(),
-            outputs: std::ptr::null(),
-            stencil: std::ptr::null(),
-        };
-        {
-            let ins = local.inputs_with_src(&slot_fields, Some(l.owned_slots))?;
-            let b = bind_extents(k, Extents { num_src: l.owned_slots, ..extents }, &ins)?;
-            let ptrs = b.field_ptrs();
-            // SAFETY: the variant was compiled for this kernel, dtype and
-            // widths without edge ids (edge fields are in local CSR order);
-            // `bind_extents` checked every field against these extents, and
-            // the interior rows read only slots below `owned_slots` (the plan
-            // put every row that reads a ghost in a boundary run); the CSR
-            // was validated when built; `outs` lives until `finish`; the
-            // kernel has no parameter outputs.
-            unsafe { exec::execute_row_runs(&runner, raw_for(&ptrs), g.offsets(), &l.interior, schedule.threads)? };
-        }
-        halo.finish(sh, &mut slot_fields)?;
-        {
-            let ins = local.inputs_with_src(&slot_fields, None)?;
+        // The variant and shapes from the fields over every slot (ghosts'
+        // rows still zero); each step binds its own views.
+        let (p, dtype, widths) = {
+            let ins = local.inputs();
             let b = bind_extents(k, extents, &ins)?;
+            (self.prepare(&b, false, None, schedule.backend)?, b.dtype, b.widths.clone())
+        };
+        let mut outs = output_buffers(self.loop_kernel(), dtype, &p.shapes)?;
+        let runner = RowRunner::new(p.entry, &p.shapes, dtype, &mut outs, ParamPartials::new(g.num_dst(), &p.param_outs));
+        local.overlapped(sh, |ins, runs, num_src| -> Result<()> {
+            let b = bind_extents(k, Extents { num_src, ..extents }, ins)?;
             if b.widths != widths || b.dtype != dtype {
                 return Err(Error::Internal("sharded widths differ between the interior and boundary rows".into()));
             }
             let ptrs = b.field_ptrs();
-            // SAFETY: as above, for the boundary rows, whose ghost slots
-            // are now filled; every field covers all slots.
-            unsafe { exec::execute_row_runs(&runner, raw_for(&ptrs), g.offsets(), &l.boundary, schedule.threads)? };
-        }
+            let raw =
+                RawArgs { offsets: g.offsets().as_ptr(), cols: g.cols().as_ptr(), fields: ptrs.as_ptr(), ..RawArgs::empty() };
+            // SAFETY: the variant was compiled for this kernel, dtype and
+            // widths without edge ids (edge fields are in local CSR order);
+            // `bind_extents` checked every field against these extents, and
+            // interior rows read only the `num_src` owned slots they are given
+            // (the plan put every row that reads a ghost in a boundary run,
+            // which runs once the ghost slots are filled); the CSR was
+            // validated when built; `outs` lives until `finish`; the kernel
+            // has no parameter outputs.
+            unsafe { exec::execute_row_runs(&runner, raw, g.offsets(), runs, schedule.threads)? };
+            Ok(())
+        })?;
         runner.finish(&mut outs);
-        for t in slot_fields {
-            sh.recycle(t);
-        }
         Ok(self.outputs(outs))
     }
 

@@ -120,6 +120,15 @@ impl<'a> Inputs<'a> {
         self.fields.iter().map(|(_, _, v)| v.view().field_type())
     }
 
+    /// These inputs with each field that `moved` holds (one entry per
+    /// field, in order) in place of the original.
+    pub fn with_moved<'m>(&'m self, moved: &'m [Option<Tensor>]) -> Inputs<'m> {
+        self.fields.iter().zip(moved).fold(Inputs::new(), |acc, ((role, name, v), m)| match m {
+            Some(t) => acc.with_role(*role, name, t.view()),
+            None => acc.with_role(*role, name, v.view()),
+        })
+    }
+
     /// Add a field by role (for tools that read roles from flags).
     pub fn with_role(self, role: Role, name: &str, v: impl Into<Input<'a>>) -> Self {
         self.with(role, name, v)

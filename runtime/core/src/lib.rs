@@ -45,6 +45,6 @@ pub use graph_ops::{
 };
 pub use petgraph;
 pub use realization::{FieldRole, GraphRows, PagedRows, Realization, RenumberedGraph, Rows, StoredField};
-pub use renumber::{Order, RenumberError, Renumbered};
+pub use renumber::{Order, RenumberError, Renumbered, Way};
 pub use schedule::{Backend, Device, DeviceTimer, DeviceTimes, Progress, Renumber, Schedule, ScheduleError};
 pub use tensor::{bf16, f16, round_to_odd_f32, Buffer, DType, Data, DataMut, FieldType, Tensor, TensorError, TensorView};

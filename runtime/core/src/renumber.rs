@@ -55,6 +55,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use crate::exec::Side;
+use crate::fields::Inputs;
 use crate::schedule::Renumber;
 use crate::tensor::{Data, DataMut, Tensor, TensorError, TensorView};
 use crate::{graph::Graph, graph::GraphError};
@@ -443,7 +444,83 @@ enum RenumberedRows {
     Stored,
 }
 
+/// Which way a call's fields move through a renumbering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Way {
+    /// The caller's numbering to the renumbered one.
+    ToNew,
+    /// Back.
+    ToOld,
+}
+
+impl Way {
+    /// The other way (a call's outputs go back the way its fields came).
+    pub fn back(self) -> Way {
+        match self {
+            Way::ToNew => Way::ToOld,
+            Way::ToOld => Way::ToNew,
+        }
+    }
+}
+
+/// The order a field of `role` moves by, given the orders of the sources
+/// and destinations of the rows it is read over (edge fields and
+/// parameters never move: renumbered rows read edges through the caller's
+/// edge ids).
+pub fn order_of<'o>(role: tiga_abi::Role, src: Option<&'o Order>, dst: Option<&'o Order>) -> Option<&'o Order> {
+    match role {
+        tiga_abi::Role::Src => src,
+        tiga_abi::Role::Dst => dst,
+        tiga_abi::Role::Edge | tiga_abi::Role::Param => None,
+    }
+}
+
 impl Renumbered {
+    /// `t` moved by `order` (`None`: ids kept, no copy made), into one of
+    /// the kept buffers where one fits.
+    pub fn moved(&self, order: Option<&Order>, way: Way, t: &TensorView<'_>) -> Result<Option<Tensor>, RenumberError> {
+        let Some(o) = order else { return Ok(None) };
+        let out = self.scratch(t.field_type(), t.shape());
+        Ok(Some(o.moved_into(t, way == Way::ToNew, out)?))
+    }
+
+    /// [`Renumbered::moved`] for a result of a call: one in a file (a paged
+    /// call's row output or gradient over its RAM budget) is moved into a
+    /// file too, in the directory `spill` names, so that the budget still
+    /// holds.
+    pub fn moved_result(
+        &self,
+        order: Option<&Order>,
+        way: Way,
+        t: &Tensor,
+        spill: impl FnOnce() -> std::path::PathBuf,
+    ) -> Result<Option<Tensor>, RenumberError> {
+        let Some(o) = order else { return Ok(None) };
+        if !t.is_file_backed() {
+            return self.moved(Some(o), way, &t.view());
+        }
+        let out = Tensor::zeros_in_file(t.dtype(), t.shape().to_vec(), &spill())?;
+        Ok(Some(o.moved_into(&t.view(), way == Way::ToNew, Some(out))?))
+    }
+
+    /// The source and destination fields of `inputs` moved (`None` where a
+    /// field stays as it is: edge fields, parameters, sides that keep
+    /// their ids); [`Inputs::with_moved`] puts them in the call.
+    pub fn move_inputs(
+        &self,
+        inputs: &Inputs<'_>,
+        src: Option<&Order>,
+        dst: Option<&Order>,
+        way: Way,
+    ) -> Result<Vec<Option<Tensor>>, RenumberError> {
+        inputs.fields.iter().map(|(role, _, v)| self.moved(order_of(*role, src, dst), way, &v.view())).collect()
+    }
+
+    /// Keep the buffers a call moved its fields into for the next call.
+    pub fn keep_all(&self, moved: Vec<Option<Tensor>>) {
+        moved.into_iter().flatten().for_each(|t| self.keep(t));
+    }
+
     /// `g` renumbered by `method` (`None` for [`Renumber::None`]).
     pub fn build(g: &Graph, method: Renumber) -> Result<Option<Renumbered>, RenumberError> {
         let start = Instant::now();

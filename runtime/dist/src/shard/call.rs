@@ -15,6 +15,8 @@
 //! parameter outputs and gradients are all-reduced in rank order, so every
 //! rank holds the same bits.
 
+use std::ops::Range;
+
 use tiga_runtime::fields::{Input, Inputs};
 use tiga_runtime::{Data, DataMut, FieldRole, Role, Tensor, TensorView};
 
@@ -245,6 +247,33 @@ impl<'a> LocalCall<'a> {
             let t = it.next().ok_or(ShardError::Lost("a halo field"))?;
             let rows = take_rows(t.data(), t.shape(), row_slot.iter().map(|&s| s as usize))?;
             self.rest.push((Role::Dst, name, Input::Owned(rows)));
+        }
+        Ok(())
+    }
+
+    /// Run the local rows with the exchange in flight: `run(inputs, runs,
+    /// num_src)` runs first the interior runs (rows that read no ghost)
+    /// with each source field cut to its `num_src` owned slots while the
+    /// ghosts travel, then, once they are in, the boundary runs over every
+    /// slot. The slot buffers go back to the shard's pool after. A deep
+    /// halo's destination fields cannot overlap (their ghost rows come
+    /// with the exchange): such a call runs [`LocalCall::exchange`] first.
+    pub fn overlapped<E: From<ShardError>>(
+        &mut self,
+        sh: &Sharded,
+        mut run: impl FnMut(&Inputs<'_>, &[Range<usize>], usize) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        if self.exchanges_dst() {
+            return Err(ShardError::Usage("a deep halo's destination fields cannot overlap the exchange".into()).into());
+        }
+        let l = sh.local();
+        let mut slot_fields = self.take_slot_fields()?;
+        let halo = sh.start_halo(&slot_fields.iter().collect::<Vec<_>>())?;
+        run(&self.inputs_with_src(&slot_fields, Some(l.owned_slots))?, &l.interior, l.owned_slots)?;
+        halo.finish(sh, &mut slot_fields)?;
+        run(&self.inputs_with_src(&slot_fields, None)?, &l.boundary, l.slots.len())?;
+        for t in slot_fields {
+            sh.recycle(t);
         }
         Ok(())
     }
