@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use tiga_compiler::adjoint::kernel::{generate_adjoint, Adjoint, Binding, GraphUse};
 use tiga_compiler::bind::{output_shapes, Extents};
-use tiga_compiler::ir::Role;
+use tiga_compiler::ir::{self, Role};
 use tiga_runtime::exec::{PageView, Side};
 use tiga_runtime::{Backend, DType, DataMut, Graph, Realization, Rows, Schedule, Tensor, TensorView};
 
 use crate::error::{Error, Result};
-use crate::fields::{add_tensors, Gradients, Inputs, Outputs, Wrt};
+use crate::fields::{add_tensors, Gradients, Input, Inputs, Outputs, Wrt};
 use crate::kernel::{AdjointPlan, Kernel};
 
 /// Each output's name and shape, in declaration order.
@@ -396,118 +396,16 @@ impl Kernel {
         let b = crate::bind::bind_extents(k, extents, inputs)?;
         // Cotangents: one per output, shaped like it, in the call's dtype.
         let out_shapes = output_shapes(k, &extents, &b.widths);
-        for (name, _) in cotangents {
-            if !k.outputs.iter().any(|o| o.name == *name) {
-                let names: Vec<&str> = k.outputs.iter().map(|o| o.name.as_str()).collect();
-                return Err(Error::Cotangent(format!(
-                    "cotangent for `{name}`, but kernel `{}` has outputs: {}",
-                    k.name,
-                    names.join(", ")
-                )));
-            }
-        }
-        for (o, shape) in k.outputs.iter().zip(&out_shapes) {
-            match cotangents.iter().find(|(n, _)| *n == o.name) {
-                None => {
-                    return Err(Error::Cotangent(format!("missing the cotangent of output `{}` (shape {shape:?})", o.name)));
-                }
-                Some((_, v)) if v.shape() != shape.as_slice() => {
-                    return Err(Error::Cotangent(format!(
-                        "the cotangent of output `{}` has shape {:?}, expected {shape:?}",
-                        o.name,
-                        v.shape()
-                    )));
-                }
-                Some((_, v)) if v.dtype() != b.dtype => {
-                    return Err(Error::Cotangent(format!(
-                        "the cotangent of output `{}` is {}, but the inputs are {}",
-                        o.name,
-                        v.dtype(),
-                        b.dtype
-                    )));
-                }
-                Some(_) => {}
-            }
-        }
+        check_cotangents(k, &out_shapes, cotangents, b.dtype)?;
         let dtype = if reference { DType::F64 } else { b.dtype };
-        // In reference mode every array travels as f64.
-        let fwd64: Vec<Tensor> = if reference { b.views.iter().map(|v| to_f64(v)).collect::<Result<_>>()? } else { vec![] };
-        let cot64: Vec<(String, Tensor)> = if reference {
-            cotangents.iter().map(|(n, v)| Ok(((*n).to_string(), to_f64(v)?))).collect::<Result<_>>()?
-        } else {
-            vec![]
-        };
-        // A half-precision cotangent is widened once to f32: every stage
-        // accumulates in f32 (a winner scatter adds cotangents up), and a
-        // cotangent is an output's size, not a source field's.
-        let cot32: Vec<(String, Tensor)> = if reference {
-            vec![]
-        } else {
-            cotangents
-                .iter()
-                .filter(|(_, v)| v.field_type().is_half())
-                .map(|(n, v)| ((*n).to_string(), v.converted(tiga_runtime::FieldType::F32)))
-                .collect()
-        };
-        let forward_view = |role: Role, name: &str| -> Option<TensorView<'_>> {
-            let i = k.field_by_name(role, name)?.0 as usize;
-            if reference {
-                fwd64.get(i).map(|t| t.view())
-            } else {
-                b.views.get(i).map(|v| (*v).clone())
-            }
-        };
-        // In reference mode the residuals too travel as f64.
-        let res64: Vec<(String, Tensor)> = match residual {
-            Some(tape) if reference => adjoint
-                .stages
-                .iter()
-                .flat_map(|s| s.bindings.iter())
-                .filter_map(|b| match b {
-                    Binding::Residual(n) => Some(n.clone()),
-                    _ => None,
-                })
-                .map(|n| {
-                    let v = tape.view(&n).ok_or_else(|| Error::Internal(format!("the tape holds no residual `{n}`")))?;
-                    let t = to_f64(&v)?;
-                    Ok((n, t))
-                })
-                .collect::<Result<_>>()?,
-            _ => vec![],
-        };
-        let residual_view = |name: &str| -> Option<TensorView<'_>> {
-            if reference {
-                res64.iter().find(|(n, _)| n == name).map(|(_, t)| t.view())
-            } else {
-                residual.and_then(|tape| tape.view(name))
-            }
-        };
-        let cot_view = |name: &str| -> Option<TensorView<'_>> {
-            if reference {
-                cot64.iter().find(|(n, _)| n == name).map(|(_, t)| t.view())
-            } else if let Some((_, t)) = cot32.iter().find(|(n, _)| n == name) {
-                Some(t.view())
-            } else {
-                cotangents.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone())
-            }
-        };
+        let values = PlanValues::new(reference, &b.views, cotangents, residual, adjoint)?;
+        let forward_view = |role: Role, name: &str| values.forward(k.field_by_name(role, name)?.0 as usize);
+        let cot_view = |name: &str| values.cotangent(name);
+        let residual_view = |name: &str| values.residual(name);
         // Of a max/min's two source sides, the one this call does not run.
-        let skipped = adjoint.source_sides.map(|sides| {
-            let src_grad_bytes: u64 = k
-                .fields
-                .iter()
-                .zip(&b.views)
-                .filter(|(f, _)| f.role == Role::Src)
-                .map(|(_, v)| (v.len() * dtype.size()) as u64)
-                .sum();
-            let to_file = paged
-                && r.has_side(Side::Transposed)
-                && tiga_storage::offload::output_spill_dir(src_grad_bytes, schedule).is_some();
-            if to_file {
-                sides.scatter
-            } else {
-                sides.transposed
-            }
+        let skipped = adjoint.source_sides.map(|sides| match paged && r.has_side(Side::Transposed) {
+            true if source_gradients_to_file(k, &b.views, dtype, schedule) => sides.scatter,
+            _ => sides.transposed,
         });
         let needed = needed_stages(adjoint, wrt);
         let runs = |si: usize| Some(si) != skipped && needed[si];
@@ -612,37 +510,177 @@ impl Kernel {
             };
             stage_outs.push(outs);
         }
-        let mut items = Vec::new();
-        for gp in adjoint.gradients.iter().filter(|gp| wrt.wants(gp.role, &gp.name)) {
-            let i = k.field_by_name(gp.role, &gp.name).map(|f| f.0 as usize).unwrap_or(0);
-            let shape = b.views.get(i).map(|v| v.shape().to_vec()).unwrap_or_default();
-            // The first part is taken as it is (no copy); the others add in.
-            let mut acc: Option<Tensor> = None;
-            for (s, name) in &gp.parts {
-                let Some(slot) = stage_outs.get_mut(*s).and_then(|o| o.items.iter_mut().find(|(n, _)| n == name)) else {
-                    continue;
-                };
-                match &mut acc {
-                    None if slot.1.shape() == shape.as_slice() => {
-                        let empty = Tensor::zeros(dtype, vec![0]).map_err(Error::from)?;
-                        acc = Some(std::mem::replace(&mut slot.1, empty));
-                    }
-                    Some(a) if slot.1.len() == a.len() => add_tensors(a, &slot.1)?,
-                    _ => {}
-                }
-            }
-            let acc = match acc {
-                Some(a) => a,
-                None => Tensor::zeros(dtype, shape).map_err(Error::from)?,
-            };
-            // A half-precision field's gradient, accumulated in f32, is
-            // written in the field's type (rounded once, to nearest even).
-            let acc = match b.types.get(i) {
-                Some(&t) if t.is_half() && !reference => acc.converted(t),
-                _ => acc,
-            };
-            items.push((gp.role, gp.name.clone(), acc));
+        let types = if reference { &[][..] } else { &b.types[..] };
+        gradients(k, adjoint, wrt, &mut stage_outs, &b.views, types, dtype)
+    }
+}
+
+/// Whether a paged backward's source gradients (of `views`' source
+/// fields, in `dtype`) are over the schedule's RAM budget together, and so
+/// go to a file as their rows are done (the transposed source side).
+fn source_gradients_to_file(k: &ir::Kernel, views: &[TensorView<'_>], dtype: DType, schedule: &Schedule) -> bool {
+    let bytes: u64 =
+        k.fields.iter().zip(views).filter(|(f, _)| f.role == Role::Src).map(|(_, v)| (v.len() * dtype.size()) as u64).sum();
+    tiga_storage::offload::output_spill_dir(bytes, schedule).is_some()
+}
+
+/// Refuse cotangents that do not fit `k`'s outputs (of shapes
+/// `out_shapes`, in `dtype`): one for each output, no other, each shaped
+/// like it and in the call's dtype.
+fn check_cotangents(
+    k: &ir::Kernel,
+    out_shapes: &[Vec<usize>],
+    cotangents: &[(&str, TensorView<'_>)],
+    dtype: DType,
+) -> Result<()> {
+    for (name, _) in cotangents {
+        if !k.outputs.iter().any(|o| o.name == *name) {
+            let names: Vec<&str> = k.outputs.iter().map(|o| o.name.as_str()).collect();
+            return Err(Error::Cotangent(format!(
+                "cotangent for `{name}`, but kernel `{}` has outputs: {}",
+                k.name,
+                names.join(", ")
+            )));
         }
-        Ok(Gradients { items })
+    }
+    for (o, shape) in k.outputs.iter().zip(out_shapes) {
+        match cotangents.iter().find(|(n, _)| *n == o.name) {
+            None => {
+                return Err(Error::Cotangent(format!("missing the cotangent of output `{}` (shape {shape:?})", o.name)));
+            }
+            Some((_, v)) if v.shape() != shape.as_slice() => {
+                return Err(Error::Cotangent(format!(
+                    "the cotangent of output `{}` has shape {:?}, expected {shape:?}",
+                    o.name,
+                    v.shape()
+                )));
+            }
+            Some((_, v)) if v.dtype() != dtype => {
+                return Err(Error::Cotangent(format!(
+                    "the cotangent of output `{}` is {}, but the inputs are {}",
+                    o.name,
+                    v.dtype(),
+                    dtype
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The gradients `wrt` asks for, each the sum of its parts among the
+/// stages' outputs (the first taken as it is, no copy), zero where no
+/// stage gives one, shaped like its field in `views`; a half-precision
+/// field's (its type in `types`, empty in reference mode), accumulated in
+/// f32, written in the field's type (rounded once, to nearest even).
+fn gradients(
+    k: &ir::Kernel,
+    adjoint: &Adjoint,
+    wrt: &Wrt,
+    stage_outs: &mut [Outputs],
+    views: &[TensorView<'_>],
+    types: &[tiga_runtime::FieldType],
+    dtype: DType,
+) -> Result<Gradients> {
+    let mut items = Vec::new();
+    for gp in adjoint.gradients.iter().filter(|gp| wrt.wants(gp.role, &gp.name)) {
+        let i = k.field_by_name(gp.role, &gp.name).map(|f| f.0 as usize).unwrap_or(0);
+        let shape = views.get(i).map(|v| v.shape().to_vec()).unwrap_or_default();
+        // The first part is taken as it is (no copy); the others add in.
+        let mut acc: Option<Tensor> = None;
+        for (s, name) in &gp.parts {
+            let Some(slot) = stage_outs.get_mut(*s).and_then(|o| o.items.iter_mut().find(|(n, _)| n == name)) else {
+                continue;
+            };
+            match &mut acc {
+                None if slot.1.shape() == shape.as_slice() => {
+                    let empty = Tensor::zeros(dtype, vec![0]).map_err(Error::from)?;
+                    acc = Some(std::mem::replace(&mut slot.1, empty));
+                }
+                Some(a) if slot.1.len() == a.len() => add_tensors(a, &slot.1)?,
+                _ => {}
+            }
+        }
+        let acc = match acc {
+            Some(a) => a,
+            None => Tensor::zeros(dtype, shape).map_err(Error::from)?,
+        };
+        // A half-precision field's gradient, accumulated in f32, is
+        // written in the field's type (rounded once, to nearest even).
+        let acc = match types.get(i) {
+            Some(&t) if t.is_half() => acc.converted(t),
+            _ => acc,
+        };
+        items.push((gp.role, gp.name.clone(), acc));
+    }
+    Ok(Gradients { items })
+}
+
+/// What an adjoint's stages read besides each other's outputs: the
+/// forward's fields (in field order), the cotangents and the saved
+/// residuals, each in the dtype the stages run in. In reference mode
+/// every one is widened to f64, once. Otherwise a half-precision cotangent
+/// is widened to f32, once (every stage accumulates in f32, a winner
+/// scatter adds cotangents up, and a cotangent is an output's size, not a
+/// source field's), and the rest are read where they are.
+struct PlanValues<'v> {
+    forward: Vec<Input<'v>>,
+    cotangents: Vec<(&'v str, Input<'v>)>,
+    /// Widened residuals (reference mode), else none: read from `tape`.
+    residuals: Vec<(String, Tensor)>,
+    tape: Option<&'v crate::residuals::Tape>,
+}
+
+impl<'v> PlanValues<'v> {
+    fn new(
+        reference: bool,
+        views: &[TensorView<'v>],
+        cotangents: &[(&'v str, TensorView<'v>)],
+        tape: Option<&'v crate::residuals::Tape>,
+        adjoint: &Adjoint,
+    ) -> Result<PlanValues<'v>> {
+        let widened = |v: &TensorView<'v>| -> Result<Input<'v>> {
+            Ok(match reference {
+                true => Input::Owned(to_f64(v)?),
+                false if v.field_type().is_half() => Input::Owned(v.converted(tiga_runtime::FieldType::F32)),
+                false => Input::View(v.clone()),
+            })
+        };
+        let forward =
+            views.iter().map(|v| if reference { widened(v) } else { Ok(Input::View(v.clone())) }).collect::<Result<_>>()?;
+        let cotangents = cotangents.iter().map(|(n, v)| Ok((*n, widened(v)?))).collect::<Result<_>>()?;
+        let residuals = match tape {
+            Some(tape) if reference => adjoint
+                .stages
+                .iter()
+                .flat_map(|s| s.bindings.iter())
+                .filter_map(|b| match b {
+                    Binding::Residual(n) => Some(n.clone()),
+                    _ => None,
+                })
+                .map(|n| {
+                    let v = tape.view(&n).ok_or_else(|| Error::Internal(format!("the tape holds no residual `{n}`")))?;
+                    Ok((n, to_f64(&v)?))
+                })
+                .collect::<Result<_>>()?,
+            _ => vec![],
+        };
+        Ok(PlanValues { forward, cotangents, residuals, tape: tape.filter(|_| !reference) })
+    }
+
+    fn forward(&self, i: usize) -> Option<TensorView<'_>> {
+        self.forward.get(i).map(|v| v.view())
+    }
+
+    fn cotangent(&self, name: &str) -> Option<TensorView<'_>> {
+        self.cotangents.iter().find(|(n, _)| *n == name).map(|(_, v)| v.view())
+    }
+
+    fn residual(&self, name: &str) -> Option<TensorView<'_>> {
+        match self.residuals.iter().find(|(n, _)| n == name) {
+            Some((_, t)) => Some(t.view()),
+            None => self.tape.and_then(|tape| tape.view(name)),
+        }
     }
 }
