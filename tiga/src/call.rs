@@ -14,8 +14,8 @@ use crate::fields::{Inputs, Outputs};
 use crate::kernel::Kernel;
 
 impl Kernel {
-    /// Run the kernel over a realization of a graph (a [`Graph`] in memory,
-    /// a `.gfg` file read in pages, a generated [`Stencil2d`], an offloaded
+    /// Run the kernel over a realization of a graph (a [`Graph`](crate::Graph) in memory,
+    /// a `.gfg` file read in pages, a generated [`Stencil2d`](crate::Stencil2d), an offloaded
     /// [`tiga_storage::offload::AnyGraph`], or any other [`Realization`]) with these
     /// fields, as [`Schedule::default`] says. Fields the call does not pass
     /// come from the realization's own (a `.gfg`'s stored fields). Returns

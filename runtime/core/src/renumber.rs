@@ -31,7 +31,7 @@
 //! - A `.gfg` can be written in an order (`tiga_storage::GfgWriter::renumbered`,
 //!   format version 3): its CSRs are the renumbered ones and it stores the
 //!   order, read back as a [`Renumbered`] without in-memory rows
-//!   (`tiga_storage::GfgFile::node_order`); a [`RenumberedGraph`] over it reads
+//!   (`tiga_storage::GfgFile::node_order`); a [`RenumberedGraph`](crate::RenumberedGraph) over it reads
 //!   its pages, and its base reads them in the caller's order.
 //!
 //! The orders:

@@ -278,7 +278,7 @@ pub trait GpuDevice: Send + Sync {
 }
 
 /// A device and the modules loaded on it: what a call finds through
-/// [`open`]. Modules are loaded once per [`ModuleKey`] and kept for the
+/// [`open`](crate::open). Modules are loaded once per [`ModuleKey`] and kept for the
 /// process (a kernel's module is a few kilobytes).
 pub struct GpuContext {
     pub(crate) device: Box<dyn GpuDevice>,

@@ -314,7 +314,7 @@ fn check_request(r: &dyn Realization, req: &HopRequest<'_>) -> Result<(), Sample
 /// One hop: up to `fanout` incoming edges of every centre (see the module
 /// doc), centres in any order, repeats allowed.
 ///
-/// On a sharded graph ([`Realization::shard`]) every centre must be one
+/// On a sharded graph ([`crate::shard::sharded`]) every centre must be one
 /// this rank owns; [`sample_multi_hop`] samples any centres on one.
 pub fn sample_neighbors(r: &dyn Realization, centres: &[u32], req: &HopRequest<'_>) -> Result<Sampled, SampleError> {
     check_request(r, req)?;
