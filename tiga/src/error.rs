@@ -27,8 +27,8 @@ pub enum Error {
     #[error("{0}")]
     Unsupported(String),
     /// A cotangent that does not fit the kernel's outputs.
-    #[error("{0}")]
-    Cotangent(String),
+    #[error(transparent)]
+    Cotangent(#[from] CotangentError),
     /// A tensor scope refused (a tier over its budget, a name unknown or
     /// taken).
     #[error("{0}")]
@@ -101,6 +101,24 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// How a backward's cotangents fail to fit the kernel's outputs: each
+/// output needs one, shaped like it and in the call's dtype, and no other
+/// is taken.
+#[derive(Debug, thiserror::Error)]
+pub enum CotangentError {
+    #[error("cotangent for `{name}`, but kernel `{kernel}` has outputs: {outputs}")]
+    NoSuchOutput { name: String, kernel: String, outputs: String },
+    #[error("missing the cotangent of output `{name}`{}", shape.as_ref().map(|s| format!(" (shape {s:?})")).unwrap_or_default())]
+    Missing { name: String, shape: Option<Vec<usize>> },
+    #[error("the cotangent of output `{name}` has shape {got:?}, expected {expected:?}")]
+    Shape { name: String, got: Vec<usize>, expected: Vec<usize> },
+    #[error("the cotangent of output `{name}` is {got}, but the inputs are {dtype}")]
+    Dtype { name: String, got: DType, dtype: DType },
+    /// On a sharded graph: neither the whole array nor this rank's rows.
+    #[error(transparent)]
+    Rows(tiga_dist::shard::ShardError),
+}
+
 /// A front-end error in a kernel's source: where and what. (The compiler's
 /// own error also carries a proc-macro span, which cannot cross threads.)
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -156,7 +174,7 @@ impl From<tiga_dist::shard::ShardError> for Error {
         use tiga_dist::shard::ShardError as E;
         match e {
             E::ScalarField { .. } | E::FieldRows { .. } | E::DeepEdgeField { .. } => Error::Unsupported(e.to_string()),
-            E::CotangentRows { .. } => Error::Cotangent(e.to_string()),
+            E::CotangentRows { .. } => Error::Cotangent(CotangentError::Rows(e)),
             E::Half(_) | E::Lost(_) => Error::Internal(e.to_string()),
             e => Error::Shard(e),
         }

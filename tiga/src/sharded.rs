@@ -22,7 +22,7 @@ use tiga_runtime::exec::{self, ParamPartials, RowRunner};
 use tiga_runtime::{Backend, DataMut, Schedule, Tensor, TensorView};
 
 use crate::bind::{bind_extents, output_buffers};
-use crate::error::{Error, Result};
+use crate::error::{CotangentError, Error, Result};
 use crate::fields::{Gradients, Inputs, Outputs};
 use crate::kernel::Kernel;
 use crate::residuals::Tape;
@@ -269,14 +269,10 @@ impl Kernel {
         let mut cots = Vec::new();
         match seed {
             Seed::Cotangents(given) => {
-                for (n, _) in given {
-                    if !k.outputs.iter().any(|o| o.name == *n) {
-                        return Err(Error::Cotangent(format!("cotangent for `{n}`, but kernel `{}` has no such output", k.name)));
-                    }
-                }
+                crate::vjp::check_cotangent_names(k, given.iter().map(|(n, _)| *n))?;
                 for o in &k.outputs {
                     let Some((_, v)) = given.iter().find(|(n, _)| *n == o.name) else {
-                        return Err(Error::Cotangent(format!("missing the cotangent of output `{}`", o.name)));
+                        return Err(CotangentError::Missing { name: o.name.clone(), shape: None }.into());
                     };
                     cots.push((o.name.clone(), sh.local_cotangent(o.role, &o.name, v)?));
                 }

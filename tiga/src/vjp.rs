@@ -10,7 +10,7 @@ use tiga_compiler::ir::{self, Role};
 use tiga_runtime::exec::{PageView, Side};
 use tiga_runtime::{Backend, DType, DataMut, Graph, Realization, Rows, Schedule, Tensor, TensorView};
 
-use crate::error::{Error, Result};
+use crate::error::{CotangentError, Error, Result};
 use crate::fields::{add_tensors, Gradients, Input, Inputs, Outputs, Wrt};
 use crate::kernel::{AdjointPlan, Kernel};
 
@@ -524,6 +524,17 @@ fn source_gradients_to_file(k: &ir::Kernel, views: &[TensorView<'_>], dtype: DTy
     tiga_storage::offload::output_spill_dir(bytes, schedule).is_some()
 }
 
+/// Refuse a cotangent named for no output of `k`.
+pub(crate) fn check_cotangent_names<'n>(k: &ir::Kernel, names: impl Iterator<Item = &'n str>) -> Result<()> {
+    for name in names {
+        if !k.outputs.iter().any(|o| o.name == name) {
+            let outputs = k.outputs.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ");
+            return Err(CotangentError::NoSuchOutput { name: name.into(), kernel: k.name.clone(), outputs }.into());
+        }
+    }
+    Ok(())
+}
+
 /// Refuse cotangents that do not fit `k`'s outputs (of shapes
 /// `out_shapes`, in `dtype`): one for each output, no other, each shaped
 /// like it and in the call's dtype.
@@ -533,36 +544,15 @@ fn check_cotangents(
     cotangents: &[(&str, TensorView<'_>)],
     dtype: DType,
 ) -> Result<()> {
-    for (name, _) in cotangents {
-        if !k.outputs.iter().any(|o| o.name == *name) {
-            let names: Vec<&str> = k.outputs.iter().map(|o| o.name.as_str()).collect();
-            return Err(Error::Cotangent(format!(
-                "cotangent for `{name}`, but kernel `{}` has outputs: {}",
-                k.name,
-                names.join(", ")
-            )));
-        }
-    }
+    check_cotangent_names(k, cotangents.iter().map(|(n, _)| *n))?;
     for (o, shape) in k.outputs.iter().zip(out_shapes) {
+        let name = o.name.clone();
         match cotangents.iter().find(|(n, _)| *n == o.name) {
-            None => {
-                return Err(Error::Cotangent(format!("missing the cotangent of output `{}` (shape {shape:?})", o.name)));
-            }
+            None => return Err(CotangentError::Missing { name, shape: Some(shape.clone()) }.into()),
             Some((_, v)) if v.shape() != shape.as_slice() => {
-                return Err(Error::Cotangent(format!(
-                    "the cotangent of output `{}` has shape {:?}, expected {shape:?}",
-                    o.name,
-                    v.shape()
-                )));
+                return Err(CotangentError::Shape { name, got: v.shape().to_vec(), expected: shape.clone() }.into())
             }
-            Some((_, v)) if v.dtype() != dtype => {
-                return Err(Error::Cotangent(format!(
-                    "the cotangent of output `{}` is {}, but the inputs are {}",
-                    o.name,
-                    v.dtype(),
-                    dtype
-                )));
-            }
+            Some((_, v)) if v.dtype() != dtype => return Err(CotangentError::Dtype { name, got: v.dtype(), dtype }.into()),
             Some(_) => {}
         }
     }

@@ -195,3 +195,31 @@ fn binding_errors_name_widths_by_their_fields() {
     let msg = e.to_string();
     assert!(msg.contains("[3, the width of src `a`]") && !msg.contains("F1") && !msg.contains(", F]"), "{msg}");
 }
+
+#[test]
+fn cotangents_that_do_not_fit_are_refused_with_what_would() {
+    use tiga::CotangentError as C;
+    let k = Kernel::from_source(KERNELS, "Damped").expect("kernel");
+    let g = ring();
+    let (x, t) = ([1.0f32, 2.0, 4.0], [10.0f32, 20.0, 30.0]);
+    let ins = Inputs::new().src("x", &x).dst("t", &t).param("damping", 0.5f32).param("w", 2.0f32);
+    let ones = Tensor::from_f32(vec![3], vec![1.0; 3]).expect("ones");
+    let short = Tensor::from_f32(vec![2], vec![1.0; 2]).expect("short");
+    let wide = Tensor::from_f64(vec![3], vec![1.0; 3]).expect("f64");
+    let cases: Vec<(Vec<(&str, tiga::TensorView<'_>)>, &str)> = vec![
+        (vec![("out", ones.view()), ("nope", ones.view())], "cotangent for `nope`, but kernel `Damped` has outputs: out"),
+        (vec![], "missing the cotangent of output `out` (shape [3])"),
+        (vec![("out", short.view())], "the cotangent of output `out` has shape [2], expected [3]"),
+        (vec![("out", wide.view())], "the cotangent of output `out` is f64, but the inputs are f32"),
+    ];
+    for (cots, message) in cases {
+        let e = k.vjp(&g, &ins, &cots).expect_err(message);
+        assert!(matches!(e, tiga::Error::Cotangent(_)), "{e:?}");
+        assert_eq!(e.to_string(), message);
+    }
+    // The one that fits gives d out / d x: damping · w summed over out-edges.
+    let grads = k.vjp(&g, &ins, &[("out", ones.view())]).expect("vjp");
+    assert_eq!(grads.src("x").and_then(|t| t.as_f32()), Some(&[2.0f32, 1.0, 1.0][..]));
+    // A sharded call's missing cotangent names no shape (it takes either numbering).
+    assert_eq!(C::Missing { name: "y".into(), shape: None }.to_string(), "missing the cotangent of output `y`");
+}
