@@ -221,7 +221,7 @@ impl Sharded {
 impl<'a> LocalCall<'a> {
     /// The source fields, then a deep halo's destination fields, moved out
     /// (for the exchange; [`LocalCall::take_back`] returns them).
-    pub fn take_slot_fields(&mut self) -> Result<Vec<Tensor>> {
+    fn take_slot_fields(&mut self) -> Result<Vec<Tensor>> {
         let mut out = Vec::with_capacity(self.src.len() + self.dst_slots.len());
         for (_, t) in self.src.iter_mut().chain(self.dst_slots.iter_mut()) {
             let empty = Tensor::zeros(t.dtype(), vec![0]).map_err(|e| ShardError::Usage(e.to_string()))?;
@@ -237,7 +237,7 @@ impl<'a> LocalCall<'a> {
 
     /// Put the exchanged slot fields back, and a deep halo's destination
     /// fields as rows.
-    pub fn take_back(&mut self, slot_fields: Vec<Tensor>, sh: &Sharded) -> Result<()> {
+    fn take_back(&mut self, slot_fields: Vec<Tensor>, sh: &Sharded) -> Result<()> {
         let mut it = slot_fields.into_iter();
         for (_, t) in self.src.iter_mut() {
             *t = it.next().ok_or(ShardError::Lost("a halo field"))?;
@@ -299,7 +299,7 @@ impl<'a> LocalCall<'a> {
 
     /// The local call's inputs with source fields from `slots` (in the
     /// order of `self.src`), each cut to its first `owned` rows if given.
-    pub fn inputs_with_src<'s>(&'s self, slots: &'s [Tensor], owned: Option<usize>) -> Result<Inputs<'s>> {
+    fn inputs_with_src<'s>(&'s self, slots: &'s [Tensor], owned: Option<usize>) -> Result<Inputs<'s>> {
         let mut ins = Inputs::new();
         for ((name, _), t) in self.src.iter().zip(slots) {
             let v = match owned {
