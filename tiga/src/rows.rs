@@ -152,7 +152,7 @@ impl Kernel {
         b.full_width_only(self.loop_kernel(), "paged")?;
         let p = self.prepare(&b, pages.edge_ids(), None, schedule.backend)?;
         let shapes = &p.shapes;
-        let is_row_output = |i: usize| k.outputs[i].role == Role::Dst && shapes[i].first() == Some(&nd);
+        let is_row_output = |i: usize| is_row_output(k, shapes, nd, i);
         let mut outs = self.row_output_buffers(shapes, b.dtype, nd, pages.out_of_core(), schedule)?;
         let field_ptrs = b.field_ptrs();
         let plan = pages.plan(schedule)?;
@@ -197,7 +197,7 @@ impl Kernel {
         schedule: &Schedule,
     ) -> Result<Vec<Tensor>> {
         let k = self.captured();
-        let is_row_output = |i: usize| k.outputs[i].role == Role::Dst && shapes[i].first() == Some(&nd);
+        let is_row_output = |i: usize| is_row_output(k, shapes, nd, i);
         let row_output_bytes: u64 = (0..shapes.len())
             .filter(|&i| is_row_output(i))
             .map(|i| (shapes[i].iter().product::<usize>() * dtype.size()) as u64)
@@ -287,4 +287,11 @@ impl Kernel {
         })?;
         Ok(self.outputs(outs))
     }
+}
+
+/// Whether output `i` of `k` (of these `shapes`) has a row per destination
+/// row of a call over `nd` rows: what a paged call spills and releases page
+/// by page.
+fn is_row_output(k: &tiga_compiler::ir::Kernel, shapes: &[Vec<usize>], nd: usize, i: usize) -> bool {
+    k.outputs[i].role == Role::Dst && shapes[i].first() == Some(&nd)
 }

@@ -156,7 +156,9 @@ impl Sharded {
         let l = self.local();
         let mut items = grads;
         let src_idx: Vec<usize> = items.iter().enumerate().filter(|(_, (r, _, _))| *r == Role::Src).map(|(i, _)| i).collect();
-        let mut src_grads: Vec<Tensor> = src_idx.iter().map(|&i| items[i].2.clone()).collect();
+        // Moved out (not copied) for the return, then cut to the owned slots.
+        let mut src_grads: Vec<Tensor> =
+            src_idx.iter().map(|&i| std::mem::replace(&mut items[i].2, Tensor::scalar_f32(0.0))).collect();
         self.return_ghosts(&mut src_grads)?;
         for (&i, g) in src_idx.iter().zip(src_grads) {
             items[i].2 = take_rows(g.data(), g.shape(), 0..l.owned_slots)?;
@@ -181,10 +183,7 @@ impl Sharded {
     pub fn local_cotangent(&self, role: Role, name: &str, v: &TensorView<'_>) -> Result<Tensor> {
         let l = self.local();
         match role {
-            Role::Dst => {
-                let ids: Vec<u64> = l.rows.iter().map(|&u| u64::from(u)).collect();
-                local_rows(v, l.num_dst, &ids, l.owned_rows, None, name)
-            }
+            Role::Dst => local_rows(v, l.num_dst, &l.rows, l.owned_rows, None, name),
             Role::Edge => local_rows(v, l.num_edges, &l.edge_ids, l.owned_edges, self.edge_positions(), name),
             Role::Src | Role::Param => Ok(v.to_tensor()),
         }
@@ -372,10 +371,17 @@ pub fn copy_rows_to(src: &Tensor, dst: &mut Tensor, slots: &[u32]) -> Result<()>
 /// A cotangent over the local rows (or edges) `ids`: from the whole array
 /// (`global` rows) or from this rank's owned ones (at `pos`, or in order);
 /// the rest of the local rows (a deep halo's ghost rows) zero, in one copy.
-fn local_rows(v: &TensorView<'_>, global: usize, ids: &[u64], owned: usize, pos: Option<&[u32]>, name: &str) -> Result<Tensor> {
+fn local_rows<I: Copy + Into<u64>>(
+    v: &TensorView<'_>,
+    global: usize,
+    ids: &[I],
+    owned: usize,
+    pos: Option<&[u32]>,
+    name: &str,
+) -> Result<Tensor> {
     let n = v.shape().first().copied().unwrap_or(0);
     let rows: Vec<usize> = if n == global {
-        ids[..owned].iter().map(|&u| u as usize).collect()
+        ids[..owned].iter().map(|&u| u.into() as usize).collect()
     } else if n == owned {
         match pos {
             Some(pos) => pos.iter().map(|&p| p as usize).collect(),
