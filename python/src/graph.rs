@@ -189,6 +189,18 @@ impl PyGraph {
         numpy::PyArray1::from_vec(py, v).into_any().call_method1("reshape", ((2usize, src.len()),))
     }
 
+    /// The graph of `heads` copies of this one, interleaved, so a kernel
+    /// runs once per head in one call: node `(v, h)` is `v * heads + h`,
+    /// edge `(e, h)` is `e * heads + h`. A `[N, H, F]` field (PyG's
+    /// multi-head layout) is passed as its `[N * H, F]` view (no copy),
+    /// an edge field `[E, H]` as `[E * H]`; outputs come back
+    /// `[N * H, ...]`. Its CSR is `heads` times this graph's.
+    fn with_heads(&self, py: Python<'_>, heads: usize) -> PyResult<PyGraph> {
+        let g = self.memory(py, "with_heads")?;
+        let h = py.detach(|| g.with_heads(heads)).map_err(|e| graph_err(py, e))?;
+        Ok(PyGraph { rows: Rows::Memory(Arc::new(h)) })
+    }
+
     fn __repr__(&self) -> String {
         let r = self.realization();
         let how = match &self.rows {

@@ -234,6 +234,31 @@ def test_graph_constructors_and_degrees(rng):
     assert tiga.Graph.from_edge_index(np.zeros((2, 0), dtype=np.int64)).num_nodes == 0
 
 
+def test_multi_head_attention_is_one_call_on_the_graph_with_heads(graph, rng):
+    ei, g = graph
+    n, heads, f = 40, 3, 5
+    h = rng.standard_normal((n, heads, f)).astype(np.float32)
+    a_src = (3 * rng.standard_normal((n, heads))).astype(np.float32)
+    a_dst = (3 * rng.standard_normal((n, heads))).astype(np.float32)
+    gh = g.with_heads(heads)
+    assert (gh.num_nodes, gh.num_edges) == (n * heads, g.num_edges * heads)
+    out = tiga.gnn.GatAttention(gh, src={"h": h.reshape(n * heads, f), "a_src": a_src.reshape(-1)}, dst={"a_dst": a_dst.reshape(-1)})["out"]
+    assert out.shape == (n * heads, f)
+    # Closed form per head: a softmax over row i's in-edges of head k's scores.
+    want = np.zeros((n, heads, f))
+    for k in range(heads):
+        s = a_src[ei[0], k].astype(np.float64) + a_dst[ei[1], k]
+        s = np.where(s > 0, s, 0.2 * s)
+        for i in range(n):
+            e = np.nonzero(ei[1] == i)[0]
+            if len(e):
+                w = np.exp(s[e] - s[e].max())
+                want[i, k] = (w / w.sum()) @ h[ei[0, e], k]
+    np.testing.assert_allclose(out.reshape(n, heads, f), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(tiga.InputError, match="heads is a positive int"):
+        g.with_heads(0)
+
+
 def test_graph_ops_match_pyg_conventions():
     ei = np.array([[0, 1, 1, 2], [1, 0, 1, 1]])
     np.testing.assert_array_equal(tiga.degree(ei[1], 3), np.array([1, 3, 0], dtype=np.float32))

@@ -93,5 +93,22 @@ class Graph:
         """The edges as ``[2, E]`` int64, in the caller's order."""
         return as_caller(self._g.edge_index(), self._torch)
 
+    def with_heads(self, heads: int) -> "Graph":
+        """The graph of ``heads`` interleaved copies of this one, so that a
+        kernel runs once per head in one call (multi-head attention): node
+        ``(v, h)`` is ``v * heads + h`` and edge ``(e, h)`` is
+        ``e * heads + h``. A ``[N, H, F]`` field (PyG's multi-head layout)
+        is passed as its ``[N * H, F]`` view, an edge field ``[E, H]`` as
+        ``[E * H]``, without a copy; outputs come back ``[N * H, ...]``
+        (``.view(N, H, ...)`` gives the heads). A softmax normalises over
+        each head's own in-edges; a parameter's gradient is summed over the
+        heads. The CSR is ``heads`` times this graph's; a paged graph has no
+        heads (an ``UnsupportedError`` says so)."""
+        if isinstance(heads, bool) or not isinstance(heads, int):
+            raise InputError(f"with_heads: heads is a positive int, got {heads!r}")
+        if heads < 1:
+            raise InputError(f"with_heads: heads is a positive int, got {heads}")
+        return Graph(self._g.with_heads(heads), self._torch)
+
     def __repr__(self) -> str:
         return repr(self._g)

@@ -287,8 +287,8 @@ class GATConv(Module):
     ``add_self_loops`` (PyG's: existing loops removed, one per node added),
     ``bias``; ``dropout`` only 0, no ``edge_dim``, no ``residual``.
 
-    The kernel language has no head axis yet, so each head is one call of
-    the GatAttention kernel over the same graph."""
+    Every head runs in one call of the GatAttention kernel, over the graph
+    with heads (``Graph.with_heads``): its softmax normalises per head."""
 
     def __init__(self, in_channels: int, out_channels: int, heads: int = 1, concat: bool = True, negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True, edge_dim=None, fill_value="mean", bias: bool = True, residual: bool = False, **kwargs):
         super().__init__()
@@ -325,24 +325,25 @@ class GATConv(Module):
         _check_x("GATConv", x, self.in_channels)
         n = x.shape[0]
 
+        H, C = self.heads, self.out_channels
+
         def build():
             ei = _edge_index(edge_index)
             if self.add_self_loops:
                 ei, _ = add_remaining_self_loops(ei[:, ei[0] != ei[1]], None, None, n)
-                return Graph.from_edge_index(ei, n)
-            return _graph(edge_index, n)
+                return Graph.from_edge_index(ei, n).with_heads(H)
+            return _graph(edge_index, n).with_heads(H)
 
-        g = self._graphs.get(edge_index, (n, self.add_self_loops), build)
+        g = self._graphs.get(edge_index, (n, self.add_self_loops, H), build)
         k = _gat_kernel(self.negative_slope)
-        H, C = self.heads, self.out_channels
-        w = self.lin.weight.view(H, C, self.in_channels)
-        outs = []
-        for h in range(H):
-            xh = x @ w[h].t()
-            a_src = xh @ self.att_src[0, h]
-            a_dst = xh @ self.att_dst[0, h]
-            outs.append(tiga_torch.apply(k, g, src={"h": xh, "a_src": a_src}, dst={"a_dst": a_dst})["out"])
-        out = torch.cat(outs, dim=-1) if self.concat else torch.stack(outs).mean(dim=0)
+        xh = self.lin(x).view(n, H, C)
+        a_src = (xh * self.att_src).sum(dim=-1)
+        a_dst = (xh * self.att_dst).sum(dim=-1)
+        # Every head in one call: [N, H, ...] fields are the headed graph's
+        # [N * H, ...] ones (views, no copies).
+        src = {"h": xh.reshape(n * H, C), "a_src": a_src.reshape(n * H)}
+        out = tiga_torch.apply(k, g, src=src, dst={"a_dst": a_dst.reshape(n * H)})["out"].view(n, H, C)
+        out = out.reshape(n, H * C) if self.concat else out.mean(dim=1)
         if self.bias is not None:
             out = out + self.bias
         return out

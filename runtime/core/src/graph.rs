@@ -61,6 +61,8 @@ pub enum GraphError {
     EdgeIndexNode { edge: usize, row: &'static str, id: i64, num_nodes: usize },
     #[error("this needs a square graph (as many sources as destinations), not {num_src} sources and {num_dst} destinations")]
     NotSquare { num_src: usize, num_dst: usize },
+    #[error("a graph with heads needs at least one head")]
+    NoHeads,
     #[error("stencil shape is empty; it needs at least one dimension")]
     StencilEmptyShape,
     #[error("stencil neighbour offset {index} has {actual} components, expected {expected} (the shape's dimensions)")]
@@ -429,6 +431,53 @@ impl Graph {
                 })
             })
             .clone()
+    }
+
+    /// The graph of `heads` independent copies of this one, interleaved:
+    /// node `(v, h)` is `v * heads + h`, and each edge `e: j -> i` becomes
+    /// the `heads` edges `j * heads + h -> i * heads + h`, of user index
+    /// `e * heads + h`. A field laid out `[N, H, ...]` (PyG's multi-head
+    /// layout) is this graph's `[N * H, ...]` field without a copy, and an
+    /// edge field `[E, H, ...]` its `[E * H, ...]` one, so any kernel run on
+    /// it runs once per head in one call: a softmax normalises over each
+    /// head's own in-edges of a row, a sum sums per head, and a parameter
+    /// (shared by the heads) gets the sum of every head's gradient.
+    ///
+    /// Rows `(i, 0..H)` are consecutive, so one destination's heads are
+    /// computed together and their sources are the same nodes' slices. The
+    /// CSR arrays are `heads` times this graph's (the cost of the head
+    /// axis); `heads == 1` is an equal graph.
+    pub fn with_heads(&self, heads: usize) -> Result<Graph, GraphError> {
+        if heads == 0 {
+            return Err(GraphError::NoHeads);
+        }
+        let too_many = |side, n: usize| GraphError::TooManyNodes { side, count: n.saturating_mul(heads) };
+        let num_src = self.num_src.checked_mul(heads).ok_or_else(|| too_many("source", self.num_src))?;
+        let num_dst = self.num_dst.checked_mul(heads).ok_or_else(|| too_many("destination", self.num_dst))?;
+        check_node_count("source", num_src)?;
+        check_node_count("destination", num_dst)?;
+        let e = self
+            .num_edges()
+            .checked_mul(heads)
+            .ok_or(GraphError::OutOfMemory { what: "the CSR columns of every head", bytes: u64::MAX })?;
+        let mut offsets = zeroed::<u64>(num_dst + 1, "the CSR row offsets of every head")?;
+        let mut cols = zeroed::<u32>(e, "the CSR columns of every head")?;
+        let mut ids = zeroed::<u64>(e, "the edge ids of every head")?;
+        let h64 = heads as u64;
+        let mut pos = 0usize;
+        for i in 0..self.num_dst {
+            let row = self.row(i);
+            for h in 0..heads {
+                for p in row.clone() {
+                    // num_src * heads <= 2^32 was checked: the id fits u32.
+                    cols[pos] = (self.cols[p] as u64 * h64 + h as u64) as u32;
+                    ids[pos] = self.edge_id(p) * h64 + h as u64;
+                    pos += 1;
+                }
+                offsets[i * heads + h + 1] = pos as u64;
+            }
+        }
+        Ok(Graph::from_trusted(num_src, num_dst, offsets, cols, ids))
     }
 
     /// The reversed graph (see [`Graph::transposed`]); aborts when its
