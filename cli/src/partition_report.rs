@@ -48,14 +48,9 @@ pub fn report(
     let choice = choice(partition)?;
     let graph = match open_graph(path, edges, &crate::inputs::any_size)? {
         GraphSource::Memory(g) => g,
-        GraphSource::Paged(f) if f.has_node_order() => {
-            return Err(Failure::new(format!(
-                "{} is stored in a node order (written with --renumber), and a partition is of the caller's numbering: \
-                 partition a .gfg written without --renumber",
-                f.path().display()
-            )))
-        }
-        GraphSource::Paged(f) => f.load_graph().map_err(|e| Failure::new(e.to_string()))?,
+        // A partition is of the caller's numbering, whatever order the
+        // file's rows are stored in.
+        GraphSource::Paged(f) => f.load_caller_graph().map_err(|e| Failure::new(e.to_string()))?,
     };
     let (dst, src) = partitions(&graph, &choice, ranks).map_err(|e| Failure::new(format!("--partition {partition}: {e}")))?;
     let plans = plan_all(&graph, &dst, &src, depth).map_err(|e| Failure::new(e.to_string()))?;

@@ -96,6 +96,28 @@ fn files_describe_sampled_edges_of_the_graph() {
     for name in ["nodes.npy", "hop0.src.npy", "hop0.dst.npy", "hop0.edge_ids.npy", "hop1.src.npy", "hop1.edge_ids.npy"] {
         assert_eq!(std::fs::read(out.join(name)).expect("a"), std::fs::read(out2.join(name)).expect("b"), "{name}");
     }
+    // And from files stored in a node order: sampled in the caller's ids.
+    for method in ["degree", "rcm", "cluster"] {
+        let gfg = dir.path().join(format!("{method}.gfg"));
+        ok(&tigac(&["convert", &s(&g), &s(&gfg), "--renumber", method]));
+        let out3 = dir.path().join(format!("out-{method}"));
+        ok(&tigac(&[
+            "sample",
+            "--graph",
+            &s(&gfg),
+            "--seeds",
+            &s(&seeds),
+            "--fanout",
+            "10,3",
+            "--seed",
+            "7",
+            "--out",
+            &s(&out3),
+        ]));
+        for name in ["nodes.npy", "hop0.src.npy", "hop0.dst.npy", "hop0.edge_ids.npy", "hop1.src.npy", "hop1.edge_ids.npy"] {
+            assert_eq!(std::fs::read(out.join(name)).expect("a"), std::fs::read(out3.join(name)).expect("b"), "{method}: {name}");
+        }
+    }
 
     // Weighted: a zero-weight edge is never sampled (from the hub, whose
     // degree is over the fanout; a smaller row gives all its edges).

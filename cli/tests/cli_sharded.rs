@@ -59,6 +59,33 @@ fn explain_ranks_reports_rows_ghosts_bytes_and_cut() {
     assert!(text.contains("edge cut: 6 of 24 edges"), "{text}");
 }
 
+/// A `.gfg` stored in a node order is partitioned in the caller's
+/// numbering: the same report as the file without an order.
+#[test]
+fn explain_ranks_of_a_renumbered_file_is_the_callers_partition() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ring = ring_file(dir.path());
+    let report = |graph: &std::path::Path, partition: &str| {
+        let g = graph.to_str().expect("path");
+        let out = tigac(&["explain", &kernels(), "--kernel", "VecSum", "--graph", g, "--ranks", "3", "--partition", partition]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.lines().skip_while(|l| !l.starts_with("partition:")).collect::<Vec<_>>().join("\n")
+    };
+    let plain = dir.path().join("plain.gfg");
+    let ok = |o: std::process::Output| assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(tigac(&["convert", ring.to_str().expect("path"), plain.to_str().expect("path")]));
+    for method in ["degree", "rcm", "cluster"] {
+        let stored = dir.path().join(format!("{method}.gfg"));
+        ok(tigac(&["convert", ring.to_str().expect("path"), stored.to_str().expect("path"), "--renumber", method]));
+        for partition in ["contiguous", "balanced"] {
+            let want = report(&plain, partition);
+            assert!(want.contains("edge cut: 6 of 24 edges"), "{want}");
+            assert_eq!(report(&stored, partition), want, "{method}, {partition}");
+        }
+    }
+}
+
 #[test]
 fn explain_ranks_refusals() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -22,7 +22,8 @@ fn sample_err(py: Python<'_>, e: SampleError) -> PyErr {
             errors::Kind::Input
         }
         SampleError::BadWeight { .. } | SampleError::NotSquare { .. } | SampleError::Block(_) => errors::Kind::Graph,
-        SampleError::Generated | SampleError::RenumberedLayout(_) | SampleError::PagedShard => errors::Kind::Unsupported,
+        SampleError::Generated | SampleError::PagedShard => errors::Kind::Unsupported,
+        SampleError::Order { .. } => errors::Kind::File,
         SampleError::Rows(_) | SampleError::Comm(_) | SampleError::Corrupt(_) => errors::Kind::Exec,
     };
     errors::error(py, kind, errors::chain(&e))

@@ -542,6 +542,17 @@ impl Renumbered {
         Renumbered { method, dst, square, rows: RenumberedRows::Stored, build_ms: 0.0, scratch }
     }
 
+    /// The caller's graph from `stored`, the rows as laid out in this
+    /// order (a `.gfg` written with a node order, read whole): each row
+    /// moved back to the caller's id, its edges and edge ids as stored
+    /// (the caller's order), and on a square graph its sources renamed
+    /// back too. What a whole-graph reader of such a file needs (a
+    /// partitioner, which cuts the caller's numbering).
+    pub fn caller_graph(&self, stored: &Graph) -> Result<Graph, RenumberError> {
+        let back = Order { perm: self.dst.inv.clone(), inv: self.dst.perm.clone() };
+        permute_csr(stored, &back, self.square.then_some(&back))
+    }
+
     /// The renumbered CSR, when it was built in memory (`None` for a
     /// file's stored order, whose rows are the file's).
     pub fn forward(&self) -> Option<&Arc<Graph>> {

@@ -4,7 +4,8 @@
 //! fanout gives all of it, uniform draws pass a chi-square test on a star
 //! graph, weighted draws follow the weights, and results are the same for
 //! any thread count, any number of ranks (a whole graph on every rank, or
-//! a halo-sharded one), and paged or in memory.
+//! a halo-sharded one), and paged or in memory, from a file stored in a
+//! node order or not.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -12,8 +13,9 @@ use std::sync::Arc;
 use tiga_dist::comm::{Communicator, InProcess};
 use tiga_dist::sampling::{append_unique, sample_multi_hop, sample_neighbors, HopRequest, SampleError};
 use tiga_dist::shard::{PartitionChoice, ShardOptions, Sharded};
+use tiga_runtime::Renumber;
 use tiga_runtime::{add_self_loops_first, ExistingLoops, Graph};
-use tiga_storage::{save_gfg, GfgFile};
+use tiga_storage::{save_gfg, GfgFile, GfgWriter};
 
 /// xorshift64, for graphs.
 struct Rng(u64);
@@ -214,5 +216,18 @@ fn multi_hop_is_the_same_for_threads_ranks_and_pages() {
         let file = GfgFile::open(&path).expect("open");
         let paged = sample_multi_hop(&file, &seeds, &[4, 3, -1], 99, w, None).expect("samples");
         assert_eq!(paged, one, "paged");
+        // Written in a node order: sampled in the caller's numbering, the
+        // same sample, paged and in memory.
+        for method in [Renumber::Degree, Renumber::Rcm, Renumber::Cluster] {
+            let r = g.renumbered(method).expect("renumbers").expect("an order");
+            let path = dir.path().join(format!("{}.gfg", method.name()));
+            GfgWriter::renumbered(&g, &r).expect("writer").save(&path).expect("save");
+            let file = GfgFile::open(&path).expect("open");
+            assert!(file.has_node_order());
+            let stored = sample_multi_hop(&file, &seeds, &[4, 3, -1], 99, w, None).expect("samples");
+            assert_eq!(stored, one, "stored in {} order", method.name());
+            let whole = file.load_caller_graph().expect("caller graph");
+            assert_eq!(whole, g, "{} order read back whole", method.name());
+        }
     }
 }

@@ -592,6 +592,18 @@ impl GfgFile {
         self.inner.load(Side::Forward)
     }
 
+    /// Reads the forward CSR into memory in the caller's numbering: the
+    /// stored rows of a file written in a node order moved back
+    /// ([`tiga_runtime::Renumbered::caller_graph`]); otherwise
+    /// [`GfgFile::load_graph`].
+    pub fn load_caller_graph(&self) -> Result<Graph, GfgError> {
+        let g = self.load_graph()?;
+        match self.node_order()? {
+            None => Ok(g),
+            Some(order) => order.caller_graph(&g).map_err(|e| GfgError::Renumber(Box::new(e))),
+        }
+    }
+
     /// Reads the stored transpose into memory, if the file has one.
     pub fn load_transposed(&self) -> Result<Option<Graph>, GfgError> {
         if !self.has_transpose() {

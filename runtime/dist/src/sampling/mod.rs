@@ -38,7 +38,7 @@ use crate::comm::{CommError, Communicator};
 use tiga_runtime::exec::ExecError;
 use tiga_runtime::exec::Side;
 use tiga_runtime::realization::{Realization, Rows};
-use tiga_runtime::GraphError;
+use tiga_runtime::{GraphError, RenumberError, Renumbered};
 
 mod batch;
 pub use batch::MiniBatch;
@@ -60,11 +60,12 @@ pub enum SampleError {
     NotSquare { num_src: usize, num_dst: usize },
     #[error("a generated stencil has no stored rows to sample; build its CSR (Graph::stencil)")]
     Generated,
-    #[error(
-        "{0} is stored in a node order (a .gfg written with --renumber), and sampling reads node ids as stored: \
-         sample a graph written without --renumber"
-    )]
-    RenumberedLayout(String),
+    #[error("reading the stored node order of {what}: {source}")]
+    Order {
+        what: String,
+        #[source]
+        source: RenumberError,
+    },
     #[error(
         "this sharded graph runs its rows from a local file's pages (Sharded::page_local); sampling reads a shard's rows \
          in memory: sample a shard that was not paged"
@@ -210,13 +211,29 @@ struct Row {
 /// ids out).
 enum RowReader<'r> {
     Rows(Rows<'r>),
-    Shard { local: &'r crate::shard::LocalShard, graph: &'r tiga_runtime::Graph, row_of: HashMap<u32, usize> },
+    /// A file laid out in a node order (written with `--renumber`): the
+    /// caller's row `i` is stored row `perm[i]`, its edges in the caller's
+    /// order with the caller's edge ids, and (on a square graph) stored
+    /// source ids map back through `inv`. Sampled in the caller's
+    /// numbering, so a sample is the one the file without an order gives.
+    Stored {
+        rows: Rows<'r>,
+        order: std::sync::Arc<Renumbered>,
+    },
+    Shard {
+        local: &'r crate::shard::LocalShard,
+        graph: &'r tiga_runtime::Graph,
+        row_of: HashMap<u32, usize>,
+    },
 }
 
 impl<'r> RowReader<'r> {
     fn new(r: &'r dyn Realization) -> Result<RowReader<'r>, SampleError> {
         if r.renumbered_layout() {
-            return Err(SampleError::RenumberedLayout(r.describe()));
+            let order_error = |source| SampleError::Order { what: r.describe(), source };
+            let view = r.renumbered(tiga_runtime::schedule::Renumber::None).map_err(order_error)?;
+            let order = view.map(|v| v.renumbered.clone()).ok_or_else(|| order_error(RenumberError::StoredLayout))?;
+            return Ok(RowReader::Stored { rows: r.rows(Side::Forward, true)?, order });
         }
         Ok(match crate::shard::sharded(r) {
             Some(sh) => {
@@ -233,19 +250,25 @@ impl<'r> RowReader<'r> {
     /// [`PREFETCH_BLOCK`] aligned rows at a time (each block once); `None`
     /// where rows are read directly.
     fn prefetch(&self, centres: &[u32], num_rows: usize) -> Result<Option<HashMap<u32, Row>>, SampleError> {
-        let RowReader::Rows(Rows::Pages(p)) = self else { return Ok(None) };
-        let mut wanted: Vec<u32> = centres.to_vec();
+        let (p, order) = match self {
+            RowReader::Rows(Rows::Pages(p)) => (p, None),
+            RowReader::Stored { rows: Rows::Pages(p), order } => (p, Some(order.as_ref())),
+            _ => return Ok(None),
+        };
+        // (stored row, centre), in stored order: each block read once.
+        let mut wanted: Vec<(u32, u32)> = centres.iter().map(|&c| (stored_row(order, c), c)).collect();
         wanted.sort_unstable();
         wanted.dedup();
         let mut out = HashMap::with_capacity(wanted.len());
         let mut at = 0;
         while at < wanted.len() {
-            let block = wanted[at] as usize / PREFETCH_BLOCK;
+            let block = wanted[at].0 as usize / PREFETCH_BLOCK;
             let rows = block * PREFETCH_BLOCK..((block + 1) * PREFETCH_BLOCK).min(num_rows);
             let page = p.page(rows.clone())?;
             let v = page.view();
-            while at < wanted.len() && (wanted[at] as usize) < rows.end {
-                out.insert(wanted[at], page_row(&v, wanted[at] as usize - rows.start));
+            while at < wanted.len() && (wanted[at].0 as usize) < rows.end {
+                let (stored, centre) = wanted[at];
+                out.insert(centre, in_caller_ids(page_row(&v, stored as usize - rows.start), order));
                 at += 1;
             }
         }
@@ -255,7 +278,7 @@ impl<'r> RowReader<'r> {
     /// Whether this reader can give row `i` (a shard: the rows it owns).
     fn holds(&self, i: u32) -> bool {
         match self {
-            RowReader::Rows(_) => true,
+            RowReader::Rows(_) | RowReader::Stored { .. } => true,
             RowReader::Shard { row_of, .. } => row_of.contains_key(&i),
         }
     }
@@ -263,6 +286,10 @@ impl<'r> RowReader<'r> {
     fn row(&self, i: usize) -> Result<Row, SampleError> {
         let rows = match self {
             RowReader::Rows(rows) => rows,
+            RowReader::Stored { rows, order } => {
+                let stored = stored_row(Some(order), i as u32) as usize;
+                return Ok(in_caller_ids(rows_row(rows, stored)?, Some(order)));
+            }
             RowReader::Shard { local, graph, row_of } => {
                 let k = *row_of.get(&(i as u32)).ok_or_else(|| SampleError::Corrupt(format!("row {i} is not on this rank")))?;
                 let range = graph.row(k);
@@ -272,18 +299,37 @@ impl<'r> RowReader<'r> {
                 });
             }
         };
-        match rows {
-            Rows::Memory(g) => {
-                let r = g.row(i);
-                Ok(Row { cols: g.cols()[r.clone()].to_vec(), ids: r.map(|p| g.edge_id(p)).collect() })
-            }
-            Rows::Pages(p) => {
-                let page = p.page(i..i + 1)?;
-                Ok(page_row(&page.view(), 0))
-            }
-            Rows::Generated(_) => Err(SampleError::Generated),
-        }
+        rows_row(rows, i)
     }
+}
+
+/// Row `i` of `rows`: its sources and user edge ids.
+fn rows_row(rows: &Rows<'_>, i: usize) -> Result<Row, SampleError> {
+    match rows {
+        Rows::Memory(g) => {
+            let r = g.row(i);
+            Ok(Row { cols: g.cols()[r.clone()].to_vec(), ids: r.map(|p| g.edge_id(p)).collect() })
+        }
+        Rows::Pages(p) => {
+            let page = p.page(i..i + 1)?;
+            Ok(page_row(&page.view(), 0))
+        }
+        Rows::Generated(_) => Err(SampleError::Generated),
+    }
+}
+
+/// The stored row of the caller's row `i` (itself without an order).
+fn stored_row(order: Option<&Renumbered>, i: u32) -> u32 {
+    order.map_or(i, |o| o.dst.perm()[i as usize])
+}
+
+/// A stored row with its sources in the caller's ids (a square graph's
+/// sources share the rows' order; a non-square one's keep their ids).
+fn in_caller_ids(mut row: Row, order: Option<&Renumbered>) -> Row {
+    if let Some(src) = order.and_then(|o| o.src_order()) {
+        row.cols.iter_mut().for_each(|c| *c = src.inv()[*c as usize]);
+    }
+    row
 }
 
 /// What to sample in one hop.
@@ -393,7 +439,7 @@ fn sample_hop_sharded(
     let mine: Vec<usize> = (0..centres.len())
         .filter(|&i| match reader {
             RowReader::Shard { .. } => reader.holds(centres[i]),
-            RowReader::Rows(_) => owned.contains(&(centres[i] as usize)),
+            RowReader::Rows(_) | RowReader::Stored { .. } => owned.contains(&(centres[i] as usize)),
         })
         .collect();
     let mine_centres: Vec<u32> = mine.iter().map(|&i| centres[i]).collect();
