@@ -5,10 +5,11 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use memmap2::Mmap;
 use thiserror::Error;
-use tiga_runtime::{DType, Data, FieldRole};
+use tiga_runtime::{DType, Data, FieldRole, Renumbered};
 use tiga_storage::{FieldHandle, GfgError, NpyError};
 
 /// Whether a feature has a row per node or per edge.
@@ -69,12 +70,11 @@ pub enum FeatureError {
 }
 
 enum Backing {
-    Stored(FieldHandle),
+    /// A field of the graph file; with the file's node order when it has
+    /// one (a node's row is then stored at `perm[node]`).
+    Stored(FieldHandle, Option<Arc<Renumbered>>),
     /// A mapped `.npy`: rows start at `data_at`.
-    Npy {
-        map: Mmap,
-        data_at: usize,
-    },
+    Npy { map: Mmap, data_at: usize },
 }
 
 /// One feature a server serves (see the module doc).
@@ -102,8 +102,10 @@ impl std::fmt::Debug for Feature {
 
 impl Feature {
     /// A field stored in the graph file (a source or destination field is
-    /// a node feature, an edge field an edge feature).
-    pub fn stored(handle: FieldHandle) -> Feature {
+    /// a node feature, an edge field an edge feature). `order` is the
+    /// file's node order, if it was written in one: node rows are read at
+    /// their stored rows, edge rows (by user edge id) as they are.
+    pub fn stored(handle: FieldHandle, order: Option<Arc<Renumbered>>) -> Feature {
         let kind = if handle.role() == FieldRole::Edge { FeatureKind::Edge } else { FeatureKind::Node };
         Feature {
             name: handle.name().to_string(),
@@ -111,7 +113,7 @@ impl Feature {
             dtype: handle.dtype(),
             dim: handle.row_width(),
             num_rows: handle.num_rows(),
-            backing: Backing::Stored(handle),
+            backing: Backing::Stored(handle, order),
         }
     }
 
@@ -165,9 +167,10 @@ impl Feature {
                     out.extend_from_slice(&map[at..at + rb]);
                 }
             }
-            Backing::Stored(h) => {
+            Backing::Stored(h, order) => {
+                let perm = order.as_ref().filter(|_| self.kind == FeatureKind::Node).map(|o| o.dst.perm());
                 for &i in ids {
-                    let i = i as usize;
+                    let i = perm.map_or(i as usize, |p| p[i as usize] as usize);
                     let rows = h.rows(i..i + 1).map_err(|source| FeatureError::Gfg { name: self.name.clone(), source })?;
                     match rows {
                         Data::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),

@@ -127,8 +127,12 @@ pub enum ServeError {
          sources and {num_dst} destinations"
     )]
     NotSquare { path: String, num_src: usize, num_dst: usize },
-    #[error("{path} is stored in a node order (written with --renumber); a graph store serves node ids as the caller numbers them: serve a .gfg written without --renumber")]
-    Renumbered { path: String },
+    #[error("{path}: reading this server's rows in the caller's numbering: {source}")]
+    CallerRows {
+        path: String,
+        #[source]
+        source: tiga_dist::shard::ShardError,
+    },
     #[error("{path}: {num} nodes do not fit the 32-bit node ids the sampler uses")]
     TooLarge { path: String, num: usize },
     #[error("building this server's rows: {0}")]
@@ -224,9 +228,6 @@ impl Store {
         let path = opts.graph.display().to_string();
         let gfg = |source| ServeError::Graph { path: path.clone(), source };
         let file = GfgFile::open(&opts.graph).map_err(gfg)?;
-        if file.has_node_order() {
-            return Err(ServeError::Renumbered { path });
-        }
         let (n, e) = (file.num_dst(), file.num_edges());
         if file.num_src() != n {
             return Err(ServeError::NotSquare { path, num_src: file.num_src(), num_dst: n });
@@ -235,7 +236,19 @@ impl Store {
             return Err(ServeError::TooLarge { path, num: n });
         }
         let owned = owned_range(n, opts.world, opts.rank);
-        let (local, edge_ids) = {
+        // A file stored in a node order (written with --renumber) serves
+        // the caller's ids: node u's row is read at its stored row and its
+        // sources mapped back, node features are read at stored rows.
+        let order = file.node_order().map_err(gfg)?;
+        let (local, edge_ids) = if order.is_some() {
+            let rows: Vec<u32> = (owned.start as u32..owned.end as u32).collect();
+            let caller = |source| ServeError::CallerRows { path: path.clone(), source };
+            let (g, ids) = tiga_dist::shard::read_caller_rows(&file, &rows).map_err(caller)?;
+            // Rows past this server's are empty: the CSR up to its last row.
+            let offsets = g.offsets()[..=owned.end].to_vec();
+            let g = Graph::from_csr_with_edge_ids(n, owned.end, offsets, g.cols().to_vec(), None).map_err(ServeError::Rows)?;
+            (g, ids)
+        } else {
             let page = file.page(owned.clone()).map_err(gfg)?;
             let first = page.offsets.first().copied().unwrap_or(0);
             let mut offsets = vec![0u64; owned.start];
@@ -254,7 +267,7 @@ impl Store {
             if features.iter().any(|f| f.name == info.name) {
                 return Err(ServeError::DuplicateFeature(info.name));
             }
-            features.push(Feature::stored(handle));
+            features.push(Feature::stored(handle, order.clone()));
         }
         for ff in &opts.features {
             if features.iter().any(|f| f.name == ff.name) {

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use tiga::runtime::sampling::sample_multi_hop;
 use tiga::runtime::{save_gfg, write_npy, FieldRole};
+use tiga::storage::GfgWriter;
+use tiga::Renumber;
 use tiga::{message_passing, Graph, Inputs, Tensor};
 use tiga_graph_store::proto::graph_store_client::GraphStoreClient;
 use tiga_graph_store::proto::*;
@@ -38,6 +40,8 @@ const FH: usize = 8;
 struct Fixture {
     _dir: tempfile::TempDir,
     gfg: std::path::PathBuf,
+    /// The same graph and fields written in degree order (`--renumber`).
+    gfg_stored: std::path::PathBuf,
     x_npy: std::path::PathBuf,
     ew_npy: std::path::PathBuf,
     graph: Graph,
@@ -87,11 +91,19 @@ fn fixture() -> Fixture {
     let ht = Tensor::from_f32(vec![N, FH], h.clone()).expect("h");
     let wt = Tensor::from_f64(vec![e], w.clone()).expect("w");
     save_gfg(&gfg, &graph, false, &[(FieldRole::Src, "h", ht.view()), (FieldRole::Edge, "w", wt.view())]).expect("save");
+    let gfg_stored = dir.path().join("degree.gfg");
+    let order = graph.renumbered(Renumber::Degree).expect("renumbers").expect("an order");
+    GfgWriter::renumbered(&graph, &order)
+        .expect("writer")
+        .field(FieldRole::Src, "h", ht.view())
+        .field(FieldRole::Edge, "w", wt.view())
+        .save(&gfg_stored)
+        .expect("save in degree order");
     let x_npy = dir.path().join("x.npy");
     write_npy(&x_npy, &Tensor::from_f64(vec![N, 4], x.clone()).expect("x").view()).expect("x.npy");
     let ew_npy = dir.path().join("ew.npy");
     write_npy(&ew_npy, &Tensor::from_f32(vec![e], ew.clone()).expect("ew").view()).expect("ew.npy");
-    Fixture { _dir: dir, gfg, x_npy, ew_npy, graph, src, dst, h, w, x, ew }
+    Fixture { _dir: dir, gfg, gfg_stored, x_npy, ew_npy, graph, src, dst, h, w, x, ew }
 }
 
 fn splits() -> Vec<SplitSpec> {
@@ -102,9 +114,13 @@ fn splits() -> Vec<SplitSpec> {
 }
 
 fn start(f: &Fixture, world: usize, token: Option<&str>) -> Vec<ServerHandle> {
+    start_on(&f.gfg, f, world, token)
+}
+
+fn start_on(gfg: &std::path::Path, f: &Fixture, world: usize, token: Option<&str>) -> Vec<ServerHandle> {
     (0..world)
         .map(|r| {
-            let mut o = ServeOptions::new(&f.gfg, r, world);
+            let mut o = ServeOptions::new(gfg, r, world);
             o.features = vec![
                 FeatureFile { kind: None, name: "x".into(), path: f.x_npy.clone() },
                 FeatureFile {
@@ -136,8 +152,10 @@ fn rows<T: Copy>(all: &[T], width: usize, ids: impl Iterator<Item = usize>) -> V
 fn store_matches_the_file_for_1_2_3_servers_and_1_2_ranks() {
     let f = fixture();
     let fanouts = vec![4i64, 3];
-    for servers in 1..=3 {
-        let handles = start(&f, servers, None);
+    // The file stored in degree order serves the caller's ids: every
+    // assertion below holds for it as for the plain file.
+    for (servers, gfg) in (1..=3).map(|s| (s, &f.gfg)).chain([(1, &f.gfg_stored), (3, &f.gfg_stored)]) {
+        let handles = start_on(gfg, &f, servers, None);
         let ds = connect(&handles);
         assert_eq!(ds.num_nodes(), N as i64);
         assert_eq!(ds.features().len(), 4, "{:?}", ds.features());

@@ -199,6 +199,16 @@ fn read_rows(file: &GfgFile, order: Option<&Renumbered>, owned: &[u32], depth: u
     Ok((Graph::from_csr(ns, nd, offsets, cols).map_err(PlanError::from)?, ids))
 }
 
+/// The caller's rows `rows` of `file` (stored in a node order or not),
+/// read a run of consecutive stored rows at a time: a graph in the
+/// caller's numbering over every row of the file, the rows not asked for
+/// empty, and the user edge id of each of its positions. What a process
+/// that serves some rows of a file reads (a graph-store server).
+pub fn read_caller_rows(file: &GfgFile, rows: &[u32]) -> Result<(Graph, Vec<u64>), ShardError> {
+    let order = stored_order(file)?;
+    read_rows(file, order.as_deref(), rows, 1)
+}
+
 impl Sharded {
     /// This rank's part of the graph in `file`, which every rank opened
     /// (its manifest is compared across ranks), in contiguous blocks of

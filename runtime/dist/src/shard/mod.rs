@@ -25,6 +25,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub use call::{copy_rows_to, LocalCall};
+pub use file::read_caller_rows;
 pub use plan::{edge_cut, plan_all, LocalShard, PlanError, ShardPlan};
 
 use crate::comm::{check_same, CommError, Communicator, PendingExchange};
