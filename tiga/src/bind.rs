@@ -11,7 +11,7 @@ use tiga_runtime::abi::{EntryFn, Stencil2d};
 use tiga_runtime::{Backend, DType, FieldType, Graph, Realization, Tensor, TensorView};
 use tiga_runtime::{FieldRole, StoredField};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Unsupported};
 use crate::fields::{Inputs, Outputs};
 use crate::kernel::Kernel;
 
@@ -49,15 +49,10 @@ impl Bound<'_> {
     /// outputs yet (`what`: paged, sharded, GPU), when this call has some:
     /// their loads and stores are compiled by the CPU back ends for calls
     /// over rows in memory (a CSR or a generated stencil).
-    pub(crate) fn full_width_only(&self, k: &LoopKernel, what: &str) -> Result<()> {
+    pub(crate) fn full_width_only(&self, k: &LoopKernel, what: &'static str) -> Result<()> {
         let s = self.storage(k);
         if s.has_half() {
-            return Err(Error::Unsupported(format!(
-                "kernel `{}` has half-precision fields or outputs in this call ({}); {what} calls take f32 and f64 \
-                 only (half-precision fields run over a graph or stencil in memory)",
-                k.name,
-                s.describe(k)
-            )));
+            return Err(Unsupported::HalfStorage { kernel: k.name.clone(), storage: s.describe(k), what }.into());
         }
         Ok(())
     }
@@ -153,19 +148,14 @@ impl Kernel {
         let (entry, jit) = match (aot, backend) {
             (Some(entry), _) => (entry, None),
             (None, Backend::Aot) => {
-                return Err(Error::Unsupported(format!(
-                    "the schedule asks for the ahead-of-time back end, but kernel `{}` has no ahead-of-time variant for {} \
-                     at widths {:?}{}{}",
-                    self.name(),
-                    b.dtype,
-                    b.widths,
-                    if stencil.is_some() { " on a generated stencil" } else { "" },
-                    if storage.has_half() {
-                        format!(" with half-width storage ({})", storage.describe(self.loop_kernel()))
-                    } else {
-                        String::new()
-                    }
-                )))
+                return Err(Unsupported::NoAotVariant {
+                    kernel: self.name().to_string(),
+                    dtype: b.dtype,
+                    widths: b.widths.clone(),
+                    on_stencil: stencil.is_some(),
+                    half_storage: storage.has_half().then(|| storage.describe(self.loop_kernel())),
+                }
+                .into())
             }
             (None, _) => {
                 let key =
@@ -203,26 +193,19 @@ impl Kernel {
 /// JIT's translator, which refused it as an internal error).
 pub(crate) fn stencil_extents(k: &ir::Kernel, st: &Stencil2d) -> Result<Extents> {
     if k.fields.iter().any(|f| f.role == Role::Edge) {
-        return Err(Error::Unsupported(format!(
-            "kernel `{}` reads edge fields; a generated stencil has none (build the CSR with Graph::stencil)",
-            k.name
-        )));
+        return Err(Unsupported::StencilEdgeFields { kernel: k.name.clone() }.into());
     }
     if k.outputs.iter().any(|o| o.role == Role::Edge) {
-        return Err(Error::Unsupported(format!(
-            "kernel `{}` writes edge outputs, which a generated stencil has no edge ids for: run it on the CSR \
-             realization (Graph::stencil)",
-            k.name
-        )));
+        return Err(Unsupported::StencilEdgeOutputs { kernel: k.name.clone() }.into());
     }
     if st.rows == 0 || st.cols == 0 {
-        return Err(Error::Unsupported("a generated stencil needs rows > 0 and cols > 0".into()));
+        return Err(Unsupported::EmptyStencil.into());
     }
     let n = usize::try_from(st.rows)
         .ok()
         .zip(usize::try_from(st.cols).ok())
         .and_then(|(r, c)| r.checked_mul(c))
-        .ok_or_else(|| Error::Unsupported(format!("a {}x{} stencil is too large for this machine", st.rows, st.cols)))?;
+        .ok_or(Unsupported::StencilTooLarge { rows: st.rows, cols: st.cols })?;
     Ok(Extents { num_src: n, num_dst: n, num_edges: tiga_runtime::realization::stencil_edges(st) })
 }
 

@@ -24,8 +24,8 @@ pub enum Error {
     Interp(#[from] tiga_compiler::interp::InterpError),
     /// What a call asks of this kernel or realization is not supported;
     /// the message says what would do.
-    #[error("{0}")]
-    Unsupported(String),
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
     /// A cotangent that does not fit the kernel's outputs.
     #[error(transparent)]
     Cotangent(#[from] CotangentError),
@@ -158,11 +158,74 @@ impl From<tiga_storage::offload::OffloadError> for Error {
     }
 }
 
+/// What a call asks that this kernel or realization does not do, each
+/// with what would do instead.
+#[derive(Debug, thiserror::Error)]
+pub enum Unsupported {
+    #[error(
+        "kernel `{kernel}` has half-precision fields or outputs in this call ({storage}); {what} calls take f32 and f64 \
+         only (half-precision fields run over a graph or stencil in memory)"
+    )]
+    HalfStorage { kernel: String, storage: String, what: &'static str },
+    #[error(
+        "kernel `{kernel}`: sharded calls take f32 and f64 fields and outputs only (half-precision fields run over a \
+         graph or stencil in memory)"
+    )]
+    HalfSharded { kernel: String },
+    #[error(
+        "the schedule asks for the ahead-of-time back end, but kernel `{kernel}` has no ahead-of-time variant for {dtype} \
+         at widths {widths:?}{stencil}{half}",
+        stencil = if *.on_stencil { " on a generated stencil" } else { "" },
+        half = match .half_storage { Some(s) => format!(" with half-width storage ({s})"), None => String::new() }
+    )]
+    NoAotVariant { kernel: String, dtype: DType, widths: Vec<usize>, on_stencil: bool, half_storage: Option<String> },
+    #[error("kernel `{kernel}` reads edge fields; a generated stencil has none (build the CSR with Graph::stencil)")]
+    StencilEdgeFields { kernel: String },
+    #[error(
+        "kernel `{kernel}` writes edge outputs, which a generated stencil has no edge ids for: run it on the CSR \
+         realization (Graph::stencil)"
+    )]
+    StencilEdgeOutputs { kernel: String },
+    #[error("a generated stencil needs rows > 0 and cols > 0")]
+    EmptyStencil,
+    #[error("a {rows}x{cols} stencil is too large for this machine")]
+    StencilTooLarge { rows: u64, cols: u64 },
+    #[error("parameter outputs are not supported on generated stencils yet")]
+    StencilParamOutputs,
+    #[error(
+        "this kernel's backward reads each row's degree, edge ranks or winning edges, which a generated stencil does not \
+         build: run it on the CSR realization (Graph::stencil)"
+    )]
+    StencilBackward,
+    #[error("prepare_device wants a GPU device (cuda:N or sim), not the CPU")]
+    NotADevice,
+    #[error("this tape was written by another kernel's forward, not `{kernel}`'s: differentiate the kernel that ran it")]
+    OtherKernelsTape { kernel: String },
+    #[error(
+        "this tape holds the residuals of a shard one hop deep; this shard's halo is {depth} deep (its backward \
+         recomputes them): differentiate over the shard that ran the forward"
+    )]
+    DeepShardTape { depth: usize },
+    #[error("iterating feeds an output back as a source field: the graph must be square")]
+    IterateNotSquare,
+    #[error("iterate: source field `{into}` is not among the inputs")]
+    IterateNoField { into: String },
+    #[error("iterate: output `{feed}` is {out_dtype} {out_row:?} per row, source field `{into}` {in_dtype} {in_row:?}")]
+    IterateMismatch { feed: String, out_dtype: DType, out_row: Vec<usize>, into: String, in_dtype: DType, in_row: Vec<usize> },
+    /// A winner scatter whose ranks do not fit the dtype exactly.
+    #[error(transparent)]
+    Scatter(tiga_runtime::exec::ScatterError),
+    /// What a shard cannot hold (a scalar field, a field of the wrong
+    /// rows, an edge field with a deep halo).
+    #[error(transparent)]
+    Shard(tiga_dist::shard::ShardError),
+}
+
 impl From<tiga_runtime::exec::ScatterError> for Error {
     fn from(e: tiga_runtime::exec::ScatterError) -> Self {
         use tiga_runtime::exec::ScatterError as E;
         match e {
-            E::InexactRanks => Error::Unsupported(e.to_string()),
+            E::InexactRanks => Error::Unsupported(Unsupported::Scatter(e)),
             E::Alloc(e) => Error::from(e),
             E::Internal(m) => Error::Internal(m),
         }
@@ -173,7 +236,7 @@ impl From<tiga_dist::shard::ShardError> for Error {
     fn from(e: tiga_dist::shard::ShardError) -> Self {
         use tiga_dist::shard::ShardError as E;
         match e {
-            E::ScalarField { .. } | E::FieldRows { .. } | E::DeepEdgeField { .. } => Error::Unsupported(e.to_string()),
+            E::ScalarField { .. } | E::FieldRows { .. } | E::DeepEdgeField { .. } => Error::Unsupported(Unsupported::Shard(e)),
             E::CotangentRows { .. } => Error::Cotangent(CotangentError::Rows(e)),
             E::Half(_) | E::Lost(_) => Error::Internal(e.to_string()),
             e => Error::Shard(e),

@@ -61,7 +61,7 @@ pub mod half {
 pub use fields::{Gradients, Input, Inputs, Outputs, Wrt};
 pub use tiga_runtime::abi::{EntryFn, RawArgs, RawStencil, Stencil2d};
 
-pub use error::{CotangentError, Error, FrontDiagnostic, Result};
+pub use error::{CotangentError, Error, FrontDiagnostic, Result, Unsupported};
 pub use kernel::{jit, AdjointPlan, AotVariant, Kernel, ResidualStages, Residuals, STENCIL_AUTO_AOT};
 pub use offload::{with_ram_budget, with_schedule, AnyGraph};
 pub use residuals::{ScopedTape, Tape};

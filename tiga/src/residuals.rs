@@ -31,7 +31,7 @@ use tiga_compiler::adjoint::kernel::{residual_plan, Adjoint, ResidualChoice};
 use tiga_runtime::exec::Side;
 use tiga_runtime::{Realization, Rows, Schedule, Tensor, TensorView};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Unsupported};
 use crate::fields::{Gradients, Inputs, Outputs, Wrt};
 use crate::kernel::{Kernel, ResidualStages, Residuals};
 use tiga_storage::scope::{Scope, TensorHandle};
@@ -220,20 +220,13 @@ impl Kernel {
         }
         self.check_wrt(wrt)?;
         if tape.kernel != self.hash {
-            return Err(Error::Unsupported(format!(
-                "this tape was written by another kernel's forward, not `{}`'s: differentiate the kernel that ran it",
-                self.name()
-            )));
+            return Err(Unsupported::OtherKernelsTape { kernel: self.name().to_string() }.into());
         }
         // A shard: its inputs localized and its halo exchanged, the stages
         // run over its local rows with the tape of its owned rows.
         if let Some(sh) = tiga_dist::shard::sharded(r) {
             if sh.local().depth > 1 {
-                return Err(Error::Unsupported(format!(
-                    "this tape holds the residuals of a shard one hop deep; this shard's halo is {} deep (its backward \
-                     recomputes them): differentiate over the shard that ran the forward",
-                    sh.local().depth
-                )));
+                return Err(Unsupported::DeepShardTape { depth: sh.local().depth }.into());
             }
             return self.vjp_sharded_taped(sh, inputs, cotangents, schedule, wrt, tape);
         }

@@ -24,7 +24,7 @@ use tiga_runtime::exec::{self, ParamPartials, RowRunner};
 use tiga_runtime::{Backend, DType, Graph, PagedRows, Rows, Schedule, Tensor};
 
 use crate::bind::{bind, bind_extents, output_buffers, output_buffers_of, splittable, stencil_extents};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Unsupported};
 use crate::fields::{Inputs, Outputs};
 use crate::kernel::Kernel;
 
@@ -93,7 +93,7 @@ impl Kernel {
         let n = extents.num_dst;
         let b = bind_extents(k, extents, inputs)?;
         if !k.outputs_of(Role::Param).is_empty() {
-            return Err(Error::Unsupported("parameter outputs are not supported on generated stencils yet".into()));
+            return Err(Unsupported::StencilParamOutputs.into());
         }
         let p = self.prepare(&b, false, Some(st), schedule.backend)?;
         let mut outs = output_buffers_of(self.loop_kernel(), &b.output_types(self.loop_kernel()), &p.shapes)?;
@@ -239,8 +239,7 @@ impl Kernel {
     /// ahead of a call (what `tigac run --timing` reports as its compile
     /// time on a GPU). Returns whether the module was cached already.
     pub fn prepare_device(&self, device: tiga_runtime::Device, dtype: DType, widths: &[usize]) -> Result<bool> {
-        let ctx = tiga_device::open(device)?
-            .ok_or_else(|| Error::Unsupported("prepare_device wants a GPU device (cuda:N or sim), not the CPU".into()))?;
+        let ctx = tiga_device::open(device)?.ok_or(Unsupported::NotADevice)?;
         Ok(self.device_kernel(&ctx, dtype, widths)?.1)
     }
 

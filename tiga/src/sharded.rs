@@ -22,7 +22,7 @@ use tiga_runtime::exec::{self, ParamPartials, RowRunner};
 use tiga_runtime::{Backend, DataMut, Schedule, Tensor, TensorView};
 
 use crate::bind::{bind_extents, output_buffers};
-use crate::error::{CotangentError, Error, Result};
+use crate::error::{CotangentError, Error, Result, Unsupported};
 use crate::fields::{Gradients, Inputs, Outputs};
 use crate::kernel::Kernel;
 use crate::residuals::Tape;
@@ -108,11 +108,7 @@ impl Kernel {
         let f64_call = inputs.field_types().any(|t| t == tiga_runtime::FieldType::F64);
         let half_out = !f64_call && self.captured().outputs.iter().any(|o| o.declared.is_half());
         if half_in || half_out {
-            return Err(Error::Unsupported(format!(
-                "kernel `{}`: sharded calls take f32 and f64 fields and outputs only (half-precision fields run over a \
-                 graph or stencil in memory)",
-                self.name()
-            )));
+            return Err(Unsupported::HalfSharded { kernel: self.name().to_string() }.into());
         }
         Ok(())
     }
@@ -149,16 +145,14 @@ impl Kernel {
         schedule: &Schedule,
     ) -> Result<Outputs> {
         let l = sh.local();
-        let row_slot = l.row_slot.clone().ok_or_else(|| {
-            Error::Unsupported("iterating feeds an output back as a source field: the graph must be square".into())
-        })?;
+        let row_slot = l.row_slot.clone().ok_or(Unsupported::IterateNotSquare)?;
         match self.captured().outputs.iter().find(|o| o.name == feed) {
             Some(o) if o.role == Role::Dst => {}
             _ => return Err(Error::NoOutput { name: feed.into(), outputs: self.output_names().join(", ") }),
         }
         let inputs = &self.with_stored(sh, inputs)?;
         if !inputs.has(Role::Src, into) {
-            return Err(Error::Unsupported(format!("iterate: source field `{into}` is not among the inputs")));
+            return Err(Unsupported::IterateNoField { into: into.to_string() }.into());
         }
         // The fed field in owned order, replaced after every step.
         let mut state: Option<Tensor> = None;
@@ -192,13 +186,15 @@ impl Kernel {
                     .map(|(_, t)| t)
                     .ok_or_else(|| Error::Internal("the fed field went missing".into()))?;
                 if slot.shape()[1..] != out.shape()[1..] || slot.dtype() != out.dtype() {
-                    return Err(Error::Unsupported(format!(
-                        "iterate: output `{feed}` is {} {:?} per row, source field `{into}` {} {:?}",
-                        out.dtype(),
-                        &out.shape()[1..],
-                        slot.dtype(),
-                        &slot.shape()[1..]
-                    )));
+                    return Err(Unsupported::IterateMismatch {
+                        feed: feed.to_string(),
+                        out_dtype: out.dtype(),
+                        out_row: out.shape()[1..].to_vec(),
+                        into: into.to_string(),
+                        in_dtype: slot.dtype(),
+                        in_row: slot.shape()[1..].to_vec(),
+                    }
+                    .into());
                 }
                 copy_rows_to(out, slot, &row_slot)?;
                 last = Some(outs);

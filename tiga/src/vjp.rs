@@ -10,7 +10,7 @@ use tiga_compiler::ir::{self, Role};
 use tiga_runtime::exec::{PageView, Side};
 use tiga_runtime::{Backend, DType, DataMut, Graph, Realization, Rows, Schedule, Tensor, TensorView};
 
-use crate::error::{CotangentError, Error, Result};
+use crate::error::{CotangentError, Error, Result, Unsupported};
 use crate::fields::{add_tensors, Gradients, Input, Inputs, Outputs, Wrt};
 use crate::kernel::{AdjointPlan, Kernel};
 
@@ -131,11 +131,7 @@ fn winner_sums(
 }
 
 fn no_csr() -> Error {
-    Error::Unsupported(
-        "this kernel's backward reads each row's degree, edge ranks or winning edges, which a generated stencil does not \
-         build: run it on the CSR realization (Graph::stencil)"
-            .into(),
-    )
+    Unsupported::StencilBackward.into()
 }
 
 /// Each edge's position within its forward destination row, indexed by the
