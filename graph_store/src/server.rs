@@ -236,29 +236,18 @@ impl Store {
             return Err(ServeError::TooLarge { path, num: n });
         }
         let owned = owned_range(n, opts.world, opts.rank);
-        // A file stored in a node order (written with --renumber) serves
-        // the caller's ids: node u's row is read at its stored row and its
-        // sources mapped back, node features are read at stored rows.
+        // The owned rows in the caller's ids, a run of stored rows at a
+        // time: a file stored in a node order (written with --renumber)
+        // has node u's row at its stored row, its sources mapped back, and
+        // its node features read at stored rows.
         let order = file.node_order().map_err(gfg)?;
-        let (local, edge_ids) = if order.is_some() {
+        let (local, edge_ids) = {
             let rows: Vec<u32> = (owned.start as u32..owned.end as u32).collect();
             let caller = |source| ServeError::CallerRows { path: path.clone(), source };
             let (g, ids) = tiga_dist::shard::read_caller_rows(&file, &rows).map_err(caller)?;
             // Rows past this server's are empty: the CSR up to its last row.
             let offsets = g.offsets()[..=owned.end].to_vec();
             let g = Graph::from_csr_with_edge_ids(n, owned.end, offsets, g.cols().to_vec(), None).map_err(ServeError::Rows)?;
-            (g, ids)
-        } else {
-            let page = file.page(owned.clone()).map_err(gfg)?;
-            let first = page.offsets.first().copied().unwrap_or(0);
-            let mut offsets = vec![0u64; owned.start];
-            offsets.extend(page.offsets.iter().map(|&o| o - first));
-            let ids: Vec<u64> = match page.edge_ids {
-                Some(ids) => ids.to_vec(),
-                None => (first..first + page.cols.len() as u64).collect(),
-            };
-            let g = Graph::from_csr_with_edge_ids(n, owned.end, offsets, page.cols.to_vec(), None).map_err(ServeError::Rows)?;
-            file.release_page(&page);
             (g, ids)
         };
         let mut features: Vec<Feature> = Vec::new();

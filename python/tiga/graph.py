@@ -104,10 +104,8 @@ class Graph:
         each head's own in-edges; a parameter's gradient is summed over the
         heads. The CSR is ``heads`` times this graph's; a paged graph has no
         heads (an ``UnsupportedError`` says so)."""
-        if isinstance(heads, bool) or not isinstance(heads, int):
+        if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
             raise InputError(f"with_heads: heads is a positive int, got {heads!r}")
-        if heads < 1:
-            raise InputError(f"with_heads: heads is a positive int, got {heads}")
         return Graph(self._g.with_heads(heads), self._torch)
 
     def __repr__(self) -> str:

@@ -342,11 +342,11 @@ class GATConv(Module):
         H, C = self.heads, self.out_channels
 
         def build():
+            if not self.add_self_loops:
+                return _graph(edge_index, n).with_heads(H)
             ei = _edge_index(edge_index)
-            if self.add_self_loops:
-                ei, _ = add_remaining_self_loops(ei[:, ei[0] != ei[1]], None, None, n)
-                return Graph.from_edge_index(ei, n).with_heads(H)
-            return _graph(edge_index, n).with_heads(H)
+            ei, _ = add_remaining_self_loops(ei[:, ei[0] != ei[1]], None, None, n)
+            return Graph.from_edge_index(ei, n).with_heads(H)
 
         g = self._graphs.get(edge_index, (n, self.add_self_loops, H), build)
         k = _gat_kernel(self.negative_slope)

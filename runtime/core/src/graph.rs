@@ -456,10 +456,10 @@ impl Graph {
         let num_dst = self.num_dst.checked_mul(heads).ok_or_else(|| too_many("destination", self.num_dst))?;
         check_node_count("source", num_src)?;
         check_node_count("destination", num_dst)?;
-        let e = self
-            .num_edges()
-            .checked_mul(heads)
-            .ok_or(GraphError::OutOfMemory { what: "the CSR columns of every head", bytes: u64::MAX })?;
+        let e = self.num_edges().checked_mul(heads).ok_or(GraphError::OutOfMemory {
+            what: "the CSR columns and edge ids of every head",
+            bytes: (self.num_edges() as u64).saturating_mul(heads as u64).saturating_mul(12),
+        })?;
         let mut offsets = zeroed::<u64>(num_dst + 1, "the CSR row offsets of every head")?;
         let mut cols = zeroed::<u32>(e, "the CSR columns of every head")?;
         let mut ids = zeroed::<u64>(e, "the edge ids of every head")?;

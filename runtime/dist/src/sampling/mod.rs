@@ -210,15 +210,15 @@ struct Row {
 /// or paged, or the owned rows of this rank's shard (global ids in, global
 /// ids out).
 enum RowReader<'r> {
-    Rows(Rows<'r>),
-    /// A file laid out in a node order (written with `--renumber`): the
-    /// caller's row `i` is stored row `perm[i]`, its edges in the caller's
-    /// order with the caller's edge ids, and (on a square graph) stored
-    /// source ids map back through `inv`. Sampled in the caller's
-    /// numbering, so a sample is the one the file without an order gives.
-    Stored {
+    /// `order`: the node order of a file laid out in one (written with
+    /// `--renumber`): the caller's row `i` is stored row `perm[i]`, its
+    /// edges in the caller's order with the caller's edge ids, and (on a
+    /// square graph) stored source ids map back through `inv`. Sampled in
+    /// the caller's numbering, so a sample is the one the file without an
+    /// order gives.
+    Rows {
         rows: Rows<'r>,
-        order: std::sync::Arc<Renumbered>,
+        order: Option<std::sync::Arc<Renumbered>>,
     },
     Shard {
         local: &'r crate::shard::LocalShard,
@@ -233,7 +233,7 @@ impl<'r> RowReader<'r> {
             let order_error = |source| SampleError::Order { what: r.describe(), source };
             let view = r.renumbered(tiga_runtime::schedule::Renumber::None).map_err(order_error)?;
             let order = view.map(|v| v.renumbered.clone()).ok_or_else(|| order_error(RenumberError::StoredLayout))?;
-            return Ok(RowReader::Stored { rows: r.rows(Side::Forward, true)?, order });
+            return Ok(RowReader::Rows { rows: r.rows(Side::Forward, true)?, order: Some(order) });
         }
         Ok(match crate::shard::sharded(r) {
             Some(sh) => {
@@ -242,7 +242,7 @@ impl<'r> RowReader<'r> {
                 let row_of = local.rows[..local.owned_rows].iter().enumerate().map(|(k, &g)| (g, k)).collect();
                 RowReader::Shard { local, graph, row_of }
             }
-            None => RowReader::Rows(r.rows(Side::Forward, true)?),
+            None => RowReader::Rows { rows: r.rows(Side::Forward, true)?, order: None },
         })
     }
 
@@ -250,11 +250,8 @@ impl<'r> RowReader<'r> {
     /// [`PREFETCH_BLOCK`] aligned rows at a time (each block once); `None`
     /// where rows are read directly.
     fn prefetch(&self, centres: &[u32], num_rows: usize) -> Result<Option<HashMap<u32, Row>>, SampleError> {
-        let (p, order) = match self {
-            RowReader::Rows(Rows::Pages(p)) => (p, None),
-            RowReader::Stored { rows: Rows::Pages(p), order } => (p, Some(order.as_ref())),
-            _ => return Ok(None),
-        };
+        let RowReader::Rows { rows: Rows::Pages(p), order } = self else { return Ok(None) };
+        let order = order.as_deref();
         // (stored row, centre), in stored order: each block read once.
         let mut wanted: Vec<(u32, u32)> = centres.iter().map(|&c| (stored_row(order, c), c)).collect();
         wanted.sort_unstable();
@@ -278,28 +275,26 @@ impl<'r> RowReader<'r> {
     /// Whether this reader can give row `i` (a shard: the rows it owns).
     fn holds(&self, i: u32) -> bool {
         match self {
-            RowReader::Rows(_) | RowReader::Stored { .. } => true,
+            RowReader::Rows { .. } => true,
             RowReader::Shard { row_of, .. } => row_of.contains_key(&i),
         }
     }
 
     fn row(&self, i: usize) -> Result<Row, SampleError> {
-        let rows = match self {
-            RowReader::Rows(rows) => rows,
-            RowReader::Stored { rows, order } => {
-                let stored = stored_row(Some(order), i as u32) as usize;
-                return Ok(in_caller_ids(rows_row(rows, stored)?, Some(order)));
+        match self {
+            RowReader::Rows { rows, order } => {
+                let order = order.as_deref();
+                Ok(in_caller_ids(rows_row(rows, stored_row(order, i as u32) as usize)?, order))
             }
             RowReader::Shard { local, graph, row_of } => {
                 let k = *row_of.get(&(i as u32)).ok_or_else(|| SampleError::Corrupt(format!("row {i} is not on this rank")))?;
                 let range = graph.row(k);
-                return Ok(Row {
+                Ok(Row {
                     cols: graph.cols()[range.clone()].iter().map(|&slot| local.slots[slot as usize]).collect(),
                     ids: local.edge_ids[range].to_vec(),
-                });
+                })
             }
-        };
-        rows_row(rows, i)
+        }
     }
 }
 
@@ -439,7 +434,7 @@ fn sample_hop_sharded(
     let mine: Vec<usize> = (0..centres.len())
         .filter(|&i| match reader {
             RowReader::Shard { .. } => reader.holds(centres[i]),
-            RowReader::Rows(_) | RowReader::Stored { .. } => owned.contains(&(centres[i] as usize)),
+            RowReader::Rows { .. } => owned.contains(&(centres[i] as usize)),
         })
         .collect();
     let mine_centres: Vec<u32> = mine.iter().map(|&i| centres[i]).collect();
