@@ -245,9 +245,11 @@ impl Store {
             let rows: Vec<u32> = (owned.start as u32..owned.end as u32).collect();
             let caller = |source| ServeError::CallerRows { path: path.clone(), source };
             let (g, ids) = tiga_dist::shard::read_caller_rows(&file, &rows).map_err(caller)?;
-            // Rows past this server's are empty: the CSR up to its last row.
-            let offsets = g.offsets()[..=owned.end].to_vec();
-            let g = Graph::from_csr_with_edge_ids(n, owned.end, offsets, g.cols().to_vec(), None).map_err(ServeError::Rows)?;
+            // Rows past this server's are empty: the CSR up to its last row,
+            // its arrays moved, not copied.
+            let (mut offsets, cols, _) = g.into_csr();
+            offsets.truncate(owned.end + 1);
+            let g = Graph::from_csr_with_edge_ids(n, owned.end, offsets, cols, None).map_err(ServeError::Rows)?;
             (g, ids)
         };
         let mut features: Vec<Feature> = Vec::new();

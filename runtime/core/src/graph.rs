@@ -348,6 +348,12 @@ impl Graph {
         self.edge_ids.as_deref()
     }
 
+    /// The CSR's row offsets, columns and edge ids, moved out (no copy),
+    /// for a caller that builds another graph from them.
+    pub fn into_csr(self) -> (Vec<u64>, Vec<u32>, Option<Vec<u64>>) {
+        (self.offsets, self.cols, self.edge_ids)
+    }
+
     /// The user's edge index of CSR position `pos`.
     ///
     /// # Panics
