@@ -8,8 +8,8 @@ use tiga_compiler::bind::{bind_fields, output_shapes, Extents, Given};
 use tiga_compiler::ir::{self, Role};
 use tiga_compiler::loops::{LoopKernel, Storage};
 use tiga_runtime::abi::{EntryFn, Stencil2d};
+use tiga_runtime::StoredField;
 use tiga_runtime::{Backend, DType, FieldType, Graph, Realization, Tensor, TensorView};
-use tiga_runtime::{FieldRole, StoredField};
 
 use crate::error::{Error, Result, Unsupported};
 use crate::fields::{Inputs, Outputs};
@@ -216,11 +216,8 @@ pub(crate) fn stored_fields(
     r: &dyn Realization,
     inputs: &Inputs<'_>,
 ) -> Vec<(Role, String, Box<dyn StoredField>)> {
-    k.fields
-        .iter()
-        .filter(|f| !inputs.has(f.role, &f.name))
-        .filter_map(|f| r.stored_field(FieldRole::of(f.role)?, &f.name).map(|h| (f.role, f.name.clone(), h)))
-        .collect()
+    let fields: Vec<(Role, String)> = k.fields.iter().map(|f| (f.role, f.name.clone())).collect();
+    tiga_runtime::layer::stored_fields(&fields, r, inputs)
 }
 
 /// `inputs` plus the views of these stored fields.
@@ -228,9 +225,5 @@ pub(crate) fn with_stored_fields<'a>(
     inputs: &Inputs<'a>,
     handles: &'a [(Role, String, Box<dyn StoredField>)],
 ) -> Result<Inputs<'a>> {
-    let mut all = inputs.clone();
-    for (r, n, h) in handles {
-        all = all.with_role(*r, n, h.view().map_err(Error::from)?);
-    }
-    Ok(all)
+    Ok(tiga_runtime::layer::with_stored_fields(inputs, handles)?)
 }

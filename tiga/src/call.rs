@@ -1,15 +1,24 @@
-//! The entry points of a call and the realization layers it passes
-//! through before its rows: a sharded graph's halo exchange (`sharded.rs`),
-//! a renumbered view's permutation (`renumber.rs`), and a realization's
-//! stored fields joining the given ones. Binding is `bind.rs`; running the
-//! rows is `rows.rs`.
+//! The entry points of a call, and the call as the runtime's layers see
+//! it ([`tiga_runtime::Call`]): the layers a realization asks for
+//! (`tiga_runtime::layer`: a shard's halo exchange, a renumbering's
+//! permutation) run the kernel again through it over the rows they
+//! contribute, and this file does not know which layers exist. Binding is
+//! `bind.rs`; running the rows is `rows.rs`.
 
-use tiga_compiler::bind::Extents;
-use tiga_runtime::exec::Side;
-use tiga_runtime::{Backend, Realization, Schedule};
+use std::ops::Range;
 
-use crate::bind::{stored_fields, with_stored_fields};
-use crate::error::{Error, Result};
+use tiga_compiler::bind::{output_shapes, Extents};
+use tiga_compiler::ir::Role;
+use tiga_dist::shard::Sharded;
+use tiga_runtime::abi::RawArgs;
+use tiga_runtime::exec::{self, ParamPartials, RowRunner, Side};
+use tiga_runtime::fields::{Tape, Wrt};
+use tiga_runtime::layer::{Layered, Purpose};
+use tiga_runtime::realization::{BoxError, Grads, Named, RowRuns, Sizes};
+use tiga_runtime::{Backend, DType, Graph, Realization, Schedule, Tensor, TensorView};
+
+use crate::bind::{bind_extents, output_buffers, stored_fields, with_stored_fields, Prepared};
+use crate::error::{CotangentError, Error, Result};
 use crate::fields::{Inputs, Outputs};
 use crate::kernel::Kernel;
 
@@ -38,36 +47,51 @@ impl Kernel {
         self.run_with(r, inputs, &Schedule::new().backend(Backend::Reference))
     }
 
-    /// Run over the rows of `side` of `r` (an adjoint stage's graph).
+    /// Run over the rows of `side` of `r` (an adjoint stage's graph):
+    /// through the layer `r` asks for, if any, else over its rows.
     pub(crate) fn run_side(&self, r: &dyn Realization, side: Side, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Outputs> {
-        if let (Side::Forward, Some(sh)) = (side, tiga_dist::shard::sharded(r)) {
-            return self.run_sharded(sh, inputs, schedule);
-        }
-        // Renumbered for locality: a forward where the schedule asks and the
-        // realization can (a forward with parameter sums is not: they would
-        // add rows in another order; see `crate::renumber`), and every call
-        // over a realization laid out in a node order (a file written
-        // renumbered).
-        let wanted = side == Side::Forward && !self.has_param_outputs();
-        if let Some(view) = crate::renumber::view_for(r, schedule, wanted)? {
-            return self.run_renumbered(&view, side, inputs, schedule);
+        let purpose = Purpose::Run { side, param_outputs: self.has_param_outputs() };
+        if let Some(layer) = Layered::of(r, purpose, schedule)? {
+            return Ok(Outputs { items: layer.run(self, side, inputs, schedule)? });
         }
         // Fields not given are the realization's own (a forward run's;
         // adjoint stages get theirs from the VJP).
         let handles = if side == Side::Forward { stored_fields(self.captured(), r, inputs) } else { Vec::new() };
         let all = with_stored_fields(inputs, &handles)?;
-        let out = match r.renumbering() {
-            // Parameter sums over a renumbered graph (an adjoint stage's;
-            // a forward's over a file laid out in a node order) add their
-            // rows in the caller's order.
-            Some(view) if self.has_param_outputs() => self.run_in_user_order(view, side, &all, schedule),
-            _ => self.run_over(r, side, &all, schedule),
-        };
+        let out = self.run_over(r, side, &all, schedule);
         // A field read from the file does not stay resident after the call.
         for (_, _, h) in &handles {
             h.release();
         }
         out
+    }
+
+    /// Whether this kernel writes parameter outputs (sums across rows).
+    pub(crate) fn has_param_outputs(&self) -> bool {
+        self.captured().outputs.iter().any(|o| o.role == Role::Param)
+    }
+
+    /// `steps` applications of the kernel over a sharded graph, output
+    /// `feed` (a destination row output) becoming source field `into`
+    /// after each, with one halo exchange for every `depth` steps (a shard
+    /// of depth k computes its ghost rows too, so k steps need no other
+    /// exchange). Returns the last step's outputs as [`Kernel::run`] over
+    /// the sharded graph does; k steps at depth k give the bits of k steps
+    /// at depth 1.
+    pub fn iterate(
+        &self,
+        sh: &Sharded,
+        inputs: &Inputs<'_>,
+        feed: &str,
+        into: &str,
+        steps: usize,
+        schedule: &Schedule,
+    ) -> Result<Outputs> {
+        match self.captured().outputs.iter().find(|o| o.name == feed) {
+            Some(o) if o.role == Role::Dst => {}
+            _ => return Err(Error::NoOutput { name: feed.into(), outputs: self.output_names().join(", ") }),
+        }
+        Ok(Outputs { items: sh.iterate(self, inputs, feed, into, steps, schedule)? })
     }
 
     /// Run over the rows of `side` of `r` as they are, every field given.
@@ -78,5 +102,140 @@ impl Kernel {
         };
         let extents = Extents { num_src: ns, num_dst: nd, num_edges: r.num_edges() };
         r.rows(side, self.reads_edge_ids()).map_err(Error::from).and_then(|rows| self.run_rows(&rows, extents, all, schedule))
+    }
+}
+
+fn extents(s: Sizes) -> Extents {
+    Extents { num_src: s.num_src, num_dst: s.num_dst, num_edges: s.num_edges }
+}
+
+fn boxed(e: Error) -> BoxError {
+    Box::new(e)
+}
+
+impl tiga_runtime::Call for Kernel {
+    fn kernel_name(&self) -> &str {
+        self.name()
+    }
+    fn content_hash(&self) -> Result<u64, BoxError> {
+        u64::from_str_radix(&self.hash, 16).map_err(|e| boxed(Error::Internal(format!("a kernel hash: {e}"))))
+    }
+    fn field_roles(&self) -> Vec<(Role, String)> {
+        self.captured().fields.iter().map(|f| (f.role, f.name.clone())).collect()
+    }
+    fn output_roles(&self) -> Vec<(Role, String)> {
+        self.captured().outputs.iter().map(|o| (o.role, o.name.clone())).collect()
+    }
+    fn half_outputs(&self) -> bool {
+        self.captured().outputs.iter().any(|o| o.declared.is_half())
+    }
+    fn run_call(&self, r: &dyn Realization, side: Side, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Named, BoxError> {
+        self.run_side(r, side, inputs, schedule).map(|o| o.items).map_err(boxed)
+    }
+    fn vjp_call(
+        &self,
+        r: &dyn Realization,
+        inputs: &Inputs<'_>,
+        cotangents: &[(&str, TensorView<'_>)],
+        wrt: &Wrt,
+        tape: Option<&Tape>,
+        schedule: &Schedule,
+    ) -> Result<Grads, BoxError> {
+        let grads = match tape {
+            Some(t) => self.vjp_from_tape(r, inputs, t, cotangents, wrt, schedule),
+            None => self.vjp_wrt(r, inputs, cotangents, wrt, schedule),
+        };
+        grads.map(|g| g.items).map_err(boxed)
+    }
+    fn check_cotangents(&self, names: &[&str]) -> Result<(), BoxError> {
+        let k = self.captured();
+        crate::vjp::check_cotangent_names(k, names.iter().copied()).map_err(boxed)?;
+        match k.outputs.iter().find(|o| !names.contains(&o.name.as_str())) {
+            Some(o) => Err(boxed(CotangentError::Missing { name: o.name.clone(), shape: None }.into())),
+            None => Ok(()),
+        }
+    }
+    fn check_output(&self, name: &str) -> Result<(), BoxError> {
+        match self.captured().outputs.iter().any(|o| o.name == name) {
+            true => Ok(()),
+            false => Err(boxed(Error::NoOutput { name: name.into(), outputs: self.output_names().join(", ") })),
+        }
+    }
+    fn output_shapes_at(&self, sizes: Sizes, inputs: &Inputs<'_>) -> Result<(DType, Vec<Vec<usize>>), BoxError> {
+        let k = self.captured();
+        let b = bind_extents(k, extents(sizes), inputs).map_err(boxed)?;
+        Ok((b.dtype, output_shapes(k, &b.extents, &b.widths)))
+    }
+    fn prepare_runs<'g>(
+        &'g self,
+        rows: &'g Graph,
+        sizes: Sizes,
+        inputs: &Inputs<'_>,
+        schedule: &Schedule,
+    ) -> Result<Box<dyn RowRuns + 'g>, BoxError> {
+        let prepared = (|| {
+            let b = bind_extents(self.captured(), extents(sizes), inputs)?;
+            let p = self.prepare(&b, false, None, schedule.backend)?;
+            let mut outs = output_buffers(self.loop_kernel(), b.dtype, &p.shapes)?;
+            let partials = ParamPartials::new(rows.num_dst(), &p.param_outs);
+            let runner = RowRunner::new(p.entry, p.shapes.clone(), b.dtype, &mut outs, partials);
+            Ok::<_, Error>(LocalRuns {
+                kernel: self,
+                rows,
+                sizes,
+                dtype: b.dtype,
+                widths: b.widths,
+                _p: p,
+                outs,
+                runner,
+                threads: schedule.threads,
+            })
+        })();
+        Ok(Box::new(prepared.map_err(boxed)?))
+    }
+}
+
+/// A call over a shard's local rows prepared once (its variant and output
+/// buffers from the fields over every slot) and run in runs: the interior
+/// rows while the halo travels, the boundary rows after.
+struct LocalRuns<'g> {
+    kernel: &'g Kernel,
+    rows: &'g Graph,
+    sizes: Sizes,
+    dtype: DType,
+    widths: Vec<usize>,
+    /// Holds the variant the runner's entry points into.
+    _p: Prepared,
+    outs: Vec<Tensor>,
+    runner: RowRunner<'static>,
+    threads: Option<usize>,
+}
+
+impl RowRuns for LocalRuns<'_> {
+    fn run(&self, ins: &Inputs<'_>, runs: &[Range<usize>], num_src: usize) -> Result<(), BoxError> {
+        let b = bind_extents(self.kernel.captured(), Extents { num_src, ..extents(self.sizes) }, ins).map_err(boxed)?;
+        if b.widths != self.widths || b.dtype != self.dtype {
+            return Err(boxed(Error::Internal("sharded widths differ between the interior and boundary rows".into())));
+        }
+        let ptrs = b.field_ptrs();
+        let g = self.rows;
+        let raw = RawArgs { offsets: g.offsets().as_ptr(), cols: g.cols().as_ptr(), fields: ptrs.as_ptr(), ..RawArgs::empty() };
+        // SAFETY: the variant was compiled for this kernel, dtype and
+        // widths without edge ids (edge fields are in local CSR order);
+        // `bind_extents` checked every field against these extents, and
+        // interior rows read only the `num_src` owned slots they are given
+        // (the plan put every row that reads a ghost in a boundary run,
+        // which runs once the ghost slots are filled); the CSR was
+        // validated when built; `outs` lives as long as the runner (their
+        // elements do not move with them); the kernel has no parameter
+        // outputs.
+        unsafe { exec::execute_row_runs(&self.runner, raw, g.offsets(), runs, self.threads)? };
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> Result<Named, BoxError> {
+        let LocalRuns { kernel, mut outs, runner, .. } = *self;
+        runner.finish(&mut outs);
+        Ok(kernel.outputs(outs).items)
     }
 }

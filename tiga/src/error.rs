@@ -168,11 +168,6 @@ pub enum Unsupported {
     )]
     HalfStorage { kernel: String, storage: String, what: &'static str },
     #[error(
-        "kernel `{kernel}`: sharded calls take f32 and f64 fields and outputs only (half-precision fields run over a \
-         graph or stencil in memory)"
-    )]
-    HalfSharded { kernel: String },
-    #[error(
         "the schedule asks for the ahead-of-time back end, but kernel `{kernel}` has no ahead-of-time variant for {dtype} \
          at widths {widths:?}{stencil}{half}",
         stencil = if *.on_stencil { " on a generated stencil" } else { "" },
@@ -201,22 +196,12 @@ pub enum Unsupported {
     NotADevice,
     #[error("this tape was written by another kernel's forward, not `{kernel}`'s: differentiate the kernel that ran it")]
     OtherKernelsTape { kernel: String },
-    #[error(
-        "this tape holds the residuals of a shard one hop deep; this shard's halo is {depth} deep (its backward \
-         recomputes them): differentiate over the shard that ran the forward"
-    )]
-    DeepShardTape { depth: usize },
-    #[error("iterating feeds an output back as a source field: the graph must be square")]
-    IterateNotSquare,
-    #[error("iterate: source field `{into}` is not among the inputs")]
-    IterateNoField { into: String },
-    #[error("iterate: output `{feed}` is {out_dtype} {out_row:?} per row, source field `{into}` {in_dtype} {in_row:?}")]
-    IterateMismatch { feed: String, out_dtype: DType, out_row: Vec<usize>, into: String, in_dtype: DType, in_row: Vec<usize> },
     /// A winner scatter whose ranks do not fit the dtype exactly.
     #[error(transparent)]
     Scatter(tiga_runtime::exec::ScatterError),
-    /// What a shard cannot hold (a scalar field, a field of the wrong
-    /// rows, an edge field with a deep halo).
+    /// What a shard cannot hold or do (a scalar field, a field of the
+    /// wrong rows, an edge field with a deep halo, half precision, a deep
+    /// shard's tape, an iteration that does not fit).
     #[error(transparent)]
     Shard(tiga_dist::shard::ShardError),
 }
@@ -236,10 +221,46 @@ impl From<tiga_dist::shard::ShardError> for Error {
     fn from(e: tiga_dist::shard::ShardError) -> Self {
         use tiga_dist::shard::ShardError as E;
         match e {
-            E::ScalarField { .. } | E::FieldRows { .. } | E::DeepEdgeField { .. } => Error::Unsupported(Unsupported::Shard(e)),
+            E::ScalarField { .. }
+            | E::FieldRows { .. }
+            | E::DeepEdgeField { .. }
+            | E::HalfCall { .. }
+            | E::DeepTape { .. }
+            | E::IterateNotSquare
+            | E::IterateNoField { .. }
+            | E::IterateMismatch { .. } => Error::Unsupported(Unsupported::Shard(e)),
             E::CotangentRows { .. } => Error::Cotangent(CotangentError::Rows(e)),
             E::Half(_) | E::Lost(_) => Error::Internal(e.to_string()),
             e => Error::Shard(e),
         }
+    }
+}
+
+/// An error back from a runtime layer: the facade's own (a call the layer
+/// ran again), or the layer's, each typed as if it had come directly.
+impl From<tiga_runtime::BoxError> for Error {
+    fn from(e: tiga_runtime::BoxError) -> Self {
+        macro_rules! typed {
+            ($e:ident, $($t:ty),*) => {
+                $(let $e = match $e.downcast::<$t>() {
+                    Ok(e) => return Error::from(*e),
+                    Err(e) => e,
+                };)*
+            };
+        }
+        let e = match e.downcast::<Error>() {
+            Ok(e) => return *e,
+            Err(e) => e,
+        };
+        typed!(
+            e,
+            tiga_dist::shard::ShardError,
+            tiga_runtime::RenumberError,
+            tiga_runtime::exec::ExecError,
+            tiga_runtime::exec::ScatterError,
+            tiga_runtime::TensorError,
+            tiga_runtime::GraphError
+        );
+        Error::Internal(e.to_string())
     }
 }

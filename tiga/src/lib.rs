@@ -37,10 +37,8 @@ mod error;
 mod explain;
 mod fields;
 mod kernel;
-mod renumber;
 mod residuals;
 mod rows;
-mod sharded;
 mod vjp;
 
 pub use tiga_macros::message_passing;

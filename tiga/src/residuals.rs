@@ -15,10 +15,10 @@
 //! them with its outputs against the RAM budget and spills them to files
 //! like any output over it; [`Tape::keep_in`] puts them in a
 //! [`Scope`](tiga_storage::scope::Scope), whose memory report lists them and
-//! whose budget may spill them. A sharded realization's forward, and a GPU
-//! call's, keep none (their backward recomputes): the sharded backward
-//! runs its own stages per rank, and the PTX lowering of the saved-residual
-//! forward is not yet checked.
+//! whose budget may spill them. A shard deeper than one hop, and a GPU
+//! call, keep none (their backward recomputes): the deep shard computes
+//! ghost rows whose residuals its forward does not return, and the PTX
+//! lowering of the saved-residual forward is not yet checked.
 //!
 //! Where the plan has an in-memory variant (an edge side folded into the
 //! source side, `adjoint/edge_terms.rs`), a backward whose rows are a CSR
@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use tiga_compiler::adjoint::kernel::{residual_plan, Adjoint, ResidualChoice};
 use tiga_runtime::exec::Side;
+use tiga_runtime::layer::{Layered, Purpose};
 use tiga_runtime::{Realization, Rows, Schedule, Tensor, TensorView};
 
 use crate::error::{Error, Result, Unsupported};
@@ -55,39 +56,33 @@ impl ResidualStages {
 /// What a forward kept for its backward: the residuals by name (empty
 /// when it kept none).
 #[derive(Debug, Clone, Default)]
-pub struct Tape {
-    /// The content hash of the kernel that wrote it.
-    kernel: String,
-    items: Vec<(String, Arc<Tensor>)>,
-}
+pub struct Tape(tiga_runtime::fields::Tape);
 
 impl Tape {
     /// Whether the forward kept nothing (the backward recomputes).
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.0.is_empty()
     }
     /// The residuals, by name, as the plan names them.
     pub fn residuals(&self) -> impl Iterator<Item = (&str, &Tensor)> {
-        self.items.iter().map(|(n, t)| (n.as_str(), t.as_ref()))
+        self.0.items().iter().map(|(n, t)| (n.as_str(), t.as_ref()))
     }
     /// Their size in bytes.
     pub fn bytes(&self) -> u64 {
-        self.items.iter().map(|(_, t)| tiga_storage::scope::tensor_bytes(t)).sum()
-    }
-    pub(crate) fn view(&self, name: &str) -> Option<TensorView<'_>> {
-        self.items.iter().find(|(n, _)| n == name).map(|(_, t)| t.view())
+        self.residuals().map(|(_, t)| tiga_storage::scope::tensor_bytes(t)).sum()
     }
 
     /// Move the residuals into `scope`, each named `<prefix>.<residual>`:
     /// they count against its host budget, may be spilled like any of its
     /// tensors, and appear in its memory report.
     pub fn keep_in(self, scope: &Scope, prefix: &str) -> Result<ScopedTape> {
-        let mut handles = Vec::with_capacity(self.items.len());
-        for (name, t) in self.items {
+        let kernel = self.0.kernel().to_string();
+        let mut handles = Vec::with_capacity(self.0.items().len());
+        for (name, t) in self.0.into_items() {
             let t = Arc::try_unwrap(t).unwrap_or_else(|shared| (*shared).clone());
             handles.push((name.clone(), scope.add(&format!("{prefix}.{name}"), t)?));
         }
-        Ok(ScopedTape { kernel: self.kernel, handles })
+        Ok(ScopedTape { kernel, handles })
     }
 }
 
@@ -103,7 +98,7 @@ impl ScopedTape {
     /// moved them (checksums verified).
     pub fn tape(&self, scope: &Scope) -> Result<Tape> {
         let items = self.handles.iter().map(|(n, h)| Ok((n.clone(), scope.get(h)?))).collect::<Result<Vec<_>>>()?;
-        Ok(Tape { kernel: self.kernel.clone(), items })
+        Ok(Tape(tiga_runtime::fields::Tape::new(self.kernel.clone(), items)))
     }
 }
 
@@ -152,11 +147,11 @@ impl Kernel {
     /// residuals and the kernel keeps any, what its backward needs
     /// ([`Kernel::vjp_taped`]). Otherwise the tape is empty.
     pub fn forward(&self, r: &dyn Realization, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<(Outputs, Tape)> {
-        let empty = Tape { kernel: self.hash.clone(), items: Vec::new() };
-        // A shard deeper than one hop computes ghost rows too, whose
-        // residuals its forward does not return: its backward recomputes.
-        let deep = tiga_dist::shard::sharded(r).is_some_and(|sh| sh.local().depth > 1);
-        if !schedule.residuals || deep || schedule.device != tiga_runtime::Device::Cpu {
+        let empty = Tape(tiga_runtime::fields::Tape::new(self.hash.clone(), Vec::new()));
+        // A layer that does not return every residual its backward reads
+        // (a deep shard's ghost rows) recomputes them.
+        let kept_by_layer = r.layer().is_none_or(|l| l.keeps_residuals());
+        if !schedule.residuals || !kept_by_layer || schedule.device != tiga_runtime::Device::Cpu {
             return Ok((self.run_with(r, inputs, schedule)?, empty));
         }
         let stages = match self.residuals()? {
@@ -186,7 +181,7 @@ impl Kernel {
                 .ok_or_else(|| Error::Internal(format!("the saved-residual forward wrote no `{out}`")))?;
             items.push((res.name.clone(), Arc::new(t.1)));
         }
-        Ok((Outputs { items: all }, Tape { kernel: self.hash.clone(), items }))
+        Ok((Outputs { items: all }, Tape(tiga_runtime::fields::Tape::new(self.hash.clone(), items))))
     }
 
     /// [`Kernel::vjp_with`] after [`Kernel::forward`]: with the residuals
@@ -215,47 +210,39 @@ impl Kernel {
         wrt: &Wrt,
         schedule: &Schedule,
     ) -> Result<Gradients> {
+        self.vjp_from_tape(r, inputs, &tape.0, cotangents, wrt, schedule)
+    }
+
+    /// [`Kernel::vjp_taped_wrt`] from the runtime's tape (what a layer
+    /// passes on, moved into its rows' numbering).
+    pub(crate) fn vjp_from_tape(
+        &self,
+        r: &dyn Realization,
+        inputs: &Inputs<'_>,
+        tape: &tiga_runtime::fields::Tape,
+        cotangents: &[(&str, TensorView<'_>)],
+        wrt: &Wrt,
+        schedule: &Schedule,
+    ) -> Result<Gradients> {
         if tape.is_empty() {
             return self.vjp_wrt(r, inputs, cotangents, wrt, schedule);
         }
         self.check_wrt(wrt)?;
-        if tape.kernel != self.hash {
+        if tape.kernel() != self.hash {
             return Err(Unsupported::OtherKernelsTape { kernel: self.name().to_string() }.into());
         }
         // A shard: its inputs localized and its halo exchanged, the stages
-        // run over its local rows with the tape of its owned rows.
-        if let Some(sh) = tiga_dist::shard::sharded(r) {
-            if sh.local().depth > 1 {
-                return Err(Unsupported::DeepShardTape { depth: sh.local().depth }.into());
-            }
-            return self.vjp_sharded_taped(sh, inputs, cotangents, schedule, wrt, tape);
+        // run over its local rows with the tape of its owned rows. A file
+        // laid out in a node order: the stages run over it in its
+        // numbering, the tape's residuals moved in with the fields and
+        // cotangents.
+        if let Some(layer) = Layered::of(r, Purpose::TapedVjp, schedule)? {
+            return Ok(Gradients { items: layer.vjp(self, inputs, cotangents, wrt, Some(tape), schedule)? });
         }
         let Residuals::Kept(stages) = self.residuals()? else {
             return Err(Error::Internal(format!("kernel `{}` keeps no residuals, but a tape holds some", self.name())));
         };
         let (adjoint, stage_kernels) = stages.backward_for(r, schedule)?;
-        // A file laid out in a node order: the stages run over it in its
-        // numbering, the tape's residuals (per destination row, in the
-        // caller's numbering, as the forward moved them out) moved in with
-        // the fields and cotangents.
-        // (Not the schedule's renumbering: the tape is in the caller's
-        // numbering, and so is this backward, below.)
-        if let Some(view) = crate::renumber::view_for(r, schedule, false)? {
-            let (r, dst) = (&view.renumbered, Some(&view.renumbered.dst));
-            let items = tape
-                .items
-                .iter()
-                .map(|(n, t)| {
-                    let moved =
-                        r.moved_result(dst, tiga_runtime::Way::ToNew, t, || tiga_storage::offload::spill_dir(schedule))?;
-                    Ok((n.clone(), Arc::new(moved.unwrap_or_else(|| (**t).clone()))))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let moved = Tape { kernel: tape.kernel.clone(), items };
-            return self.vjp_renumbered_by(&view, inputs, cotangents, schedule, |ins, cots, s| {
-                self.run_plan(&view, ins, cots, s, adjoint, stage_kernels, Some(&moved), wrt)
-            });
-        }
         // The tape's residuals are in the caller's numbering (the forward
         // moved them out with its outputs), and so is this backward: its
         // stages run over `r` as given, not each renumbering its own

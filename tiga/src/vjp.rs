@@ -8,6 +8,8 @@ use tiga_compiler::adjoint::kernel::{generate_adjoint, Adjoint, Binding, GraphUs
 use tiga_compiler::bind::{output_shapes, Extents};
 use tiga_compiler::ir::{self, Role};
 use tiga_runtime::exec::{PageView, Side};
+use tiga_runtime::fields::{Seed, Tape};
+use tiga_runtime::layer::{Layered, Purpose};
 use tiga_runtime::{Backend, DType, DataMut, Graph, Realization, Rows, Schedule, Tensor, TensorView};
 
 use crate::error::{CotangentError, Error, Result, Unsupported};
@@ -16,14 +18,6 @@ use crate::kernel::{AdjointPlan, Kernel};
 
 /// Each output's name and shape, in declaration order.
 pub type OutputShapes = Vec<(String, Vec<usize>)>;
-
-/// What a sharded backward starts from.
-pub(crate) enum Seed<'c, 'v> {
-    /// A cotangent per output, whole or per owned row and edge.
-    Cotangents(&'c [(&'c str, TensorView<'v>)]),
-    /// Ones on every rank's rows of this output (`grad`).
-    SumOf(&'c str),
-}
 
 /// Which stages a backward runs to give the gradients `wrt` names: those
 /// whose outputs are parts of them, and the earlier stages those read.
@@ -104,30 +98,6 @@ fn release_unread(stage_outs: &mut [Outputs], adjoint: &Adjoint, si: usize, curr
             later || now || gradient
         });
     }
-}
-
-/// The winner scatter's sums over the forward rows (a page at a time when
-/// they come in pages, each page released after, as a paged stage's pages
-/// are), and which sources have out-edges.
-fn winner_sums(
-    r: &dyn Realization,
-    schedule: &Schedule,
-    extents: &Extents,
-    winner: TensorView<'_>,
-    value: TensorView<'_>,
-) -> Result<(Tensor, Vec<bool>)> {
-    // Each source's terms add in row order: over a renumbered graph, the
-    // caller's.
-    if let Some(view) = r.renumbering() {
-        return crate::renumber::winner_sums_in_user_order(view, &winner, &value, |w, v| {
-            winner_sums(view.base(), schedule, extents, w, v)
-        });
-    }
-    let mut sc = tiga_runtime::exec::WinnerScatter::new(extents.num_src, extents.num_dst, winner, value)?;
-    let rows = r.rows(Side::Forward, false)?;
-    rows.for_each_page(schedule, |v| sc.add_rows(v.first_row, v.offsets, v.cols).map_err(Error::from))
-        .unwrap_or_else(|| Err(no_csr()))?;
-    Ok(sc.finish())
 }
 
 fn no_csr() -> Error {
@@ -274,11 +244,8 @@ impl Kernel {
         schedule: &Schedule,
     ) -> Result<Gradients> {
         self.check_wrt(wrt)?;
-        if let Some(sh) = tiga_dist::shard::sharded(r) {
-            return self.vjp_sharded(sh, inputs, Seed::Cotangents(cotangents), schedule, wrt, None);
-        }
-        if let Some(view) = crate::renumber::view_for(r, schedule, true)? {
-            return self.vjp_renumbered(&view, inputs, cotangents, schedule, wrt);
+        if let Some(layer) = Layered::of(r, Purpose::Vjp, schedule)? {
+            return Ok(Gradients { items: layer.vjp(self, inputs, cotangents, wrt, None, schedule)? });
         }
         self.run_vjp_on(r, inputs, cotangents, schedule, wrt)
     }
@@ -313,8 +280,10 @@ impl Kernel {
 
     /// [`Kernel::grad`] as `schedule` says.
     pub fn grad_with(&self, r: &dyn Realization, inputs: &Inputs<'_>, output: &str, schedule: &Schedule) -> Result<Gradients> {
-        if let Some(sh) = tiga_dist::shard::sharded(r) {
-            return self.vjp_sharded(sh, inputs, Seed::SumOf(output), schedule, &Wrt::All, None);
+        // A realization whose own layer places the call (a shard) sums the
+        // output over every part of it.
+        if let Some(layer) = r.layer() {
+            return Ok(Gradients { items: layer.vjp(self, inputs, Seed::SumOf(output), &Wrt::All, None, schedule)? });
         }
         let cots = self.sum_cotangents(r, inputs, output)?;
         let views: Vec<(&str, TensorView<'_>)> = cots.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
@@ -368,7 +337,7 @@ impl Kernel {
         schedule: &Schedule,
         adjoint: &Adjoint,
         stages: &[Kernel],
-        residual: Option<&crate::residuals::Tape>,
+        residual: Option<&Tape>,
         wrt: &Wrt,
     ) -> Result<Gradients> {
         let reference = schedule.backend == Backend::Reference;
@@ -448,7 +417,9 @@ impl Kernel {
                             stage.kernel.name, fd.name
                         )));
                     };
-                    let (sums, has_edges) = winner_sums(r, schedule, &extents, w, v)?;
+                    let (sums, has_edges) =
+                        tiga_runtime::layer::winner_sums(r, schedule, extents.num_src, extents.num_dst, w, v)?
+                            .ok_or_else(no_csr)?;
                     scattered.push(sums);
                     sources_with_edges.get_or_insert(has_edges);
                 }
@@ -483,16 +454,10 @@ impl Kernel {
                     // the realization: a row each, no edges.
                     None if stage.graph == GraphUse::DestinationRows => {
                         let g = Graph::self_loops(&vec![false; extents.num_dst]).map_err(Error::from)?;
-                        match r.renumbering() {
-                            // Its parameter sums add the rows in the
-                            // caller's order (a file laid out in a node
-                            // order gives this stage its inputs in the
-                            // file's).
-                            Some(view) if stages[si].has_param_outputs() => {
-                                stages[si].run_over_nodes_in_user_order(view, &g, &ins, schedule)?
-                            }
-                            _ => stages[si].run_with(&g, &ins, schedule)?,
-                        }
+                        // Its parameter sums add the rows in the caller's
+                        // order (a file laid out in a node order gives this
+                        // stage its inputs in the file's).
+                        Outputs { items: tiga_runtime::layer::run_over_nodes(&stages[si], r, &g, &ins, schedule)? }
                     }
                     // Node-wise, in memory whatever the realization: one row
                     // per source, a self-loop for each source with
@@ -615,7 +580,7 @@ struct PlanValues<'v> {
     cotangents: Vec<(&'v str, Input<'v>)>,
     /// Widened residuals (reference mode), else none: read from `tape`.
     residuals: Vec<(String, Tensor)>,
-    tape: Option<&'v crate::residuals::Tape>,
+    tape: Option<&'v Tape>,
 }
 
 impl<'v> PlanValues<'v> {
@@ -623,7 +588,7 @@ impl<'v> PlanValues<'v> {
         reference: bool,
         views: &[TensorView<'v>],
         cotangents: &[(&'v str, TensorView<'v>)],
-        tape: Option<&'v crate::residuals::Tape>,
+        tape: Option<&'v Tape>,
         adjoint: &Adjoint,
     ) -> Result<PlanValues<'v>> {
         let widened = |v: &TensorView<'v>| -> Result<Input<'v>> {

@@ -1,9 +1,12 @@
 //! The values a call is given: the fields and parameters by role and name
-//! ([`Inputs`]) and which gradients a backward is asked for ([`Wrt`]).
+//! ([`Inputs`]), which gradients a backward is asked for ([`Wrt`]), what it
+//! starts from ([`Seed`]) and what its forward kept for it ([`Tape`]).
 //! Every way of running a kernel (in memory, paged, sharded, renumbered,
 //! on a device, from saved residuals) speaks these, so they sit below all
 //! of them, in the core. (What a call gives back, with the facade's
 //! errors, is the facade's `Outputs` and `Gradients`.)
+
+use std::sync::Arc;
 
 use crate::tensor::{FieldType, Tensor, TensorView};
 use tiga_abi::Role;
@@ -157,5 +160,55 @@ impl Wrt {
             Wrt::All => true,
             Wrt::Only(v) => v.iter().any(|(r, n)| *r == role && n == name),
         }
+    }
+}
+
+/// What a backward starts from.
+#[derive(Clone, Copy)]
+pub enum Seed<'c, 'v> {
+    /// A cotangent per output (over a sharded graph: whole, or per owned
+    /// row and edge).
+    Cotangents(&'c [(&'c str, TensorView<'v>)]),
+    /// The gradient of the sum of this output (over a sharded graph: of
+    /// every rank's rows).
+    SumOf(&'c str),
+}
+
+/// What a forward kept for its backward: the residuals by name (empty
+/// when it kept none), with the content hash of the kernel that wrote
+/// them.
+#[derive(Debug, Clone, Default)]
+pub struct Tape {
+    kernel: String,
+    items: Vec<(String, Arc<Tensor>)>,
+}
+
+impl Tape {
+    pub fn new(kernel: String, items: Vec<(String, Arc<Tensor>)>) -> Tape {
+        Tape { kernel, items }
+    }
+    /// The content hash of the kernel whose forward wrote it.
+    pub fn kernel(&self) -> &str {
+        &self.kernel
+    }
+    /// Whether the forward kept nothing (the backward recomputes).
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    /// The residuals, by name, as the plan names them.
+    pub fn items(&self) -> &[(String, Arc<Tensor>)] {
+        &self.items
+    }
+    pub fn into_items(self) -> Vec<(String, Arc<Tensor>)> {
+        self.items
+    }
+    pub fn view(&self, name: &str) -> Option<TensorView<'_>> {
+        self.items.iter().find(|(n, _)| n == name).map(|(_, t)| t.view())
+    }
+    /// The same tape with each residual replaced by `f`'s (a renumbering
+    /// moving them into its numbering).
+    pub fn mapped<E>(&self, mut f: impl FnMut(&Tensor) -> Result<Tensor, E>) -> Result<Tape, E> {
+        let items = self.items.iter().map(|(n, t)| Ok((n.clone(), Arc::new(f(t)?)))).collect::<Result<_, E>>()?;
+        Ok(Tape { kernel: self.kernel.clone(), items })
     }
 }

@@ -31,6 +31,7 @@ pub mod exec;
 pub mod fields;
 pub mod graph;
 pub mod graph_ops;
+pub mod layer;
 pub mod realization;
 pub mod renumber;
 pub mod schedule;
@@ -44,7 +45,9 @@ pub use graph_ops::{
     BatchError, ExistingLoops, GcnNormError, GcnNormOptions,
 };
 pub use petgraph;
-pub use realization::{FieldRole, GraphRows, PagedRows, Realization, RenumberedGraph, Rows, StoredField};
+pub use realization::{
+    BoxError, Call, FieldRole, GraphRows, Layer, PagedRows, Realization, RenumberedGraph, RowRuns, Rows, Sizes, StoredField,
+};
 pub use renumber::{Order, RenumberError, Renumbered, Way};
 pub use schedule::{Backend, Device, DeviceTimer, DeviceTimes, Progress, Renumber, Schedule, ScheduleError};
 pub use tensor::{bf16, f16, round_to_odd_f32, Buffer, DType, Data, DataMut, FieldType, Tensor, TensorError, TensorView};

@@ -7,7 +7,10 @@
 //! are, gives the rows of each [`Side`] a call walks (the forward graph,
 //! its transpose for a backward's source gradients, its rows with their
 //! edges reversed for a right fold) as [`Rows`], and may hold fields of its
-//! own. Rows come in three kinds, which the executor knows how to run:
+//! own. Where a call over it is more than its rows (a shard's halo
+//! exchange), it gives a [`Layer`] that runs the [`Call`] around them
+//! (`crate::layer` says which layer a call goes through). Rows come in
+//! three kinds, which the executor knows how to run:
 //!
 //! - [`Rows::Memory`]: one CSR resident in RAM (a [`Graph`], or a graph
 //!   derived from it and kept with it, such as its transpose);
@@ -31,9 +34,12 @@ use std::sync::Arc;
 
 use tiga_abi::Stencil2d;
 
+use tiga_abi::Role;
+
 use crate::exec::{ExecError, PageSource, PageView, Side};
+use crate::fields::{Inputs, Seed, Tape, Wrt};
 use crate::renumber::{RenumberError, Renumbered};
-use crate::{graph::Graph, schedule::Schedule, tensor::TensorView};
+use crate::{graph::Graph, schedule::Schedule, tensor::DType, tensor::Tensor, tensor::TensorView};
 
 /// Which rows a field is indexed by: sources, destinations or edges (in the
 /// user's edge order).
@@ -99,6 +105,107 @@ pub trait StoredField: Send + Sync {
     fn release(&self) {}
 }
 
+/// An error crossing a layer: the call's own (the facade's, which it
+/// takes back as it was) or the layer's (a shard's exchange, a
+/// renumbering's move).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A call's outputs by name, in declaration order.
+pub type Named = Vec<(String, Tensor)>;
+
+/// A backward's gradients by role and name.
+pub type Grads = Vec<(Role, String, Tensor)>;
+
+/// The extents of the rows a call runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    pub num_src: usize,
+    pub num_dst: usize,
+    pub num_edges: usize,
+}
+
+/// A call prepared once (its variant, its output buffers) whose rows run
+/// in runs, as their fields become ready: a shard's interior rows while
+/// its halo travels, its boundary rows after.
+pub trait RowRuns {
+    /// Run rows `runs` of the rows the call was prepared for, with
+    /// `inputs` over the first `num_src` sources (the slots ready now).
+    fn run(&self, inputs: &Inputs<'_>, runs: &[Range<usize>], num_src: usize) -> Result<(), BoxError>;
+    /// The outputs, once every row has run.
+    fn finish(self: Box<Self>) -> Result<Named, BoxError>;
+}
+
+/// The call a layer wraps, as far as a layer may see it: a kernel bound by
+/// the facade, which a layer runs again over the rows it contributes
+/// (a shard's local rows, a renumbering's view).
+pub trait Call {
+    fn kernel_name(&self) -> &str;
+    /// The content hash of the lowered kernel (what every rank of a
+    /// sharded call must agree on).
+    fn content_hash(&self) -> Result<u64, BoxError>;
+    /// The kernel's fields, by role and name, in declaration order.
+    fn field_roles(&self) -> Vec<(Role, String)>;
+    /// Its outputs, by role and name, in declaration order.
+    fn output_roles(&self) -> Vec<(Role, String)>;
+    /// Whether it declares half-precision outputs.
+    fn half_outputs(&self) -> bool;
+    /// The call over `side` of `r` (through `r`'s own layers).
+    fn run_call(&self, r: &dyn Realization, side: Side, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Named, BoxError>;
+    /// Its backward over `r` from a cotangent per output, reading `tape`'s
+    /// residuals where given.
+    fn vjp_call(
+        &self,
+        r: &dyn Realization,
+        inputs: &Inputs<'_>,
+        cotangents: &[(&str, TensorView<'_>)],
+        wrt: &Wrt,
+        tape: Option<&Tape>,
+        schedule: &Schedule,
+    ) -> Result<Grads, BoxError>;
+    /// Refuse cotangents named for no output, or missing for one.
+    fn check_cotangents(&self, names: &[&str]) -> Result<(), BoxError>;
+    /// Refuse `name` if it is not one of the outputs.
+    fn check_output(&self, name: &str) -> Result<(), BoxError>;
+    /// The call's dtype and its outputs' shapes over rows of `sizes`.
+    fn output_shapes_at(&self, sizes: Sizes, inputs: &Inputs<'_>) -> Result<(DType, Vec<Vec<usize>>), BoxError>;
+    /// The call over `rows` (of `sizes`, with `inputs` giving every
+    /// field's shape), prepared to run in runs; for a kernel without
+    /// parameter outputs.
+    fn prepare_runs<'g>(
+        &'g self,
+        rows: &'g Graph,
+        sizes: Sizes,
+        inputs: &Inputs<'_>,
+        schedule: &Schedule,
+    ) -> Result<Box<dyn RowRuns + 'g>, BoxError>;
+}
+
+/// What a realization contributes around the rows of a call over it,
+/// where a call over it is more than its rows (a shard: its fields placed
+/// on the rank, its halo exchanged, its outputs and gradients put back in
+/// owned order). Found through [`Realization::layer`].
+pub trait Layer {
+    /// `call` over `side` of the realization.
+    fn run(&self, call: &dyn Call, side: Side, inputs: &Inputs<'_>, schedule: &Schedule) -> Result<Named, BoxError>;
+    /// `call`'s backward from `seed`, reading `tape`'s residuals where
+    /// given.
+    fn vjp(
+        &self,
+        call: &dyn Call,
+        inputs: &Inputs<'_>,
+        seed: Seed<'_, '_>,
+        wrt: &Wrt,
+        tape: Option<&Tape>,
+        schedule: &Schedule,
+    ) -> Result<Grads, BoxError>;
+    /// Whether a forward over it returns every residual its backward
+    /// reads (a deep shard computes ghost rows whose residuals it does
+    /// not return: its backward recomputes).
+    fn keeps_residuals(&self) -> bool {
+        true
+    }
+}
+
 /// What a realization gives the executor (see the module doc).
 pub trait Realization: Sync {
     fn num_src(&self) -> usize;
@@ -126,10 +233,10 @@ pub trait Realization: Sync {
         None
     }
 
-    /// This realization as its own type, for the layer that defined it to
-    /// recognize it behind a `dyn Realization` (`tiga_dist` asks whether a
-    /// realization is a rank's shard, whose calls exchange halos). `None`
-    /// for a realization that borrows (a view), which no layer asks about.
+    /// This realization as its own type, for the crate that defined it to
+    /// recognize it behind a `dyn Realization` (sampling asks whether a
+    /// realization is a rank's shard, to sample across ranks). `None` for a
+    /// realization that borrows (a view), which nothing asks about.
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
     }
@@ -157,6 +264,12 @@ pub trait Realization: Sync {
     /// When this realization is a renumbered view: the renumbering its rows
     /// are in (a call over it takes and gives fields in that numbering).
     fn renumbering(&self) -> Option<&RenumberedGraph<'_>> {
+        None
+    }
+
+    /// What a call over this realization goes through before its rows,
+    /// where that is more than its rows (a shard's halo exchange).
+    fn layer(&self) -> Option<&dyn Layer> {
         None
     }
 
@@ -356,7 +469,8 @@ impl Realization for Stencil2d {
 
 /// A graph seen through one of its renumberings: a realization whose rows
 /// are the renumbered graph's (each side's, see [`Renumbered`]). A call
-/// over it takes fields in the new numbering; the facade moves them.
+/// over it takes fields in the new numbering; its layer
+/// ([`crate::layer::Layered::Renumbered`]) moves them.
 #[derive(Debug, Clone)]
 pub struct RenumberedGraph<'g> {
     base: Base<'g>,

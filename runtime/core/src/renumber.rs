@@ -10,8 +10,8 @@
 //! order is already local, renumbering buys nothing, and the benchmark
 //! shows that too.
 //!
-//! The renumbering is invisible to the caller (the facade does the
-//! permutations; see `docs/renumbering.md`):
+//! The renumbering is invisible to the caller (its layer,
+//! [`crate::layer`], does the permutations; see `docs/renumbering.md`):
 //!
 //! - An [`Order`] maps old ids to new (`new = perm[old]`). A square graph
 //!   has one order for both sides; a graph with `num_src != num_dst` is
@@ -486,20 +486,13 @@ impl Renumbered {
 
     /// [`Renumbered::moved`] for a result of a call: one in a file (a paged
     /// call's row output or gradient over its RAM budget) is moved into a
-    /// file too, in the directory `spill` names, so that the budget still
-    /// holds.
-    pub fn moved_result(
-        &self,
-        order: Option<&Order>,
-        way: Way,
-        t: &Tensor,
-        spill: impl FnOnce() -> std::path::PathBuf,
-    ) -> Result<Option<Tensor>, RenumberError> {
+    /// file too, beside it, so that the budget still holds.
+    pub fn moved_result(&self, order: Option<&Order>, way: Way, t: &Tensor) -> Result<Option<Tensor>, RenumberError> {
         let Some(o) = order else { return Ok(None) };
-        if !t.is_file_backed() {
+        let Some(dir) = t.file_dir() else {
             return self.moved(Some(o), way, &t.view());
-        }
-        let out = Tensor::zeros_in_file(t.dtype(), t.shape().to_vec(), &spill())?;
+        };
+        let out = Tensor::zeros_in_file(t.dtype(), t.shape().to_vec(), dir)?;
         Ok(Some(o.moved_into(&t.view(), way == Way::ToNew, Some(out))?))
     }
 

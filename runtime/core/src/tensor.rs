@@ -205,14 +205,15 @@ struct MappedBuffer {
     map: std::mem::ManuallyDrop<memmap2::MmapMut>,
     dtype: FieldType,
     len: usize,
-    in_file: bool,
+    /// The directory of its file, for a file mapping.
+    in_file: Option<std::path::PathBuf>,
 }
 
 impl Drop for MappedBuffer {
     fn drop(&mut self) {
         // SAFETY: taken once, here; `self.map` is not used after.
         let map = unsafe { std::mem::ManuallyDrop::take(&mut self.map) };
-        if !self.in_file {
+        if self.in_file.is_none() {
             Spares::give(map);
         }
     }
@@ -263,7 +264,7 @@ impl Spares {
 }
 
 impl MappedBuffer {
-    fn new(map: memmap2::MmapMut, dtype: FieldType, len: usize, in_file: bool) -> MappedBuffer {
+    fn new(map: memmap2::MmapMut, dtype: FieldType, len: usize, in_file: Option<std::path::PathBuf>) -> MappedBuffer {
         MappedBuffer { map: std::mem::ManuallyDrop::new(map), dtype, len, in_file }
     }
 
@@ -406,7 +407,7 @@ impl Tensor {
                 }),
             };
             if let Some(map) = map {
-                return Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer::new(map, dtype, n, false)) });
+                return Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer::new(map, dtype, n, None)) });
             }
         }
         let data = match dtype {
@@ -440,7 +441,7 @@ impl Tensor {
         // SAFETY: the file is unnamed and private to this tensor: nothing
         // else can truncate or write it while it is mapped.
         let map = unsafe { memmap2::MmapOptions::new().len(bytes).map_mut(&file) }.map_err(io)?;
-        Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer::new(map, dtype.into(), len, true)) })
+        Ok(Tensor { shape, data: Storage::Mapped(MappedBuffer::new(map, dtype.into(), len, Some(dir.to_path_buf()))) })
     }
 
     /// Whether the elements live in a mapping of their own (a large
@@ -452,7 +453,16 @@ impl Tensor {
 
     /// Whether the elements live in a file mapping.
     pub fn is_file_backed(&self) -> bool {
-        matches!(&self.data, Storage::Mapped(m) if m.in_file)
+        matches!(&self.data, Storage::Mapped(m) if m.in_file.is_some())
+    }
+
+    /// The directory of a file-backed tensor's file (where a tensor made
+    /// from it, as large, goes too).
+    pub fn file_dir(&self) -> Option<&std::path::Path> {
+        match &self.data {
+            Storage::Mapped(m) => m.in_file.as_deref(),
+            Storage::Memory(_) => None,
+        }
     }
 
     /// Drop rows `rows` (of the first dimension) of a file-backed tensor
@@ -461,7 +471,7 @@ impl Tensor {
     /// change. Nothing happens for a tensor in memory.
     pub fn release_rows(&self, rows: std::ops::Range<usize>) {
         let Storage::Mapped(f) = &self.data else { return };
-        if !f.in_file {
+        if f.in_file.is_none() {
             return;
         }
         let row_bytes = self.shape.iter().skip(1).product::<usize>() * f.dtype.size();

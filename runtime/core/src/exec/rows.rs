@@ -220,7 +220,7 @@ unsafe impl Send for SharedArgs {}
 /// parameter partials. Shared by the workers of a call.
 pub struct RowRunner<'a> {
     entry: EntryFn,
-    shapes: &'a [Vec<usize>],
+    shapes: std::borrow::Cow<'a, [Vec<usize>]>,
     dtype: DType,
     out_ptrs: SharedPtrs,
     partials: ParamPartials,
@@ -228,15 +228,18 @@ pub struct RowRunner<'a> {
 
 impl<'a> RowRunner<'a> {
     /// A runner writing `outs`, which must outlive every [`RowRunner::run`]
-    /// and not be touched otherwise until the runner is finished.
+    /// and not be touched otherwise until the runner is finished (moving
+    /// the tensors is fine: their elements stay where they are). `shapes`:
+    /// the outputs' shapes, borrowed, or owned by a runner kept beside its
+    /// outputs.
     pub fn new(
         entry: EntryFn,
-        shapes: &'a [Vec<usize>],
+        shapes: impl Into<std::borrow::Cow<'a, [Vec<usize>]>>,
         dtype: DType,
         outs: &mut [Tensor],
         partials: ParamPartials,
     ) -> RowRunner<'a> {
-        RowRunner { entry, shapes, dtype, out_ptrs: SharedPtrs(outs.iter_mut().map(data_ptr).collect()), partials }
+        RowRunner { entry, shapes: shapes.into(), dtype, out_ptrs: SharedPtrs(outs.iter_mut().map(data_ptr).collect()), partials }
     }
 
     /// The pieces of work for rows `base ..` ([`ParamPartials::work`]).

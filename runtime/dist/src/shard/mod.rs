@@ -19,6 +19,7 @@
 
 mod call;
 mod file;
+mod layer;
 pub mod plan;
 
 use std::sync::atomic::Ordering;
@@ -86,6 +87,29 @@ pub enum ShardError {
     /// Something a call moved out did not come back (a bug).
     #[error("{0} went missing")]
     Lost(&'static str),
+    #[error(
+        "kernel `{kernel}`: sharded calls take f32 and f64 fields and outputs only (half-precision fields run over a \
+         graph or stencil in memory)"
+    )]
+    HalfCall { kernel: String },
+    #[error(
+        "this tape holds the residuals of a shard one hop deep; this shard's halo is {depth} deep (its backward \
+         recomputes them): differentiate over the shard that ran the forward"
+    )]
+    DeepTape { depth: usize },
+    #[error("iterating feeds an output back as a source field: the graph must be square")]
+    IterateNotSquare,
+    #[error("iterate: source field `{into}` is not among the inputs")]
+    IterateNoField { into: String },
+    #[error("iterate: output `{feed}` is {out_dtype} {out_row:?} per row, source field `{into}` {in_dtype} {in_row:?}")]
+    IterateMismatch {
+        feed: String,
+        out_dtype: tiga_runtime::DType,
+        out_row: Vec<usize>,
+        into: String,
+        in_dtype: tiga_runtime::DType,
+        in_row: Vec<usize>,
+    },
 }
 
 /// How to cut a graph across ranks.
@@ -278,6 +302,9 @@ impl Realization for Sharded {
         Err(ExecError::Unavailable("a sharded graph's rows are run through its halo exchange, not walked directly".into()))
     }
     fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+    fn layer(&self) -> Option<&dyn tiga_runtime::Layer> {
         Some(self)
     }
     fn describe(&self) -> String {
