@@ -21,7 +21,6 @@ use tonic::{Request, Status};
 use crate::proto::graph_store_client::GraphStoreClient;
 use crate::proto::*;
 use crate::server::MAX_MESSAGE_BYTES;
-use crate::PROTOCOL_VERSION;
 
 #[derive(Debug, Error)]
 pub enum StoreError {

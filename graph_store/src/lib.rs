@@ -30,18 +30,11 @@
 pub mod client;
 pub mod features;
 pub mod loader;
+pub mod proto;
 pub mod server;
 pub mod split;
 
-/// The generated messages, client and server of `proto/graph_store.proto`.
-pub mod proto {
-    #![allow(clippy::all, clippy::unwrap_used, missing_docs)]
-    tonic::include_proto!("tiga.graphstore.v1");
-}
-
-/// The protocol version of `proto/graph_store.proto`; `OpenSession`
-/// refuses a client of another.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub use proto::PROTOCOL_VERSION;
 
 pub use client::{AblpInput, ConnectOptions, FeatureMeta, RemoteDataset, StoreError};
 pub use loader::{AblpBatch, AblpLoader, AblpOptions, LoaderOptions, NeighborLoader};

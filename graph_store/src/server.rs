@@ -44,7 +44,6 @@ use crate::features::{dtype_name, Feature, FeatureError, FeatureKind};
 use crate::proto::graph_store_server::{GraphStore, GraphStoreServer};
 use crate::proto::*;
 use crate::split::{negatives, share, Part, SplitKind, SplitSpec};
-use crate::PROTOCOL_VERSION;
 
 /// About this many bytes of arrays per streamed message.
 pub const CHUNK_BYTES: usize = 1 << 20;
