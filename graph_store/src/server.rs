@@ -243,7 +243,7 @@ impl Store {
         let (local, edge_ids) = {
             let rows: Vec<u32> = (owned.start as u32..owned.end as u32).collect();
             let caller = |source| ServeError::CallerRows { path: path.clone(), source };
-            let (g, ids) = tiga_dist::shard::read_caller_rows(&file, &rows).map_err(caller)?;
+            let (g, ids) = tiga_dist::shard::file::read_caller_rows(&file, &rows).map_err(caller)?;
             // Rows past this server's are empty: the CSR up to its last row,
             // its arrays moved, not copied.
             let (mut offsets, cols, _) = g.into_csr();

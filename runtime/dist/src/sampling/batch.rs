@@ -15,10 +15,18 @@
 //! entry of `nodes` (`node_features` are gathered that way). A layer-wise
 //! model that wants only the first hops uses [`MiniBatch::hops_graph`].
 
-use super::Hop;
 use tiga_runtime::exec::{ExecError, Side};
 use tiga_runtime::realization::{Realization, Rows};
 use tiga_runtime::{Graph, GraphError, Tensor};
+
+/// One hop's edges: `dst` the centre, `src` the sampled neighbour, both
+/// indices into [`super::MultiHop::nodes`], and the user edge id.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Hop {
+    pub src: Vec<u32>,
+    pub dst: Vec<u32>,
+    pub edge_ids: Vec<u64>,
+}
 
 /// See the module doc.
 #[derive(Debug, Clone)]

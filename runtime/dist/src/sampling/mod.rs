@@ -41,7 +41,7 @@ use tiga_runtime::realization::{Realization, Rows};
 use tiga_runtime::{GraphError, RenumberError, Renumbered};
 
 mod batch;
-pub use batch::MiniBatch;
+pub use batch::{Hop, MiniBatch};
 
 #[derive(Debug, Error)]
 pub enum SampleError {
@@ -101,15 +101,6 @@ pub struct MultiHop {
     /// appearance over the hops.
     pub nodes: Vec<u32>,
     pub hops: Vec<Hop>,
-}
-
-/// One hop's edges: `dst` the centre, `src` the sampled neighbour, both
-/// indices into [`MultiHop::nodes`], and the user edge id.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Hop {
-    pub src: Vec<u32>,
-    pub dst: Vec<u32>,
-    pub edge_ids: Vec<u64>,
 }
 
 /// SplitMix64's finalizer: the one hash every random stream of sampling,

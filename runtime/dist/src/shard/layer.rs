@@ -18,7 +18,8 @@ use tiga_runtime::fields::{Inputs, Seed, Tape, Wrt};
 use tiga_runtime::realization::{BoxError, Call, Grads, Layer, Named, Sizes};
 use tiga_runtime::{Backend, DataMut, Device, FieldType, Role, Schedule, Tensor, TensorView};
 
-use super::{copy_rows_to, take_rows, ShardError, Sharded};
+use super::call::copy_rows_to;
+use super::{take_rows, ShardError, Sharded};
 
 impl Sharded {
     /// `inputs` plus this rank's rows of the fields the call does not

@@ -17,16 +17,14 @@
 //! Ranks must agree on the graph: [`Sharded::from_graph`] compares a
 //! checksum of it across ranks and refuses to build when they differ.
 
-mod call;
-mod file;
+pub mod call;
+pub mod file;
 mod layer;
 pub mod plan;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-pub use call::{copy_rows_to, LocalCall};
-pub use file::read_caller_rows;
 pub use plan::{edge_cut, plan_all, LocalShard, PlanError, ShardPlan};
 
 use crate::comm::{check_same, CommError, Communicator, PendingExchange};
