@@ -22,7 +22,7 @@
 
 use std::sync::Arc;
 
-use super::{read_u64s, write_u64s, CommError, Communicator};
+use super::communicator::{read_u64s, write_u64s, CommError, Communicator};
 
 /// A world split by node and across nodes (see the module doc).
 #[derive(Debug, Clone)]

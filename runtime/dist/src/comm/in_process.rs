@@ -16,8 +16,9 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::shared::{packed_segments, HeapBlock, SharedBacking};
-use super::{CommError, Communicator, Pending, PendingExchange, SharedMemory};
+use super::communicator::{
+    packed_segments, read_u64s, CommError, Communicator, HeapBlock, Pending, PendingExchange, SharedBacking, SharedMemory,
+};
 
 /// A message between ranks: its group (a split makes a new one), its
 /// collective's number within that group, and its sender's world rank.
@@ -342,7 +343,7 @@ impl Communicator for InProcess {
         let all = self.all_gather_bytes(&mine)?;
         let mut same: Vec<(u64, usize)> = Vec::new();
         for (p, b) in all.iter().enumerate() {
-            let (c, k) = match super::read_u64s(b).as_deref() {
+            let (c, k) = match read_u64s(b).as_deref() {
                 Some(&[c, k]) => (c, k),
                 _ => return Err(CommError::WrongSize { peer: p, during: "a split".into(), expected: 16, got: b.len() }),
             };
@@ -386,7 +387,7 @@ impl Communicator for InProcess {
         let all = self.all_gather_bytes(&(bytes as u64).to_le_bytes())?;
         let mut sizes = Vec::with_capacity(all.len());
         for (p, b) in all.iter().enumerate() {
-            let size = match super::read_u64s(b).as_deref() {
+            let size = match read_u64s(b).as_deref() {
                 Some(&[n]) => usize::try_from(n).ok(),
                 _ => None,
             };
@@ -516,7 +517,7 @@ mod tests {
 
     #[test]
     fn check_same_names_the_ranks_that_differ() {
-        let res = InProcess::run(3, |c| super::super::check_same(&c, "graph", if c.rank() == 2 { 7 } else { 5 }));
+        let res = InProcess::run(3, |c| super::super::communicator::check_same(&c, "graph", if c.rank() == 2 { 7 } else { 5 }));
         for r in res {
             let e = r.expect("thread").expect_err("differs");
             assert!(e.to_string().contains("rank 2: 0000000000000007"), "{e}");

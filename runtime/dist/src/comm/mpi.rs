@@ -75,7 +75,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use ::mpi::environment::{Threading, Universe};
 use ::mpi::ffi;
 
-use super::{CommError, Communicator, Pending, PendingExchange, SharedBacking, SharedMemory};
+use super::communicator::{CommError, Communicator, Pending, PendingExchange, SharedBacking, SharedMemory};
 
 /// The largest piece a message is sent in, and the bound on one round of an
 /// all-gather: 1 GiB, under `i32::MAX`.

@@ -34,8 +34,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::error::PartitionedError;
 use super::layout::Blocks;
-use super::PartitionedError;
 use crate::comm::{read_u64s, write_u64s, CommError, Communicator, SharedMemory};
 
 /// How a partitioned tensor caches remote rows.

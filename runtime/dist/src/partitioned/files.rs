@@ -16,43 +16,16 @@
 //! on that rank, [`PartitionedError::PeerFailed`] naming it elsewhere),
 //! and loading empties the caches.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use super::{PartitionedError, PartitionedTensor};
-use crate::comm::Communicator;
+use super::error::{agree, PartitionedError};
+use super::layout::part_path;
+use super::PartitionedTensor;
 use tiga_storage::npy::{NpyFile, NpyWriter};
 
 /// Bytes of rows one round of [`PartitionedTensor::store_npy`] moves to
 /// rank 0 (about; at least one row).
 const ROUND_BYTES: usize = 64 << 20;
-
-/// Every rank learns whether every rank's `local` succeeded (collective):
-/// the first failing rank's message becomes [`PartitionedError::PeerFailed`]
-/// on the others, and a failing rank keeps its own error.
-pub(crate) fn agree<T>(comm: &dyn Communicator, local: Result<T, PartitionedError>) -> Result<T, PartitionedError> {
-    let mine = match &local {
-        Ok(_) => Vec::new(),
-        Err(e) => {
-            let mut m = e.to_string().into_bytes();
-            // An empty message would read as success.
-            m.insert(0, b'!');
-            m
-        }
-    };
-    let all = comm.all_gather_bytes(&mine)?;
-    let value = local?;
-    match all.iter().enumerate().find(|(_, m)| !m.is_empty()) {
-        Some((rank, m)) => Err(PartitionedError::PeerFailed { rank, message: String::from_utf8_lossy(&m[1..]).into_owned() }),
-        None => Ok(value),
-    }
-}
-
-/// The file of rank `r` of `ranks` in a per-rank set named `prefix`.
-pub fn part_path(prefix: &Path, r: usize, ranks: usize) -> PathBuf {
-    let mut name = prefix.as_os_str().to_owned();
-    name.push(format!("_part_{r}_of_{ranks}.npy"));
-    PathBuf::from(name)
-}
 
 impl PartitionedTensor {
     fn require_root(&self, what: &str) -> Result<(), PartitionedError> {

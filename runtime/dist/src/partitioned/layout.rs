@@ -8,8 +8,9 @@
 //! "where does rank r start" without asking.
 
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 
-use super::PartitionedError;
+use super::error::PartitionedError;
 use crate::partition::owned_range;
 
 /// How the rows are split over the ranks.
@@ -131,6 +132,14 @@ impl RowLayout {
     pub fn owner(&self, i: usize) -> usize {
         self.blocks.part_of(i)
     }
+}
+
+/// The file of rank `r` of `ranks` in a per-rank set named `prefix`:
+/// where each rank's rows go on disk.
+pub fn part_path(prefix: &Path, r: usize, ranks: usize) -> PathBuf {
+    let mut name = prefix.as_os_str().to_owned();
+    name.push(format!("_part_{r}_of_{ranks}.npy"));
+    PathBuf::from(name)
 }
 
 #[cfg(test)]

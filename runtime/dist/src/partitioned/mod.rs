@@ -52,151 +52,30 @@
 //! tensors in the same order, as they call every collective.
 
 mod cache;
+mod error;
 mod files;
 mod layout;
+mod memory;
 mod topology;
 
 use std::ops::Range;
 use std::sync::Arc;
 
-use thiserror::Error;
-
 pub use cache::{CacheMode, CachePolicy, CacheStats};
-use files::agree;
-pub use files::part_path;
-pub use layout::{Blocks, RowLayout, RowSplit};
+use error::agree;
+pub use error::PartitionedError;
+pub use layout::{part_path, Blocks, RowLayout, RowSplit};
+pub use memory::{Capability, Location, MemoryType};
 pub use topology::Topology;
 
-use crate::comm::{read_u64s, write_u64s, CommError, Communicator, NodeGroups, SharedMemory};
+use crate::comm::{read_u64s, write_u64s, Communicator, SharedMemory};
 use cache::{Cache, Directory};
 use tiga_runtime::element::{bytes_of, bytes_of_mut, Element, ElementType};
-use tiga_storage::npy::NpyError;
 pub(crate) use topology::Writes;
 use topology::{exchange_records, route_to_owners};
 
 /// The most dimensions a partitioned tensor has.
 pub const MAX_DIMS: usize = 8;
-
-/// Where a partitioned tensor's rows live (module doc).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MemoryType {
-    Continuous,
-    Chunked,
-    Distributed,
-    Hierarchy,
-}
-
-impl MemoryType {
-    pub const ALL: [MemoryType; 4] =
-        [MemoryType::Continuous, MemoryType::Chunked, MemoryType::Distributed, MemoryType::Hierarchy];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            MemoryType::Continuous => "continuous",
-            MemoryType::Chunked => "chunked",
-            MemoryType::Distributed => "distributed",
-            MemoryType::Hierarchy => "hierarchy",
-        }
-    }
-
-    /// The memory type named `s` (as [`MemoryType::name`] spells it).
-    pub fn parse(s: &str) -> Option<MemoryType> {
-        MemoryType::ALL.into_iter().find(|m| m.name() == s)
-    }
-}
-
-/// Which memory holds the rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Location {
-    Host,
-    /// A GPU's memory (refused until the CUDA runtime can hold rows).
-    Device,
-}
-
-impl Location {
-    pub fn name(self) -> &'static str {
-        match self {
-            Location::Host => "host",
-            Location::Device => "device",
-        }
-    }
-}
-
-/// Why a partitioned-tensor operation failed.
-#[derive(Debug, Error)]
-pub enum PartitionedError {
-    /// A (memory type, location, communicator) combination that cannot
-    /// work here.
-    #[error("{memory} memory in {location} memory is not available here: {reason}")]
-    Unsupported { memory: &'static str, location: &'static str, reason: String },
-    #[error("index {index} (position {position}) is out of range: the tensor has {rows} rows")]
-    IndexOutOfRange { index: i64, position: usize, rows: usize },
-    #[error("the tensor holds {tensor}, but {asked} was asked for")]
-    WrongType { tensor: ElementType, asked: ElementType },
-    #[error("{what}: {got} elements given, {expected} expected")]
-    WrongLength { what: &'static str, expected: usize, got: usize },
-    #[error("shape {shape:?}: {reason}")]
-    BadShape { shape: Vec<usize>, reason: String },
-    #[error("bad partition: {reason}")]
-    BadPartition { reason: String },
-    #[error("bad options: {0}")]
-    BadOptions(String),
-    /// A view operation that the tensor's memory type or view cannot do.
-    #[error("{0}")]
-    NotAvailable(String),
-    /// The ranks called a collective on different things.
-    #[error("{0}")]
-    Mismatch(String),
-    /// Another rank's part of an agreed operation (a file) failed.
-    #[error("rank {rank} failed: {message}")]
-    PeerFailed { rank: usize, message: String },
-    /// The cache holds rows written behind it (`with_local_mut`).
-    #[error(
-        "the node cache may hold rows written behind it by with_local_mut: call writeback_all_cache or drop_all_cache first"
-    )]
-    StaleCache,
-    #[error("{path}: {message}")]
-    File { path: String, message: String },
-    #[error(transparent)]
-    Npy(#[from] NpyError),
-    #[error(transparent)]
-    Comm(#[from] CommError),
-}
-
-/// Which (memory type, location, communicator) combinations work here.
-#[derive(Debug, Clone, Copy)]
-pub struct Capability;
-
-impl Capability {
-    /// `Ok` when `memory` in `location` works over the nodes `nodes`;
-    /// otherwise the reason (module doc). Not collective.
-    pub fn check(memory: MemoryType, location: Location, nodes: &NodeGroups) -> Result<(), PartitionedError> {
-        let refuse =
-            |reason: String| Err(PartitionedError::Unsupported { memory: memory.name(), location: location.name(), reason });
-        if location == Location::Device {
-            return refuse("device memory arrives with the CUDA runtime; use host memory".into());
-        }
-        match memory {
-            MemoryType::Continuous | MemoryType::Chunked if nodes.nodes() > 1 => refuse(format!(
-                "it maps one allocation across the ranks of one node, and this communicator spans {} nodes; use hierarchy or distributed",
-                nodes.nodes()
-            )),
-            MemoryType::Hierarchy if !nodes.uniform() => {
-                let sizes: Vec<usize> = (0..nodes.nodes()).map(|n| nodes.members(n).len()).collect();
-                refuse(format!(
-                    "it pairs each rank with the ranks of the same place on the other nodes, so every node needs as many ranks; these nodes have {sizes:?}"
-                ))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// [`Capability::check`] over the nodes of `comm` (collective: it
-    /// splits `comm` by node).
-    pub fn check_on(memory: MemoryType, location: Location, comm: &dyn Communicator) -> Result<(), PartitionedError> {
-        Self::check(memory, location, &NodeGroups::new(comm)?)
-    }
-}
 
 /// How to make a partitioned tensor.
 #[derive(Debug, Clone, PartialEq)]

@@ -21,7 +21,8 @@
 
 use std::sync::Arc;
 
-use super::{Capability, Location, MemoryType, PartitionedError};
+use super::error::PartitionedError;
+use super::memory::{Capability, Location, MemoryType};
 use crate::comm::{read_u64s, write_u64s, CommError, Communicator, NodeGroups};
 
 type Shared = Arc<dyn Communicator>;
