@@ -25,10 +25,10 @@ use tiga::Kernel;
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Kernel sizes in terms, comma-separated
-    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "1000,2000,5000,10000", value_parser = crate::positive)]
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "1000,2000,5000,10000", value_parser = crate::timing::positive)]
     terms: Vec<usize>,
     /// Compiles per size; the median is reported
-    #[arg(long, value_name = "N", default_value_t = 5, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = crate::timing::positive)]
     repeat: usize,
     /// Where the JSON goes, written atomically
     #[arg(long, value_name = "PATH", default_value = "target/bench/compile-time.json")]
@@ -78,7 +78,7 @@ fn run(args: &Args) -> Result<(), String> {
             front.push(f);
             rest.push(r);
         }
-        let (f, r) = (crate::median(front), crate::median(rest));
+        let (f, r) = (crate::timing::median(front), crate::timing::median(rest));
         let per_term_us = (f + r) * 1e3 / n as f64;
         println!("{n:>8}  {f:>10.1}  {r:>10.1}  {:>10.1}  {per_term_us:>12.2}", f + r);
         rows.push(json!({ "terms": n, "front_ms": f, "passes_ms": r, "total_ms": f + r, "us_per_term": per_term_us }));

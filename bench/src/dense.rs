@@ -25,7 +25,7 @@ use serde_json::json;
 use tiga::compiler::ir::Role;
 use tiga::{Backend, Graph, Inputs, Kernel, Schedule, Tensor, Wrt};
 
-use crate::{Contender, Produced};
+use crate::timing::{Contender, Produced};
 
 /// The target: the matrix-parameter gradient over the forward.
 const TARGET: f64 = 2.0;
@@ -43,13 +43,13 @@ mod dense_kernel {
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Rows (nodes of the identity graph)
-    #[arg(long, value_name = "N", default_value_t = 200_000, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 200_000, value_parser = crate::timing::positive)]
     rows: usize,
     /// Feature width F (W is [F, F]); the macro compiles ahead of time for 64
-    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::positive)]
+    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::timing::positive)]
     width: usize,
     /// Timed rounds after the warm-ups
-    #[arg(long, value_name = "N", default_value_t = 7, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 7, value_parser = crate::timing::positive)]
     repeat: usize,
     /// Where the JSON goes, written atomically
     #[arg(long, value_name = "PATH", default_value = "target/bench/dense.json")]
@@ -63,7 +63,7 @@ pub struct Args {
 }
 
 pub fn main(args: &Args) -> ExitCode {
-    crate::exit_code("dense", run(args))
+    crate::timing::exit_code("dense", run(args))
 }
 
 /// Uniform values in [-1, 1) from a splitmix64 stream.
@@ -123,7 +123,7 @@ fn run(args: &Args) -> Result<bool, String> {
                 k.vjp_wrt(&g, &inputs, &[("out", cot.view())], &wrt, &schedule).map(Produced::Grads).map_err(|e| e.to_string())
             }),
         ];
-        let timed = crate::time_rounds(args.repeat, &mut contenders)?;
+        let timed = crate::timing::time_rounds(args.repeat, &mut contenders)?;
         let Produced::Grads(grads) = &timed[1].1 else { return Err("the gradient call produced no gradients".into()) };
         let got = grads.param("w").ok_or("no gradient of w")?.to_f64_vec();
         let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1.0);

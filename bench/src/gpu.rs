@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use crate::median;
+use crate::timing::median;
 use serde_json::{json, Value};
 use tiga::compiler::ir::{Role, Type};
 use tiga::runtime::gpu::{self, Stream};
@@ -46,16 +46,16 @@ pub struct Args {
     #[arg(long, value_name = "DEVICE", default_value = "cuda:0", value_parser = Device::parse)]
     device: Device,
     /// Nodes of the power-law graph
-    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = crate::timing::positive)]
     nodes: usize,
     /// Edges per node on average
-    #[arg(long, value_name = "K", default_value_t = 16, value_parser = crate::positive)]
+    #[arg(long, value_name = "K", default_value_t = 16, value_parser = crate::timing::positive)]
     degree: usize,
     /// Feature width of the vector cases
-    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::positive)]
+    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::timing::positive)]
     width: usize,
     /// Timed calls per measurement after one warm-up; the median is reported
-    #[arg(long, value_name = "N", default_value_t = 5, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = crate::timing::positive)]
     repeat: usize,
     /// Also run PyTorch on the same GPU (bench/gpu/torch_peer.py), if it imports
     #[arg(long)]
@@ -176,7 +176,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let copy_bytes = if device == Device::Simulated { 1 << 20 } else { 1 << 30 };
     let copy = copy_gbs(device, copy_bytes, args.repeat)?;
     eprintln!("device-to-device copy: {copy:.1} GB/s ({} MiB)", copy_bytes >> 20);
-    let kernels = Kernel::all_from_source(crate::GNN).map_err(|e| e.to_string())?;
+    let kernels = Kernel::all_from_source(crate::kernels::GNN).map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     let mut all_ok = true;
     for (case, name, wide) in CASES {

@@ -45,19 +45,19 @@ pub struct Args {
     #[arg(long)]
     quick: bool,
     /// Nodes [default: 200000, or 25000 with --quick]
-    #[arg(long, value_name = "N", value_parser = crate::positive)]
+    #[arg(long, value_name = "N", value_parser = crate::timing::positive)]
     nodes: Option<usize>,
     /// Edges [default: 3200000, or 400000 with --quick]
-    #[arg(long, value_name = "N", value_parser = crate::positive)]
+    #[arg(long, value_name = "N", value_parser = crate::timing::positive)]
     edges: Option<usize>,
     /// Batches per configuration, all timed
-    #[arg(long, value_name = "N", value_parser = crate::positive)]
+    #[arg(long, value_name = "N", value_parser = crate::timing::positive)]
     batches: Option<usize>,
     /// Seeds per batch
-    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = crate::timing::positive)]
     batch_size: usize,
     /// Feature width
-    #[arg(long, value_name = "F", default_value_t = 128, value_parser = crate::positive)]
+    #[arg(long, value_name = "F", default_value_t = 128, value_parser = crate::timing::positive)]
     width: usize,
     /// Where the JSON goes, written atomically
     #[arg(long, value_name = "PATH", default_value = "target/bench/graph-store.json")]

@@ -40,22 +40,22 @@ use crate::graphs;
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Nodes of the power-law graph
-    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = crate::timing::positive)]
     nodes: usize,
     /// Edges per node on average
-    #[arg(long, value_name = "K", default_value_t = 16, value_parser = crate::positive)]
+    #[arg(long, value_name = "K", default_value_t = 16, value_parser = crate::timing::positive)]
     degree: usize,
     /// Feature width
-    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::positive)]
+    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::timing::positive)]
     width: usize,
     /// 16× fewer nodes, 3 timed rounds
     #[arg(long)]
     quick: bool,
     /// Timed rounds (each contender called once per round, in turn) after 2 untimed ones
-    #[arg(long, value_name = "N", default_value_t = 7, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 7, value_parser = crate::timing::positive)]
     repeat: usize,
     /// Worker threads (default: rayon's, every core)
-    #[arg(long, value_name = "N", value_parser = crate::positive)]
+    #[arg(long, value_name = "N", value_parser = crate::timing::positive)]
     threads: Option<usize>,
     /// Where to write the JSON
     #[arg(long, value_name = "PATH", default_value = "target/bench/half.json")]
@@ -199,8 +199,8 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let x32 = Tensor::from_f32(vec![nodes, f], graphs::uniform(nodes * f, args.seed ^ 0x4a1f)).map_err(|e| e.to_string())?;
     let types = [FieldType::F32, FieldType::BF16, FieldType::F16];
     let xs: Vec<Tensor> = types.iter().map(|&t| x32.converted(t)).collect();
-    let file_kernel = Kernel::from_source(crate::GNN, "VecSum").map_err(|e| e.to_string())?;
-    let f32_macro = crate::macro_kernel("VecSum").ok_or("no macro-path VecSum")?;
+    let file_kernel = Kernel::from_source(crate::kernels::GNN, "VecSum").map_err(|e| e.to_string())?;
+    let f32_macro = crate::kernels::macro_kernel("VecSum").ok_or("no macro-path VecSum")?;
     // (back end, type, kernel): the kernel file's VecSum on the JIT for
     // every type; on the macro path the kernel declaring that type.
     let contenders: Vec<(&'static str, FieldType, &Kernel)> = vec![
@@ -287,8 +287,8 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         rows.push(Row {
             ty,
             backend,
-            fwd_ms: crate::median(fwd_t[i].clone()),
-            bwd_ms: crate::median(bwd_t[i].clone()),
+            fwd_ms: crate::timing::median(fwd_t[i].clone()),
+            bwd_ms: crate::timing::median(bwd_t[i].clone()),
             fwd_err_over_bound: tight,
             fwd_err_over_loose_bound: loose,
             bwd_err_over_bound: bwd,

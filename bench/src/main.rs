@@ -68,6 +68,7 @@ mod graph_store;
 mod graphs;
 mod half;
 mod hand;
+mod kernels;
 mod mpirun;
 mod paged;
 mod partitioned;
@@ -77,9 +78,10 @@ mod renumber;
 mod report;
 mod residuals;
 mod sharded;
+mod timing;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -88,11 +90,9 @@ use tiga::compiler::back::cranelift::VariantKey;
 use tiga::{DType, Graph, Inputs, Kernel, TensorView};
 
 use hand::Post;
+use kernels::{kernel, macro_kernel};
 use report::{Case, Check, Report};
-
-/// The canonical kernels, as a kernel file (no ahead-of-time variants, so
-/// every variant is the JIT's).
-const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
+use timing::{default_peers_script, median, positive, time_rounds, Contender, Produced, PEER_REPEATS, WARM_UPS};
 
 /// The cases `--cases` takes.
 const CASES: [&str; 6] = ["stencil-csr", "stencil-generated", "powerlaw-sum", "powerlaw-mean", "powerlaw-max", "powerlaw-gat"];
@@ -209,30 +209,6 @@ fn parse_cases(s: &str) -> Result<CaseList, String> {
     Ok(CaseList(list))
 }
 
-/// A positive integer flag's value.
-fn positive(s: &str) -> Result<usize, String> {
-    s.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| format!("wants a positive integer, got `{s}`"))
-}
-
-/// The peers script of this checkout: `bench/peers/peers.py`, found from
-/// the crate's directory (the benchmark carries its peers with it).
-/// A subcommand's exit: success when every target was met, failure
-/// (with the error on stderr, named by the subcommand) otherwise.
-pub(crate) fn exit_code(subcommand: &str, result: Result<bool, String>) -> ExitCode {
-    match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("tiga-bench {subcommand}: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-pub(crate) fn default_peers_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("peers").join("peers.py")
-}
-
 #[derive(Debug, Clone)]
 struct Opts {
     quick: bool,
@@ -268,24 +244,6 @@ impl Opts {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// Timed calls per peer measurement (after peers.py's warm-up), at most.
-pub(crate) const PEER_REPEATS: usize = 3;
-
-/// Warm-up calls untimed; see [`time`].
-const WARM_UPS: usize = 3;
-
 /// The JIT's variants so far, with their compile times.
 fn variants() -> HashMap<VariantKey, f64> {
     tiga::jit().stats().variants.into_iter().collect()
@@ -305,42 +263,6 @@ struct TigaRun {
     bwd_compile_ms: f64,
     out: Vec<f32>,
     grad: Vec<f32>,
-}
-
-/// What a timed call produced: kept until the contender's next call and
-/// dropped outside the clock (freeing a large output is not part of a call).
-enum Produced {
-    Outputs(tiga::Outputs),
-    Grads(tiga::Gradients),
-    Hand(hand::Out),
-}
-
-type Contender<'c> = Box<dyn FnMut() -> Result<Produced, String> + 'c>;
-
-/// Times contenders for the same computation side by side: `WARM_UPS`
-/// untimed rounds, then `repeat` timed rounds of one call each, in turn.
-/// Returns each contender's median and last result. This machine's speed
-/// drifts over minutes (the same in-memory stencil took 23 ms and 45 ms a
-/// quarter of an hour apart), so contenders timed one after another in
-/// blocks compared different weather; in rounds they share it, and their
-/// ratios hold still when the absolute times do not.
-fn time_rounds(repeat: usize, fs: &mut [Contender<'_>]) -> Result<Vec<(f64, Produced)>, String> {
-    let mut last: Vec<Option<Produced>> = fs.iter().map(|_| None).collect();
-    for _ in 0..WARM_UPS {
-        for (f, l) in fs.iter_mut().zip(&mut last) {
-            *l = Some(f()?);
-        }
-    }
-    let mut times = vec![Vec::with_capacity(repeat); fs.len()];
-    for _ in 0..repeat {
-        for ((f, l), t) in fs.iter_mut().zip(&mut last).zip(&mut times) {
-            let start = Instant::now();
-            let r = f()?;
-            t.push(start.elapsed().as_secs_f64() * 1e3);
-            *l = Some(r);
-        }
-    }
-    times.into_iter().zip(last).map(|(t, l)| Ok((median(t), l.ok_or("no call was timed")?))).collect()
 }
 
 /// A hand-written loop of a case.
@@ -493,30 +415,6 @@ fn check(what: &str, got: &[f32], want: &[f32]) -> Result<Check, String> {
         ));
     }
     Ok(Check { max_abs, max_rel })
-}
-
-/// The same kernels through `#[message_passing]`: the macro compiled their
-/// loops ahead of time with rustc/LLVM for common widths.
-#[allow(clippy::all)]
-mod gnn {
-    use tiga::message_passing;
-    include!("../../examples/kernels/gnn.rs");
-}
-
-/// The macro-path kernel of this name (ahead-of-time variants).
-fn macro_kernel(name: &str) -> Option<&'static Kernel> {
-    Some(match name {
-        "Smoothing" => gnn::Smoothing::kernel(),
-        "VecSum" => gnn::VecSum::kernel(),
-        "SageMean" => gnn::SageMean::kernel(),
-        "MaxPool" => gnn::MaxPool::kernel(),
-        "GatAttention" => gnn::GatAttention::kernel(),
-        _ => return None,
-    })
-}
-
-fn kernel(name: &str) -> Result<Kernel, String> {
-    Kernel::from_source(GNN, name).map_err(|e| format!("examples/kernels/gnn.rs, kernel {name}: {e}"))
 }
 
 /// Minimum-traffic models (bytes the forward pass must move at least; f32
@@ -1245,6 +1143,7 @@ fn tigac_timing(g: &Graph, x: &[f32], repeat: usize) -> Result<(f64, f64), Strin
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use std::path::Path;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("tiga-bench").chain(args.iter().copied()))

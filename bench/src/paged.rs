@@ -35,7 +35,7 @@
 //! cargo run --release -p tiga-bench -- paged [--quick] [--json target/bench/paged.json]
 //! ```
 
-use crate::median;
+use crate::timing::median;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
@@ -64,7 +64,7 @@ pub struct Args {
     #[arg(long)]
     quick: bool,
     /// An N x N stencil (overrides --quick)
-    #[arg(long, value_name = "N", value_parser = crate::positive)]
+    #[arg(long, value_name = "N", value_parser = crate::timing::positive)]
     side: Option<usize>,
     /// Where the JSON goes, written atomically
     #[arg(long, value_name = "PATH", default_value = "target/bench/paged.json")]
@@ -80,7 +80,7 @@ pub struct Args {
     #[arg(long)]
     keep: bool,
     /// Rayon threads in the children [default: all CPUs]
-    #[arg(long, value_name = "N", value_parser = crate::positive)]
+    #[arg(long, value_name = "N", value_parser = crate::timing::positive)]
     threads: Option<usize>,
 }
 
@@ -217,7 +217,7 @@ fn child(spec: &str) -> Result<(), String> {
     let (rows, prefetch) = (num(rows)?, num(prefetch)?);
     let e = |e: &dyn std::fmt::Display| e.to_string();
     let file = GfgFile::open(path).map_err(|x| e(&x))?;
-    let kernel = crate::gnn::Smoothing::kernel();
+    let kernel = crate::kernels::gnn::Smoothing::kernel();
     let x_field = file.field(FieldRole::Src, "x").map_err(|x| e(&x))?;
     let mut pages = None;
     let rss_open_kib;

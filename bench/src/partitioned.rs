@@ -52,19 +52,19 @@ pub struct Args {
     #[arg(long)]
     quick: bool,
     /// Table rows [default: 1000000, or 100000 with --quick]
-    #[arg(long, value_name = "N", value_parser = crate::positive)]
+    #[arg(long, value_name = "N", value_parser = crate::timing::positive)]
     rows: Option<usize>,
     /// Row width (f32 elements)
-    #[arg(long, value_name = "D", default_value_t = 128, value_parser = crate::positive)]
+    #[arg(long, value_name = "D", default_value_t = 128, value_parser = crate::timing::positive)]
     dim: usize,
     /// Indices per gather (per rank) and per step (in all) [default: 65536, or 8192 with --quick]
-    #[arg(long, value_name = "B", value_parser = crate::positive)]
+    #[arg(long, value_name = "B", value_parser = crate::timing::positive)]
     batch: Option<usize>,
     /// Rank counts, comma-separated
     #[arg(long, value_name = "LIST", default_value = "1,2,4", value_parser = parse_ranks)]
     ranks: RankList,
     /// Timed gathers or steps per configuration
-    #[arg(long, value_name = "N", default_value_t = 5, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = crate::timing::positive)]
     repeat: usize,
     /// Untimed ones before them
     #[arg(long, value_name = "N", default_value_t = 2)]
@@ -108,7 +108,7 @@ pub struct Args {
 pub struct RankList(Vec<usize>);
 
 fn parse_ranks(s: &str) -> Result<RankList, String> {
-    let v: Result<Vec<usize>, String> = s.split(',').map(crate::positive).collect();
+    let v: Result<Vec<usize>, String> = s.split(',').map(crate::timing::positive).collect();
     v.map(RankList)
 }
 
@@ -364,7 +364,7 @@ fn memcpy_ms(s: &Sizes) -> f64 {
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
-    crate::median(times)
+    crate::timing::median(times)
 }
 
 /// Entry point of `tiga-bench partitioned ARGS...` (and of its workers).
@@ -421,7 +421,7 @@ pub fn main(a: &Args) -> ExitCode {
         let got = if c.engine == "in-process" { c.run_in_process(&s).map(Some) } else { c.run_mpi(a, &s) };
         let row = match got {
             Ok(Some(ranks)) => Row {
-                job_ms: Some(crate::median(ranks[0].times_ms.clone())),
+                job_ms: Some(crate::timing::median(ranks[0].times_ms.clone())),
                 hits: ranks.iter().map(|r| r.hits).sum(),
                 misses: ranks.iter().map(|r| r.misses).sum(),
                 wrong_rows: ranks.iter().map(|r| r.wrong_rows).sum(),

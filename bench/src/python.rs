@@ -27,7 +27,8 @@ use serde_json::{json, Value};
 use tiga::compiler::ir::Role;
 use tiga::{Graph, Inputs, Kernel, Schedule, Tensor, Wrt};
 
-use crate::{graphs, Contender, Produced};
+use crate::graphs;
+use crate::timing::{Contender, Produced};
 
 /// The target: a Python call over the same call from Rust.
 const TARGET: f64 = 1.10;
@@ -38,10 +39,10 @@ const GNN: &str = include_str!("../../examples/kernels/gnn.rs");
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Timed rounds after the warm-ups
-    #[arg(long, value_name = "N", default_value_t = 9, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 9, value_parser = crate::timing::positive)]
     repeat: usize,
     /// Feature width
-    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::positive)]
+    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::timing::positive)]
     width: usize,
     /// The Python interpreter (with the `tiga` package installed)
     #[arg(long, value_name = "PY", default_value = "python3")]
@@ -61,7 +62,7 @@ pub struct Args {
 }
 
 pub fn main(args: &Args) -> ExitCode {
-    crate::exit_code("python", run(args))
+    crate::timing::exit_code("python", run(args))
 }
 
 /// The calls timed, in the order both sides report them.
@@ -83,7 +84,8 @@ fn write_inputs(dir: &Path, g: &Graph, fields: &[(&str, &Tensor)]) -> Result<(),
 }
 
 fn run(args: &Args) -> Result<bool, String> {
-    let script = args.script.clone().unwrap_or_else(|| crate::default_peers_script().with_file_name("python_overhead.py"));
+    let script =
+        args.script.clone().unwrap_or_else(|| crate::timing::default_peers_script().with_file_name("python_overhead.py"));
     let vec_sum = Kernel::from_source(GNN, "VecSum").map_err(e)?;
     let gcn = Kernel::from_source(GNN, "GcnNorm").map_err(e)?;
     let f = args.width;
@@ -120,7 +122,7 @@ fn run(args: &Args) -> Result<bool, String> {
             Box::new(|| gcn.run_with(&g, &gcn_in, &schedule).map(Produced::Outputs).map_err(e)),
             Box::new(|| vec_sum.vjp_wrt(&g, &sum_in, &[("out", cot.view())], &wrt, &schedule).map(Produced::Grads).map_err(e)),
         ];
-        let timed = crate::time_rounds(args.repeat, &mut contenders)?;
+        let timed = crate::timing::time_rounds(args.repeat, &mut contenders)?;
         let dir = tempfile::tempdir().map_err(e)?;
         write_inputs(dir.path(), &g, &[("h", &h), ("cs", &cs), ("cd", &cd), ("w", &w), ("cot", &cot)])?;
         for (call, (_, produced)) in CALLS.iter().zip(&timed) {

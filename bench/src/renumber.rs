@@ -58,10 +58,10 @@ pub struct Args {
     #[arg(long)]
     quick: bool,
     /// Rounds (each times every variant once, after one warm-up round)
-    #[arg(long, value_name = "N", default_value_t = 7, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 7, value_parser = crate::timing::positive)]
     rounds: usize,
     /// Feature width
-    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::positive)]
+    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::timing::positive)]
     width: usize,
     /// Skip the backward
     #[arg(long)]
@@ -70,7 +70,7 @@ pub struct Args {
     #[arg(long)]
     no_paged: bool,
     /// Rows per page of the paged variants
-    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = crate::timing::positive)]
     page_rows: usize,
     /// Where the JSON goes, written atomically
     #[arg(long, value_name = "PATH", default_value = "target/bench/renumber.json")]
@@ -84,7 +84,7 @@ pub struct Args {
 }
 
 pub fn main(args: &Args) -> ExitCode {
-    crate::exit_code("renumber", run(args))
+    crate::timing::exit_code("renumber", run(args))
 }
 
 /// An R-MAT graph of 2^scale nodes and `edges` edges (Chakrabarti, Zhan
@@ -149,7 +149,7 @@ fn run(args: &Args) -> Result<bool, String> {
         ("rmat", rmat(if args.quick { 16 } else { 20 }, 16_000_000 / div, args.seed)?),
         ("mesh", crate::graphs::stencil(side).map_err(|e| e.to_string())?),
     ];
-    let vec_sum = crate::macro_kernel("VecSum").ok_or("no macro kernel VecSum")?;
+    let vec_sum = crate::kernels::macro_kernel("VecSum").ok_or("no macro kernel VecSum")?;
     let mut rows = Vec::new();
     let mut ok = true;
     for (name, g) in &graphs {
@@ -324,7 +324,7 @@ fn measure(args: &Args, name: &'static str, g: &Graph, k: &Kernel, f: usize) -> 
     let mut rows = vec![Row {
         graph: name,
         variant: "hand".into(),
-        fwd_ms: crate::median(fwd[0].clone()),
+        fwd_ms: crate::timing::median(fwd[0].clone()),
         bwd_ms: None,
         build_ms: None,
         bits: "-",
@@ -333,8 +333,8 @@ fn measure(args: &Args, name: &'static str, g: &Graph, k: &Kernel, f: usize) -> 
         rows.push(Row {
             graph: name,
             variant: format!("tiga {}", m.name()),
-            fwd_ms: crate::median(fwd[i + 1].clone()),
-            bwd_ms: (!args.no_backward).then(|| crate::median(bwd[i + 1].clone())),
+            fwd_ms: crate::timing::median(fwd[i + 1].clone()),
+            bwd_ms: (!args.no_backward).then(|| crate::timing::median(bwd[i + 1].clone())),
             build_ms: (i > 0).then(|| build[i - 1]),
             bits: bits[i],
         });
@@ -443,8 +443,8 @@ fn measure_paged(
         .map(|(i, (m, _, built))| Row {
             graph: name,
             variant: format!("paged {}", m.name()),
-            fwd_ms: crate::median(fwd[i].clone()),
-            bwd_ms: (!args.no_backward).then(|| crate::median(bwd[i].clone())),
+            fwd_ms: crate::timing::median(fwd[i].clone()),
+            bwd_ms: (!args.no_backward).then(|| crate::timing::median(bwd[i].clone())),
             build_ms: *built,
             bits: bits[i],
         })

@@ -36,7 +36,8 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 use tiga::{Backend, DType, Graph, Inputs, Kernel, Schedule, Tensor, TensorView};
 
-use crate::{graphs, Contender, Produced, WARM_UPS};
+use crate::graphs;
+use crate::timing::{Contender, Produced, WARM_UPS};
 
 /// The target: backward from residuals over the forward that kept them.
 const TARGET: f64 = 2.5;
@@ -58,10 +59,10 @@ pub struct Args {
     #[arg(long)]
     quick: bool,
     /// Timed rounds after 3 warm-ups [default: 7, or 3 with --quick]
-    #[arg(long, value_name = "N", value_parser = crate::positive)]
+    #[arg(long, value_name = "N", value_parser = crate::timing::positive)]
     repeat: Option<usize>,
     /// Feature width
-    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::positive)]
+    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::timing::positive)]
     width: usize,
     /// Where the JSON goes, written atomically
     #[arg(long, value_name = "PATH", default_value = "target/bench/residuals.json")]
@@ -76,7 +77,7 @@ pub struct Args {
     #[arg(long)]
     no_peers: bool,
     /// The peers script [default: bench/peers/peers.py of this checkout]
-    #[arg(long, value_name = "P", default_value_os_t = crate::default_peers_script())]
+    #[arg(long, value_name = "P", default_value_os_t = crate::timing::default_peers_script())]
     peers_script: PathBuf,
 }
 
@@ -163,7 +164,7 @@ fn measure(
         Box::new(|| k.vjp_with(g, ins, &cot, schedule).map(Produced::Grads).map_err(e)),
         Box::new(|| k.vjp_taped(g, ins, &tape, &cot, schedule).map(Produced::Grads).map_err(e)),
     ];
-    let timed = crate::time_rounds(repeat, &mut fwd)?;
+    let timed = crate::timing::time_rounds(repeat, &mut fwd)?;
     let ms: Vec<f64> = timed.iter().map(|(t, _)| *t).collect();
     let mut it = timed.into_iter().map(|(_, p)| p);
     let (Some(Produced::Outputs(plain)), Some(Produced::Outputs(kept)), Some(Produced::Grads(gr)), Some(Produced::Grads(gs))) =
@@ -225,9 +226,9 @@ fn run(args: &Args) -> Result<bool, String> {
     let gnn = include_str!("../../examples/kernels/gnn.rs");
     let file = |src: &str, name: &str| Kernel::from_source(src, name).map_err(|e| format!("{name}: {e}"));
     let cases: Vec<(&'static str, Kernel, &'static Kernel)> = vec![
-        ("max", file(gnn, "MaxPool")?, crate::gnn::MaxPool::kernel()),
+        ("max", file(gnn, "MaxPool")?, crate::kernels::gnn::MaxPool::kernel()),
         ("min", file(MIN_POOL, "MinPool")?, min_pool::MinPool::kernel()),
-        ("gat", file(gnn, "GatAttention")?, crate::gnn::GatAttention::kernel()),
+        ("gat", file(gnn, "GatAttention")?, crate::kernels::gnn::GatAttention::kernel()),
     ];
     let mut rows = Vec::new();
     for (case, jit, aot) in &cases {
@@ -241,7 +242,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let peers = if args.no_peers {
         Err("not run (--no-peers)".to_string())
     } else {
-        run_peers(args, &g, &h, f, (&a_src, &a_dst), repeat.min(crate::PEER_REPEATS))
+        run_peers(args, &g, &h, f, (&a_src, &a_dst), repeat.min(crate::timing::PEER_REPEATS))
     };
     let mut table = String::new();
     table.push_str(&format!(

@@ -66,7 +66,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::median;
+use crate::timing::median;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tiga::runtime::shard::{edge_cut, partitions, take_rows, take_rows_padded, HEADER_BYTES};
@@ -88,28 +88,28 @@ pub struct Args {
     #[arg(long)]
     quick: bool,
     /// The stencil's side [default: 2000, or 500 with --quick]
-    #[arg(long, value_name = "N", value_parser = crate::positive)]
+    #[arg(long, value_name = "N", value_parser = crate::timing::positive)]
     side: Option<usize>,
     /// Power-law nodes [default: 250000, or 31250 with --quick]
-    #[arg(long, value_name = "N", value_parser = crate::positive)]
+    #[arg(long, value_name = "N", value_parser = crate::timing::positive)]
     nodes: Option<usize>,
     /// Power-law edges [default: 4000000, or 500000 with --quick]
-    #[arg(long, value_name = "N", value_parser = crate::positive)]
+    #[arg(long, value_name = "N", value_parser = crate::timing::positive)]
     edges: Option<usize>,
     /// Feature width of the power-law sum
-    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::positive)]
+    #[arg(long, value_name = "F", default_value_t = 64, value_parser = crate::timing::positive)]
     width: usize,
     /// Rounds: every configuration runs once per round, in turn
-    #[arg(long, value_name = "N", default_value_t = 3, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = crate::timing::positive)]
     rounds: usize,
     /// Timed steps per configuration and round (the median over all is reported)
-    #[arg(long, value_name = "N", default_value_t = 7, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 7, value_parser = crate::timing::positive)]
     steps: usize,
     /// Untimed steps before them, in every round
     #[arg(long, value_name = "N", default_value_t = 3)]
     warmup: usize,
     /// Timed bare exchanges per rank and round (after --warmup untimed ones)
-    #[arg(long, value_name = "N", default_value_t = 7, value_parser = crate::positive)]
+    #[arg(long, value_name = "N", default_value_t = 7, value_parser = crate::timing::positive)]
     exchanges: usize,
     /// Graph and field seed
     #[arg(long, value_name = "N", default_value_t = 7)]
@@ -304,14 +304,14 @@ impl CaseData {
                 let g = crate::graphs::stencil(s.side).map_err(|x| e(&x))?;
                 let n = g.num_src();
                 let x = Tensor::from_f32(vec![n], crate::graphs::uniform(n, s.seed)).map_err(|x| e(&x))?;
-                (g, x, "x", 1, crate::gnn::Smoothing::kernel(), true)
+                (g, x, "x", 1, crate::kernels::gnn::Smoothing::kernel(), true)
             }
             CaseKind::PowerLaw => {
                 let g = crate::graphs::powerlaw(s.nodes, s.edges, s.seed).map_err(|x| e(&x))?;
                 let n = g.num_src();
                 let h = crate::graphs::uniform(n * s.width, s.seed + s.width as u64);
                 let x = Tensor::from_f32(vec![n, s.width], h).map_err(|x| e(&x))?;
-                (g, x, "h", s.width, crate::gnn::VecSum::kernel(), false)
+                (g, x, "h", s.width, crate::kernels::gnn::VecSum::kernel(), false)
             }
         };
         Ok(CaseData { kind, graph, x, field, width, kernel, chained, build_ms: ms_since(t) })
