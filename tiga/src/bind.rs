@@ -216,8 +216,7 @@ pub(crate) fn stored_fields(
     r: &dyn Realization,
     inputs: &Inputs<'_>,
 ) -> Vec<(Role, String, Box<dyn StoredField>)> {
-    let fields: Vec<(Role, String)> = k.fields.iter().map(|f| (f.role, f.name.clone())).collect();
-    tiga_runtime::layer::stored_fields(&fields, r, inputs)
+    tiga_runtime::layer::stored_fields(k.fields.iter().map(|f| (f.role, f.name.as_str())), r, inputs)
 }
 
 /// `inputs` plus the views of these stored fields.

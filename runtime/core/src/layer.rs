@@ -39,15 +39,15 @@ use crate::tensor::{Tensor, TensorView};
 
 /// A realization's own fields for the call's fields not in `inputs` (a
 /// file's are mapped lazily, when viewed).
-pub fn stored_fields(
-    fields: &[(Role, String)],
+pub fn stored_fields<'f>(
+    fields: impl IntoIterator<Item = (Role, &'f str)>,
     r: &dyn Realization,
     inputs: &Inputs<'_>,
 ) -> Vec<(Role, String, Box<dyn StoredField>)> {
     fields
-        .iter()
+        .into_iter()
         .filter(|(role, name)| !inputs.has(*role, name))
-        .filter_map(|(role, name)| r.stored_field(FieldRole::of(*role)?, name).map(|h| (*role, name.clone(), h)))
+        .filter_map(|(role, name)| r.stored_field(FieldRole::of(role)?, name).map(|h| (role, name.to_string(), h)))
         .collect()
 }
 
@@ -136,7 +136,7 @@ impl<'r> Layered<'r> {
             Layered::UserOrder(view) => {
                 // Fields not given are the view's own (a forward's).
                 let fields = if side == Side::Forward { call.field_roles() } else { Vec::new() };
-                let handles = stored_fields(&fields, *view, inputs);
+                let handles = stored_fields(fields.iter().map(|(role, name)| (*role, name.as_str())), *view, inputs);
                 let all = with_stored_fields(inputs, &handles)?;
                 let out = run_moved(call, view, side, view.base(), Way::ToOld, &all, schedule);
                 // A field read from the file does not stay resident after
